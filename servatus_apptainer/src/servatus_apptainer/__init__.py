@@ -1,0 +1,1 @@
+"""servatus_apptainer: see plugin.py."""

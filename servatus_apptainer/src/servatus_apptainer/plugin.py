@@ -1,0 +1,1 @@
+"""Registered through the servatus entry-point group; hook implementations land here."""

@@ -1,0 +1,108 @@
+"""Launchers turn a Task's arguments and environment into the command of its ``srun`` step.
+
+A launcher is a plugin (``servatus_launchers``) selected by name with ``[target] launcher``.
+Setting ``apptainer`` and ``image`` selects ``apptainer``; otherwise ``direct`` runs the Task's
+absolute ``args[0]`` under ``env -i``. This module is also the built-in plugin that registers the
+direct launcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+from servatus.errors import ConfigurationError
+from servatus.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from servatus.config import Target
+
+ENV_COMMAND = "/usr/bin/env"
+SHELL = "/bin/sh"
+
+
+@attrs.frozen
+class StepCommand:
+    """The step as a launcher shapes it.
+
+    ``argv`` is what ``srun`` executes. ``exported`` are variables set on the ``srun`` line in the
+    batch script and passed into the step by name (never on any command line); the direct launcher
+    leaves it empty and puts everything into ``argv`` as ``env -i`` arguments.
+    """
+
+    argv: tuple[str, ...]
+    exported: tuple[tuple[str, str], ...] = ()
+
+
+class Launcher(Protocol):
+    """A named step-command builder.
+
+    ``check`` runs at planning and raises :class:`ConfigurationError` for Tasks this launcher
+    cannot run (for example a relative ``args[0]`` for ``direct``). ``command`` receives the Task's
+    arguments and the static environment of the step: the Task's ``env`` plus the reserved
+    ``SERVATUS_*`` variables known at planning. ``inherit`` names variables whose values exist only
+    at run time (``SERVATUS_JOB_ID``, ``SERVATUS_JOB_END_TIME``, ...); the batch script passes them
+    into the step by name and the launcher must carry them into the Task's environment. ``gpus``
+    is the number of GPU units the step requests; GPU steps must also keep Slurm's step-local
+    ``CUDA_VISIBLE_DEVICES``.
+    """
+
+    name: str
+
+    def check(self, target: Target, args: Sequence[str]) -> None: ...
+
+    def command(
+        self,
+        target: Target,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        inherit: Sequence[str],
+        gpus: int,
+    ) -> StepCommand: ...
+
+
+@attrs.frozen
+class DirectLauncher:
+    """Runs the Task's absolute ``args[0]`` under ``env -i`` with its variables as arguments."""
+
+    name: str = "direct"
+
+    def check(self, target: Target, args: Sequence[str]) -> None:
+        if not args:
+            raise ConfigurationError("a Task needs at least one argument")
+        if not args[0].startswith("/"):
+            raise ConfigurationError(
+                f"the direct launcher needs an absolute args[0], got {args[0]!r}; "
+                "give the full path of the program (for example /usr/bin/python3)"
+            )
+
+    def command(
+        self,
+        target: Target,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        inherit: Sequence[str],
+        gpus: int,
+    ) -> StepCommand:
+        self.check(target, args)
+        carried = [*inherit, *(["CUDA_VISIBLE_DEVICES"] if gpus else [])]
+        assignments = tuple(f"{name}={value}" for name, value in sorted(env.items()))
+        if not carried:
+            return StepCommand(argv=(ENV_COMMAND, "-i", *assignments, *args))
+        # Run-time values are read by a fixed shell snippet; the Task's own words stay "$@".
+        # An unset CUDA_VISIBLE_DEVICES stays unset rather than becoming empty.
+        pieces = [
+            f'${{{name}+{name}="${name}"}}' if name == "CUDA_VISIBLE_DEVICES" else f'{name}="${name}"'
+            for name in carried
+        ]
+        script = f'exec {ENV_COMMAND} -i {" ".join(pieces)} "$@"'
+        return StepCommand(argv=(SHELL, "-c", script, "servatus-step", *assignments, *args))
+
+
+@hookimpl
+def servatus_launchers() -> list[Launcher]:
+    return [DirectLauncher()]

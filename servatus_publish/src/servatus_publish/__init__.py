@@ -1,0 +1,1 @@
+"""servatus_publish: see plugin.py."""

@@ -1,0 +1,1 @@
+"""servatus_slurm: see plugin.py."""
