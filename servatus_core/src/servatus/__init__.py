@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.14.1"
 
+from servatus.hookspecs import hookimpl  # noqa: E402 - the marker plugins import
+
 _EXPORTS = {
     "Campaign": "servatus.campaign",
     "Profile": "servatus.config",
@@ -21,7 +23,9 @@ _EXPORTS = {
     "publish_file": "servatus_publish.publication",
 }
 
-__all__ = ["Campaign", "Profile", "Task", "Workspace", "__version__", "publish", "publish_file"]
+__all__ = [
+    "Campaign",
+    "hookimpl", "Profile", "Task", "Workspace", "__version__", "publish", "publish_file"]
 
 if TYPE_CHECKING:
     from servatus.campaign import Campaign

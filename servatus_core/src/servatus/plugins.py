@@ -180,7 +180,9 @@ class Hooks:
     def plugins(self) -> list[PluginInfo]:
         """Every loaded plugin with its distribution, for ``servatus plugins``."""
         infos = []
-        for name, _plugin in sorted(self.pm.list_name_plugin()):
+        for name, plugin in sorted(self.pm.list_name_plugin()):
+            if plugin is None:  # blocked by name
+                continue
             dist = self.pm.distributions.get(name)
             infos.append(
                 PluginInfo(
