@@ -32,7 +32,7 @@ version = "{version}"
 packages = ["{module}"]
 """
 
-LAUNCHER_PLUGIN = '''\
+LAUNCHER_PLUGIN = """\
 import attrs
 
 from servatus import hookimpl
@@ -53,7 +53,7 @@ class Wrapped:
 @hookimpl
 def servatus_launchers():
     return [Wrapped()]
-'''
+"""
 
 
 def install(tmp_path: Path, dist: str, module: str, source: str, *, entry: str = "") -> Path:
@@ -66,8 +66,18 @@ def install(tmp_path: Path, dist: str, module: str, source: str, *, entry: str =
     )
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(project)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(project),
+        ],
         check=True,
         capture_output=True,
     )
@@ -135,9 +145,7 @@ def test_duplicate_launcher_name_is_refused(tmp_path: Path) -> None:
 
 
 def test_duplicate_plugin_name_is_refused(tmp_path: Path) -> None:
-    site = install(
-        tmp_path, "servatus-impostor", "impostor", "", entry="servatus-direct"
-    )
+    site = install(tmp_path, "servatus-impostor", "impostor", "", entry="servatus-direct")
     result = servatus(site, "plugins")
     assert result.returncode == 1
     assert "plugin name 'servatus-direct' is registered by both" in result.stderr

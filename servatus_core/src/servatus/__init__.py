@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.14.1"
 
-from servatus.hookspecs import hookimpl  # noqa: E402 - the marker plugins import
+from servatus.hookspecs import hookimpl
 
 _EXPORTS = {
     "Campaign": "servatus.campaign",
@@ -25,7 +25,14 @@ _EXPORTS = {
 
 __all__ = [
     "Campaign",
-    "hookimpl", "Profile", "Task", "Workspace", "__version__", "publish", "publish_file"]
+    "Profile",
+    "Task",
+    "Workspace",
+    "__version__",
+    "hookimpl",
+    "publish",
+    "publish_file",
+]
 
 if TYPE_CHECKING:
     from servatus.campaign import Campaign

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
+from servatus.errors import Unavailable
+
 if TYPE_CHECKING:
     from servatus.config import Target
-    from servatus.transport import CommandResult
+    from servatus.transport import CommandResult, Transport
 
 
 @attrs.frozen
@@ -63,3 +65,46 @@ class EvidenceReader(Protocol):
     def marker_command(self, target: Target) -> list[str]: ...
 
     def parse_markers(self, result: CommandResult) -> list[Marker]: ...
+
+
+@attrs.frozen
+class Listings:
+    """One Target's two listings, fetched together."""
+
+    queue: tuple[QueueEntry, ...]
+    markers: tuple[Marker, ...]
+
+
+def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) -> list[QueueEntry]:
+    """One ``squeue`` call; a nonzero exit is Slurm not answering, not an empty queue."""
+    result = transport.run(reader.queue_command(target))
+    if result.returncode != 0:
+        raise Unavailable(f"squeue failed (exit {result.returncode}): {_first_line(result.stderr)}")
+    return reader.parse_queue(result)
+
+
+def fetch_markers(transport: Transport, reader: EvidenceReader, target: Target) -> list[Marker]:
+    """One listing of ``log_root``; an unreadable log_root is unavailable evidence."""
+    result = transport.run(reader.marker_command(target))
+    if result.returncode != 0:
+        raise Unavailable(
+            f"listing {target.log_root} failed (exit {result.returncode}): "
+            f"{_first_line(result.stderr)}"
+        )
+    return reader.parse_markers(result)
+
+
+def fetch(transport: Transport, reader: EvidenceReader, target: Target) -> Listings:
+    """Both listings of one Target: exactly two remote commands, whatever the campaign size.
+
+    The queue is read first: a job that leaves the queue between the two calls then has all its
+    markers visible, so it is never mistaken for lost.
+    """
+    queue = fetch_queue(transport, reader, target)
+    markers = fetch_markers(transport, reader, target)
+    return Listings(queue=tuple(queue), markers=tuple(markers))
+
+
+def _first_line(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    return text.splitlines()[0][:200] if text else "no message"

@@ -73,22 +73,26 @@ def servatus_evidence_reader() -> EvidenceReader | None:
 
 
 @hookspec(firstresult=True)
-def servatus_lock_directory(dir_fd: int, path: str) -> AbstractContextManager[None] | None:
+def servatus_lock_directory(
+    dir_fd: int, path: str, wait: float
+) -> AbstractContextManager[None] | None:
     """Return a context manager that holds an exclusive lock on the directory open at ``dir_fd``.
 
-    Entering it raises :class:`~servatus.errors.Busy` when another process holds the lock.
-    ``path`` is for messages only; never reopen it. Stops at the first non-None result; the
-    built-in tries ``flock`` and falls back to an owner-only ``.servatus.lock`` file (NFS).
+    Entering it waits up to ``wait`` seconds (0: one try) and then raises
+    :class:`~servatus.errors.Busy` while another process holds the lock. ``path`` is for messages
+    only; never reopen it. Stops at the first non-None result; the built-in tries ``flock`` and
+    falls back to an owner-only ``.servatus.lock`` file (NFS), which it leaves in place.
     """
 
 
 @hookspec(firstresult=True)
 def servatus_rename_noreplace(
-    src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, is_dir: bool
+    src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, is_dir: bool, path: str
 ) -> bool | None:
     """Move ``src_name`` to ``dst_name`` only if nothing exists there; never overwrite.
 
     Return True once committed; raise :class:`~servatus.errors.DestinationExists` when the
-    destination exists. Stops at the first non-None result; the built-in uses ``renameat2``
-    (Linux) or ``renamex_np`` (macOS), with a documented fallback where the filesystem refuses.
+    destination exists. ``path`` names the destination for messages only. Stops at the first
+    non-None result; the built-in uses ``renameat2`` (Linux) or ``renamex_np`` (macOS), with a
+    documented fallback where the filesystem refuses (``docs/publication.md``).
     """

@@ -49,7 +49,8 @@ class Launcher(Protocol):
     ``CUDA_VISIBLE_DEVICES``.
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def check(self, target: Target, args: Sequence[str]) -> None: ...
 
@@ -96,7 +97,9 @@ class DirectLauncher:
         # Run-time values are read by a fixed shell snippet; the Task's own words stay "$@".
         # An unset CUDA_VISIBLE_DEVICES stays unset rather than becoming empty.
         pieces = [
-            f'${{{name}+{name}="${name}"}}' if name == "CUDA_VISIBLE_DEVICES" else f'{name}="${name}"'
+            f'${{{name}+{name}="${name}"}}'
+            if name == "CUDA_VISIBLE_DEVICES"
+            else f'{name}="${name}"'
             for name in carried
         ]
         script = f'exec {ENV_COMMAND} -i {" ".join(pieces)} "$@"'

@@ -95,7 +95,7 @@ def get_plugin_manager() -> PluginManager:
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin_name!r}: {exc}") from exc
+        raise PluginError(f"plugin {pm.get_name(exc.plugin)!r}: {exc}") from exc
     return pm
 
 
@@ -156,16 +156,25 @@ class Hooks:
             raise PluginError("no plugin reads Slurm evidence; install servatus[slurm]")
         return reader
 
-    def lock_directory(self, dir_fd: int, path: str) -> AbstractContextManager[None]:
+    def lock_directory(
+        self, dir_fd: int, path: str, *, wait: float = 0.0
+    ) -> AbstractContextManager[None]:
         lock: AbstractContextManager[None] | None = self.pm.hook.servatus_lock_directory(
-            dir_fd=dir_fd, path=path
+            dir_fd=dir_fd, path=path, wait=wait
         )
         if lock is None:
             raise PluginError("no plugin locks directories; install servatus-publish")
         return lock
 
     def rename_noreplace(
-        self, src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, *, is_dir: bool
+        self,
+        src_dir_fd: int,
+        src_name: str,
+        dst_dir_fd: int,
+        dst_name: str,
+        *,
+        is_dir: bool,
+        path: str,
     ) -> None:
         done: bool | None = self.pm.hook.servatus_rename_noreplace(
             src_dir_fd=src_dir_fd,
@@ -173,6 +182,7 @@ class Hooks:
             dst_dir_fd=dst_dir_fd,
             dst_name=dst_name,
             is_dir=is_dir,
+            path=path,
         )
         if not done:
             raise PluginError("no plugin commits publications; install servatus-publish")

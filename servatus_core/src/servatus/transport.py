@@ -50,7 +50,10 @@ class Transport(Protocol):
 class TransportFactory(Protocol):
     """A named way to build a Transport for a Target (``local``, ``ssh``, or a plugin's)."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Unique among installed transports; read-only, so frozen factories satisfy it."""
+        ...
 
     def connect(self, target: Target) -> Transport: ...
 

@@ -1,0 +1,517 @@
+"""Campaigns: an ordered roster of Tasks in a durable store, and how it is authored.
+
+Authoring is create, ensure, append and seal. Each is one locked change of the store
+(:mod:`servatus.store`): the roster on disk is the old one or the new one, never a mix. Keys are
+immutable: a Task under an existing key must be identical, so a launcher that builds its Tasks
+deterministically can rerun ``ensure`` at will.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from servatus import store
+from servatus.config import Profile, Target, target_from_identity, target_identity
+from servatus.errors import (
+    ConfigurationError,
+    PlanRefused,
+    StalePlan,
+    TaskConflict,
+    Unavailable,
+)
+from servatus.plan import Plan, Request, make_plan, plan_to_document
+from servatus.plugins import Hooks, hooks
+from servatus.status import Outcome, Report, gather, project, submissions
+from servatus.submission import (
+    Progress,
+    Resolution,
+    SubmittedAllocation,
+    cancellable,
+    command,
+    ping,
+    resolve,
+    scancel,
+    script_spec,
+    submit_allocations,
+)
+from servatus.tasks import Task, check_unique
+from servatus.transport import Connect, Transport
+
+Probe = Callable[[tuple[Task, ...]], Collection[str]]
+"""The result probe: given Tasks, the keys whose result is valid."""
+
+_SHOWN_CONFLICTS = 5
+
+
+@attrs.frozen
+class Submitted:
+    """What ``submit`` did: one receipt per accepted allocation, in submission order."""
+
+    receipts: tuple[SubmittedAllocation, ...]
+
+
+@attrs.frozen
+class ShapeCheck:
+    """``sbatch --test-only`` of one allocation shape (its number of Tasks)."""
+
+    tasks: int
+    accepted: bool
+    message: str
+
+
+@attrs.frozen
+class Cancelled:
+    """The allocations ``cancel`` asked Slurm to cancel, newest first."""
+
+    allocations: tuple[str, ...]
+
+
+@attrs.frozen
+class Authoring:
+    """What one authoring command did: Tasks added, Tasks already present, and the result."""
+
+    created: bool
+    added: int
+    existing: int
+    total: int
+    sealed: bool
+
+    def to_document(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _split(state: store.CampaignState, batch: tuple[Task, ...]) -> tuple[tuple[Task, ...], int]:
+    """New Tasks in order, and how many are already present identically; refuse changed ones."""
+    present = {task.key: task for task in state.tasks}
+    new: list[Task] = []
+    changed: list[str] = []
+    for task in batch:
+        old = present.get(task.key)
+        if old is None:
+            new.append(task)
+        elif old != task:
+            changed.append(task.key)
+    if changed:
+        shown = ", ".join(changed[:_SHOWN_CONFLICTS])
+        more = (
+            f" and {len(changed) - _SHOWN_CONFLICTS} more"
+            if len(changed) > _SHOWN_CONFLICTS
+            else ""
+        )
+        raise TaskConflict(
+            f"{len(changed)} Task(s) differ from the Task already under the same key: {shown}{more}"
+            "; keys are immutable, so give changed work a new key"
+        )
+    return tuple(new), len(batch) - len(new)
+
+
+def _result(state: store.CampaignState, *, created: bool, added: int, existing: int) -> Authoring:
+    return Authoring(created, added, existing, len(state.tasks), state.sealed)
+
+
+def create_state(
+    path: str | Path, tasks: Iterable[Task], *, appendable: bool = False
+) -> tuple[store.CampaignState, Authoring]:
+    """Create a campaign holding ``tasks``; refuse if one exists there (``TaskConflict``)."""
+    batch = check_unique(tasks)
+    with store.writing(path, create=True) as writer:
+        if writer.state is not None:
+            raise TaskConflict(f"a campaign already exists at {str(path)!r}")
+        state = writer.initialize(store.new_campaign(batch, sealed=not appendable))
+    return state, _result(state, created=True, added=len(batch), existing=0)
+
+
+def ensure_state(
+    path: str | Path, tasks: Iterable[Task], *, sealed: bool = False
+) -> tuple[store.CampaignState, Authoring]:
+    """Create the campaign (appendable unless ``sealed``), or append the Tasks it has not seen.
+
+    ``sealed`` only applies when creating; an existing campaign keeps its authoring state.
+    """
+    batch = check_unique(tasks)
+    with store.writing(path, create=True) as writer:
+        state = writer.state
+        if state is None:
+            state = writer.initialize(store.new_campaign(batch, sealed=sealed))
+            return state, _result(state, created=True, added=len(batch), existing=0)
+        new, existing = _split(state, batch)
+        if new:
+            if state.sealed:
+                raise TaskConflict(
+                    f"campaign {str(path)!r} is sealed; {len(new)} new Task(s) cannot be added"
+                )
+            state = writer.commit(store.Appended(new))
+    return state, _result(state, created=False, added=len(new), existing=existing)
+
+
+def append_state(path: str | Path, tasks: Iterable[Task]) -> tuple[store.CampaignState, Authoring]:
+    """Append the new ones of ``tasks`` to an appendable campaign; identical ones are skipped."""
+    batch = check_unique(tasks)
+    with store.writing(path) as writer:
+        state = writer.state
+        assert state is not None
+        if state.sealed:
+            raise TaskConflict(f"campaign {str(path)!r} is sealed; no Task can be appended")
+        new, existing = _split(state, batch)
+        if new:
+            state = writer.commit(store.Appended(new))
+    return state, _result(state, created=False, added=len(new), existing=existing)
+
+
+def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
+    """End authoring irreversibly; sealing a sealed campaign changes nothing."""
+    with store.writing(path) as writer:
+        state = writer.state
+        assert state is not None
+        if not state.sealed:
+            state = writer.commit(store.Sealed())
+    return state, _result(state, created=False, added=0, existing=len(state.tasks))
+
+
+class Campaign:
+    """A campaign directory and the state read from it.
+
+    ``probe`` (the result probe) and ``connect`` (how Slurm is reached) are kept for planning and
+    submission. The state is read once; authoring methods refresh it.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        probe: Probe | None = None,
+        connect: Connect | None = None,
+        _state: store.CampaignState | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.probe = probe
+        self.connect = connect
+        self._state = store.read(self.path) if _state is None else _state
+        self._index: dict[str, Task] | None = None
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        tasks: Iterable[Task],
+        *,
+        appendable: bool = False,
+        probe: Probe | None = None,
+        connect: Connect | None = None,
+    ) -> Campaign:
+        """Create a campaign, sealed unless ``appendable``; refuse if one exists."""
+        state, _ = create_state(path, tasks, appendable=appendable)
+        return cls(path, probe=probe, connect=connect, _state=state)
+
+    @classmethod
+    def ensure(
+        cls,
+        path: str | Path,
+        tasks: Iterable[Task],
+        *,
+        sealed: bool = False,
+        probe: Probe | None = None,
+        connect: Connect | None = None,
+    ) -> Campaign:
+        """Create (appendable unless ``sealed``) or append unseen Tasks; safe to rerun."""
+        state, _ = ensure_state(path, tasks, sealed=sealed)
+        return cls(path, probe=probe, connect=connect, _state=state)
+
+    @classmethod
+    def open(
+        cls, path: str | Path, *, probe: Probe | None = None, connect: Connect | None = None
+    ) -> Campaign:
+        """Open an existing campaign."""
+        return cls(path, probe=probe, connect=connect)
+
+    @property
+    def state(self) -> store.CampaignState:
+        return self._state
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The roster, in the order Tasks were added."""
+        return self._state.tasks
+
+    @property
+    def sealed(self) -> bool:
+        return self._state.sealed
+
+    @property
+    def appendable(self) -> bool:
+        return not self._state.sealed
+
+    def task(self, key: str) -> Task:
+        """The Task under ``key``; KeyError if there is none."""
+        if self._index is None:
+            self._index = {task.key: task for task in self._state.tasks}
+        return self._index[key]
+
+    def append(self, tasks: Iterable[Task]) -> Authoring:
+        """Append new Tasks (identical existing ones are skipped); refused once sealed."""
+        self._state, done = append_state(self.path, tasks)
+        self._index = None
+        return done
+
+    def seal(self) -> Authoring:
+        """End authoring irreversibly."""
+        self._state, done = seal_state(self.path)
+        return done
+
+    def refresh(self) -> None:
+        """Read the state again, for changes made by other processes."""
+        self._state = store.read(self.path)
+        self._index = None
+
+    # -- the Slurm lane ----------------------------------------------------------------------
+
+    def _hooks(self) -> Hooks:
+        return hooks()
+
+    def _connector(self) -> Connect:
+        if self.connect is not None:
+            return self.connect
+        registry = self._hooks()
+
+        def connect(target: Target) -> Transport:
+            return registry.transport("ssh" if target.host else "local").connect(target)
+
+        return connect
+
+    def _report(self, state: store.CampaignState, *, offline: bool) -> Report:
+        recorded = submissions(state)
+        evidence = (
+            {}
+            if offline
+            else gather(
+                (item.target for item in recorded),
+                self._connector(),
+                self._hooks().evidence_reader(),
+            )
+        )
+        keys = [task.key for task in state.tasks]
+        return project(keys, recorded, evidence, now=time.time(), offline=offline)
+
+    def status(self, *, offline: bool = False) -> Report:
+        """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
+        run-marker listing per Target."""
+        self.refresh()
+        return self._report(self._state, offline=offline)
+
+    def valid_keys(self, tasks: Sequence[Task] | None = None) -> frozenset[str]:
+        """The keys the probe reports valid (none without a probe)."""
+        if self.probe is None:
+            return frozenset()
+        return frozenset(self.probe(tuple(self._state.tasks if tasks is None else tasks)))
+
+    def _make_plan(self, state: store.CampaignState, profile: Profile, request: Request) -> Plan:
+        launcher = self._hooks().launcher(profile.target.launcher)
+        consult = request.consults_slurm or bool(state.resolutions)
+        report = self._report(state, offline=not consult)
+        valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
+        made = make_plan(
+            campaign_id=state.campaign_id,
+            revision=state.revision,
+            keys=[task.key for task in state.tasks],
+            profile=profile,
+            request=request,
+            report=report,
+            valid=valid,
+            probe=self.probe is not None,
+            now=time.time(),
+        )
+        index = {task.key: task for task in state.tasks}
+        problems = []
+        for key in made.decision.selected:
+            try:
+                launcher.check(profile.target, index[key].args)
+            except ConfigurationError as exc:
+                problems.append(f"{key}: {exc}")
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        return made
+
+    def plan(
+        self,
+        profile: Profile,
+        *,
+        retry: Iterable[str] = (),
+        retry_failed: bool = False,
+        only: Iterable[str] | None = None,
+        tasks_per_allocation: int | None = None,
+    ) -> Plan:
+        """Select, hold and pack Tasks for ``profile``; nothing is recorded or submitted."""
+        self.refresh()
+        if tasks_per_allocation is not None and tasks_per_allocation < 1:
+            raise ConfigurationError("--tasks-per-allocation must be at least 1")
+        request = Request(
+            retry=tuple(dict.fromkeys(retry)),
+            retry_failed=retry_failed,
+            only=None if only is None else tuple(dict.fromkeys(only)),
+            tasks_per_allocation=tasks_per_allocation,
+        )
+        return self._make_plan(self._state, profile, request)
+
+    def scripts(self, plan: Plan) -> list[str]:
+        """The batch script of each planned allocation, exactly as ``submit`` sends it."""
+        registry = self._hooks()
+        launcher = registry.launcher(plan.profile.target.launcher)
+        index = {task.key: task for task in self._state.tasks}
+        return [
+            registry.batch_script(script_spec(plan.profile, allocation, index, launcher))
+            for allocation in plan.allocations
+        ]
+
+    def submit(self, plan: Plan, *, progress: Progress | None = None) -> Submitted:
+        """Submit exactly the reviewed plan, or refuse it as stale.
+
+        Under the campaign's lock: the plan must match the current state (same revision, and a
+        rebuild gives the same plan); Slurm must answer a ping; only then is each intent recorded
+        before its ``sbatch``.
+        """
+        if plan.probe and self.probe is None:
+            raise PlanRefused(
+                "this plan was made with a result probe; submit it from a Campaign with the probe"
+            )
+        with store.writing(self.path) as writer:
+            state = writer.state
+            assert state is not None
+            if plan.campaign_id != state.campaign_id:
+                raise StalePlan("the plan was made for another campaign")
+            if plan.revision != state.revision:
+                raise StalePlan(
+                    f"the campaign changed since the plan was made (revision {plan.revision}, "
+                    f"now {state.revision}); plan again"
+                )
+            if not plan.allocations:
+                return Submitted(receipts=())
+            connect = self._connector()
+            transport = connect(plan.profile.target)
+            try:
+                ping(transport, plan.profile.target)
+                rebuilt = self._make_plan(state, plan.profile, plan.request)
+                if not rebuilt.same_as(plan):
+                    raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
+                index = {task.key: task for task in state.tasks}
+                receipts = submit_allocations(
+                    writer,
+                    transport,
+                    self._hooks(),
+                    plan.profile,
+                    plan.allocations,
+                    index,
+                    self._hooks().launcher(plan.profile.target.launcher),
+                    plan_digest=plan_to_document(plan)["digest"],
+                    target_identity=target_identity(plan.profile.target),
+                    progress=progress,
+                )
+            finally:
+                transport.close()
+        self.refresh()
+        return Submitted(receipts=receipts)
+
+    def validate(self, plan: Plan) -> tuple[ShapeCheck, ...]:
+        """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks)."""
+        scripts = self.scripts(plan)
+        shapes: dict[int, str] = {}
+        for allocation, script in zip(plan.allocations, scripts, strict=True):
+            shapes.setdefault(len(allocation.task_keys), script)
+        transport = self._connector()(plan.profile.target)
+        checks = []
+        try:
+            for tasks, script in sorted(shapes.items()):
+                result = transport.run(
+                    [command(plan.profile.target, "sbatch"), "--test-only"],
+                    stdin=script.encode("utf-8", "surrogateescape"),
+                )
+                said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
+                checks.append(
+                    ShapeCheck(
+                        tasks=tasks,
+                        accepted=result.returncode == 0,
+                        message=said.splitlines()[-1] if said else f"exit {result.returncode}",
+                    )
+                )
+        finally:
+            transport.close()
+        return tuple(checks)
+
+    def reconcile(self) -> tuple[Resolution, ...]:
+        """Decide every unresolved allocation from Slurm's evidence; record what is decided.
+
+        An intent too young to decide comes back as ``waiting`` with the time its evidence will
+        be conclusive (the CLI exits 75 then); rerunning is always safe.
+        """
+        with store.writing(self.path) as writer:
+            state = writer.state
+            assert state is not None
+            pending = [s for s in submissions(state) if s.outcome is Outcome.PENDING]
+            if not pending:
+                self._state = state
+                return ()
+            evidence = gather(
+                (item.target for item in pending),
+                self._connector(),
+                self._hooks().evidence_reader(),
+            )
+            decisions = resolve(pending, evidence, now=time.time())
+            for decision in decisions:
+                if decision.outcome != "waiting":
+                    writer.commit(store.Resolved(decision.allocation_id, decision.job))
+        self.refresh()
+        return tuple(decisions)
+
+    def cancel(self, *, tasks: Iterable[str] = (), allocations: Iterable[str] = ()) -> Cancelled:
+        """``scancel`` every matching allocation Slurm lists as queued or running, newest first.
+
+        Every allocation is tried; if any ``scancel`` fails, :class:`Unavailable` names what was
+        and was not cancelled.
+        """
+        self.refresh()
+        tasks, allocations = tuple(tasks), tuple(allocations)
+        if not tasks and not allocations:
+            raise ConfigurationError("name at least one --task or --allocation to cancel")
+        recorded = submissions(self._state)
+        report = self._report(self._state, offline=False)
+        chosen = cancellable(report, recorded, tasks=tasks, allocations=allocations)
+        done: list[str] = []
+        failed: list[str] = []
+        connect = self._connector()
+        for submission in chosen:
+            target = target_from_identity(submission.target)
+            try:
+                transport = connect(target)
+                try:
+                    scancel(transport, target, submission.allocation_id)
+                finally:
+                    transport.close()
+            except Unavailable as exc:
+                failed.append(f"{submission.allocation_id} ({exc})")
+            else:
+                done.append(submission.allocation_id)
+        if failed:
+            raise Unavailable(
+                f"cancelled {', '.join(done) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"
+            )
+        return Cancelled(allocations=tuple(done))
+
+    def __repr__(self) -> str:
+        kind = "sealed" if self.sealed else "appendable"
+        return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+def __getattr__(name: str) -> Any:
+    """``capacity`` lives with the configuration; it is re-exported here as the spec names it."""
+    if name == "capacity":
+        from servatus import config  # noqa: PLC0415 (loaded only when asked for)
+
+        return config.capacity
+    raise AttributeError(f"module 'servatus.campaign' has no attribute {name!r}")
+
+
+__all__ = ["Authoring", "Campaign", "Probe", "append_state", "create_state", "ensure_state"]

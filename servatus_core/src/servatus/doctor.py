@@ -1,0 +1,214 @@
+"""``servatus doctor``: check, read-only, what a profile needs from its cluster.
+
+Each check is ``pass``, ``fail`` (the command ran and said no, or its output is unusable) or
+``unavailable`` (no answer came back). A cluster that does not answer ``sbatch --version`` stops
+the run there, since every other command would wait for its deadline too. Nothing is submitted
+or written: ``sbatch --test-only`` only asks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import attrs
+
+from servatus.config import Profile, Target, profile_problems
+from servatus.errors import EXIT_ERROR, EXIT_OK, EXIT_TEMPFAIL, ConfigurationError, Unavailable
+from servatus.plan import Allocation
+from servatus.plugins import Hooks
+from servatus.plugins import hooks as default_hooks
+from servatus.submission import command, script_spec
+from servatus.tasks import Task
+from servatus.transport import CommandResult, Transport
+
+MIN_VERSION = (23, 2)
+"""``--export=NIL`` arrived in Slurm 23.02."""
+MIN_JOB_AGE = 120
+PROCTRACK = "proctrack/cgroup"
+PASS, FAIL, UNAVAILABLE = "pass", "fail", "unavailable"
+
+_VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)(?:\.(\d+))?")
+_CONFIG_LINE = re.compile(r"^\s*(\w+)\s*=\s*(.*?)\s*$")
+_PROBE_ALLOCATION = "0" * 24
+
+
+@attrs.frozen
+class Check:
+    """One check's name, result, and what it saw."""
+
+    name: str
+    status: str
+    detail: str
+
+
+@attrs.frozen
+class Diagnosis:
+    """What ``servatus doctor`` prints: the profile and each check in order."""
+
+    profile: str
+    checks: tuple[Check, ...]
+
+    @property
+    def exit_code(self) -> int:
+        """1 if a check failed, else 75 if one went unanswered, else 0."""
+        statuses = {check.status for check in self.checks}
+        if FAIL in statuses:
+            return EXIT_ERROR
+        return EXIT_TEMPFAIL if UNAVAILABLE in statuses else EXIT_OK
+
+
+def slurm_version(text: str) -> tuple[int, int] | None:
+    """``(major, minor)`` from ``sbatch --version`` output such as ``slurm 24.11.5``."""
+    match = _VERSION.search(text)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def config_values(text: str) -> dict[str, str]:
+    """``scontrol show config`` as a name-to-value mapping."""
+    values = {}
+    for line in text.splitlines():
+        match = _CONFIG_LINE.match(line)
+        if match:
+            values[match[1]] = match[2]
+    return values
+
+
+def min_job_age_seconds(value: str) -> int | None:
+    """``300 sec`` -> 300."""
+    match = re.fullmatch(r"(\d+)(?:\s*sec)?", value.strip())
+    return int(match[1]) if match else None
+
+
+def diagnose(
+    profile: Profile,
+    *,
+    connect: Callable[[Target], Transport] | None = None,
+    hooks: Hooks | None = None,
+) -> Diagnosis:
+    """Run every check for ``profile`` after refusing one that does not fit its own ceilings."""
+    problems = profile_problems(profile)
+    if problems:
+        raise ConfigurationError(f"profile {profile.name!r}: {'; '.join(problems)}")
+    hooks = hooks or default_hooks()
+    target = profile.target
+    transport = (connect or _default_connect(hooks))(target)
+    try:
+        return Diagnosis(profile.name, tuple(_checks(profile, transport, hooks)))
+    finally:
+        transport.close()
+
+
+def _default_connect(hooks: Hooks) -> Callable[[Target], Transport]:
+    def connect(target: Target) -> Transport:
+        return hooks.transport("ssh" if target.host else "local").connect(target)
+
+    return connect
+
+
+def _run(transport: Transport, argv: list[str], stdin: bytes = b"") -> CommandResult | None:
+    try:
+        return transport.run(argv, stdin=stdin)
+    except Unavailable:
+        return None
+
+
+def _said(result: CommandResult) -> str:
+    text = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
+    return text.splitlines()[-1][:200] if text else f"exit {result.returncode}"
+
+
+def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]:
+    target = profile.target
+    checks = []
+    version = _run(transport, [command(target, "sbatch"), "--version"])
+    if version is None:
+        return [Check("slurm version", UNAVAILABLE, "sbatch --version did not answer")]
+    found = slurm_version(version.stdout.decode("utf-8", "replace"))
+    if version.returncode != 0 or found is None:
+        checks.append(Check("slurm version", FAIL, f"unusable answer: {_said(version)}"))
+    elif found < MIN_VERSION:
+        checks.append(
+            Check(
+                "slurm version", FAIL, f"Slurm {found[0]}.{found[1]:02d} < 23.02 (no --export=NIL)"
+            )
+        )
+    else:
+        checks.append(Check("slurm version", PASS, f"Slurm {found[0]}.{found[1]:02d}"))
+
+    reader = hooks.evidence_reader()
+    queue = _run(transport, reader.queue_command(target))
+    if queue is None:
+        checks.append(Check("squeue", UNAVAILABLE, "no answer"))
+    elif queue.returncode != 0:
+        checks.append(Check("squeue", FAIL, _said(queue)))
+    else:
+        checks.append(Check("squeue", PASS, "answers under the scrubbed environment"))
+
+    checks.extend(_config_checks(_run(transport, [command(target, "scontrol"), "show", "config"])))
+
+    for name, path in (("work_root", target.work_root), ("log_root", target.log_root)):
+        probe = _run(transport, ["/bin/sh", "-c", 'test -d "$1" && test -w "$1"', "sh", path])
+        if probe is None:
+            checks.append(Check(name, UNAVAILABLE, "no answer"))
+        elif probe.returncode != 0:
+            checks.append(Check(name, FAIL, f"{path} is not a writable directory"))
+        else:
+            checks.append(Check(name, PASS, path))
+
+    listing = _run(transport, reader.marker_command(target))
+    if listing is None:
+        checks.append(Check("find -printf", UNAVAILABLE, "no answer"))
+    elif listing.returncode != 0:
+        checks.append(Check("find -printf", FAIL, _said(listing)))
+    else:
+        try:
+            reader.parse_markers(listing)
+        except Exception as exc:  # a reader refusing the listing means it is unusable
+            checks.append(Check("find -printf", FAIL, f"unusable listing: {exc}"))
+        else:
+            checks.append(Check("find -printf", PASS, f"lists {target.log_root} with mtimes"))
+
+    checks.append(_test_only(profile, transport, hooks))
+    return checks
+
+
+def _config_checks(result: CommandResult | None) -> list[Check]:
+    if result is None:
+        return [
+            Check("MinJobAge", UNAVAILABLE, "scontrol show config did not answer"),
+            Check("ProctrackType", UNAVAILABLE, "scontrol show config did not answer"),
+        ]
+    if result.returncode != 0:
+        return [
+            Check("MinJobAge", FAIL, _said(result)),
+            Check("ProctrackType", FAIL, _said(result)),
+        ]
+    values = config_values(result.stdout.decode("utf-8", "replace"))
+    checks = []
+    age = min_job_age_seconds(values.get("MinJobAge", ""))
+    if age is None:
+        checks.append(Check("MinJobAge", FAIL, "not reported"))
+    elif age < MIN_JOB_AGE:
+        checks.append(Check("MinJobAge", FAIL, f"{age} s < {MIN_JOB_AGE} s"))
+    else:
+        checks.append(Check("MinJobAge", PASS, f"{age} s"))
+    proctrack = values.get("ProctrackType", "")
+    status = PASS if proctrack == PROCTRACK else FAIL
+    checks.append(Check("ProctrackType", status, proctrack or "not reported"))
+    return checks
+
+
+def _test_only(profile: Profile, transport: Transport, hooks: Hooks) -> Check:
+    launcher = hooks.launcher(profile.target.launcher)
+    probe = Task("servatus-doctor", ["/bin/true"])
+    spec = script_spec(
+        profile, Allocation(_PROBE_ALLOCATION, (probe.key,)), {probe.key: probe}, launcher
+    )
+    script = hooks.batch_script(spec).encode()
+    result = _run(transport, [command(profile.target, "sbatch"), "--test-only"], stdin=script)
+    if result is None:
+        return Check("sbatch --test-only", UNAVAILABLE, "no answer")
+    if result.returncode != 0:
+        return Check("sbatch --test-only", FAIL, _said(result))
+    return Check("sbatch --test-only", PASS, "Slurm accepts the one-Task request")

@@ -1,0 +1,432 @@
+"""Status projection: from what the campaign recorded and what Slurm shows, each Task's state.
+
+Pure functions over values. The campaign turns its records into :class:`Submission` values and
+fetches one ``squeue`` listing and one run-marker listing per Target; :func:`project` does the
+rest. A missing marker means something only once Slurm no longer lists the job, because only then
+is every marker the job wrote visible on the login node.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+
+from servatus.config import Target, target_from_identity
+from servatus.evidence import EvidenceReader, Marker, MarkerKind, QueueEntry, fetch
+from servatus.script import job_name
+from servatus.store import CampaignState
+from servatus.transport import Transport
+
+YIELD_EXIT = 75
+"""A step that exits 75 says "stopped cleanly, continue me"."""
+
+
+class Execution(enum.Enum):
+    """A Task's execution as ``status`` shows it."""
+
+    NOT_SUBMITTED = "NOT_SUBMITTED"
+    UNRESOLVED = "UNRESOLVED"
+    ACCEPTED = "ACCEPTED"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    ENDING = "ENDING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    LOST = "LOST"
+
+
+class StopReason(enum.Enum):
+    """Why a ``STOPPED`` Task stopped, where the evidence says."""
+
+    NEVER_STARTED = "never started"
+    TIME_LIMIT = "time limit"
+    YIELDED = "yielded"
+    BUDGET_SPENT = "budget spent"
+
+
+class Outcome(enum.Enum):
+    """What the campaign recorded of one submission."""
+
+    PENDING = "pending"  # intent durable, no receipt: sbatch may or may not have reached Slurm
+    ACCEPTED = "accepted"
+    NOT_SUBMITTED = "not_submitted"
+
+
+_QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+_RUNNING_STATES = frozenset(
+    {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING", "STAGE_OUT"}
+)
+
+
+@attrs.frozen
+class Submission:
+    """One allocation as the campaign recorded it, with the evidence key of its Target."""
+
+    allocation_id: str
+    task_keys: tuple[str, ...]
+    target: str
+    recorded_at: float
+    time_limit: int
+    outcome: Outcome
+    job: int | None = None
+
+
+@attrs.frozen
+class Evidence:
+    """One Target's listings: ``None`` where the listing was not fetched (``--offline``)."""
+
+    queue: tuple[QueueEntry, ...] | None
+    markers: tuple[Marker, ...] | None
+
+
+@attrs.frozen
+class SlotEnd:
+    """A step's end marker: its exit code and mtime."""
+
+    exit_code: int
+    at: float
+
+
+@attrs.frozen
+class Observation:
+    """What the markers of one allocation show, timed by the file server."""
+
+    start: float | None = None
+    stop: float | None = None
+    limit: float | None = None
+    ends: tuple[SlotEnd | None, ...] = ()
+
+
+@attrs.frozen
+class RunTime:
+    """Seconds a Task has run; ``complete`` is False while growing or when a LOST run is counted
+    at its whole time limit (shown with ``~``)."""
+
+    total: int
+    complete: bool = True
+
+    def __add__(self, other: RunTime) -> RunTime:
+        return RunTime(self.total + other.total, self.complete and other.complete)
+
+
+@attrs.frozen
+class Attempt:
+    """One Task's slot in one allocation, projected."""
+
+    allocation_id: str
+    task_key: str
+    slot: int
+    job: int | None
+    execution: Execution
+    exit_code: int | None
+    detail: StopReason | None
+    run_time: RunTime | None
+    listed: bool
+    observation: Observation | None
+
+
+@attrs.frozen
+class TaskStatus:
+    """One Task's current state: its latest submission decides; run time sums every attempt."""
+
+    key: str
+    execution: Execution
+    exit_code: int | None
+    detail: StopReason | None
+    run_time: RunTime | None
+    allocation_id: str | None
+    job: int | None
+    accepted: bool
+    unresolved: bool
+    listed: bool
+
+
+@attrs.frozen
+class Report:
+    """The whole projection: Tasks in roster order, every attempt, counts and warnings."""
+
+    tasks: tuple[TaskStatus, ...]
+    attempts: tuple[Attempt, ...]
+    warnings: tuple[str, ...]
+    online: bool
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counted = Counter(task.execution.value for task in self.tasks)
+        return {state.value: counted[state.value] for state in Execution if counted[state.value]}
+
+    @property
+    def quiescent(self) -> bool:
+        """Nothing is queued, running, ending, or unresolved: the picture will not change alone."""
+        moving = {Execution.QUEUED, Execution.RUNNING, Execution.ENDING, Execution.UNRESOLVED}
+        return self.online and not any(task.execution in moving for task in self.tasks)
+
+
+def observe(allocation_id: str, slots: int, markers: Iterable[Marker]) -> Observation:
+    """Fold one allocation's markers into an Observation (first start, last stop/limit)."""
+    start = stop = limit = None
+    ends: list[SlotEnd | None] = [None] * slots
+    for marker in markers:
+        if marker.allocation_id != allocation_id:
+            continue
+        if marker.kind is MarkerKind.START:
+            start = marker.at if start is None else min(start, marker.at)
+        elif marker.kind is MarkerKind.STOP:
+            stop = marker.at if stop is None else max(stop, marker.at)
+        elif marker.kind is MarkerKind.LIMIT:
+            limit = marker.at if limit is None else min(limit, marker.at)
+        elif (
+            marker.kind is MarkerKind.END
+            and marker.slot is not None
+            and 0 <= marker.slot < slots
+            and marker.exit_code is not None
+        ):
+            ends[marker.slot] = SlotEnd(marker.exit_code, marker.at)
+    return Observation(start=start, stop=stop, limit=limit, ends=tuple(ends))
+
+
+def slot_execution(
+    entry: QueueEntry | None, observation: Observation, slot: int
+) -> tuple[Execution, int | None, StopReason | None]:
+    """A slot's execution from its job's queue entry (if listed) and its allocation's markers."""
+    end = observation.ends[slot] if slot < len(observation.ends) else None
+    if end is not None:
+        if end.exit_code == 0:
+            return Execution.SUCCEEDED, 0, None
+        if end.exit_code == YIELD_EXIT:
+            return Execution.STOPPED, end.exit_code, StopReason.YIELDED
+        return Execution.FAILED, end.exit_code, None
+    if entry is not None:
+        if entry.state in _QUEUED_STATES:
+            return Execution.QUEUED, None, None
+        if entry.state in _RUNNING_STATES:
+            return Execution.RUNNING, None, None
+        return Execution.ENDING, None, None
+    if observation.start is None:
+        return Execution.STOPPED, None, StopReason.NEVER_STARTED
+    if observation.stop is not None:
+        reason = StopReason.TIME_LIMIT if observation.limit is not None else None
+        return Execution.STOPPED, None, reason
+    return Execution.LOST, None, None
+
+
+def slot_run_time(
+    execution: Execution,
+    observation: Observation,
+    slot: int,
+    *,
+    time_limit: int,
+    now: float,
+) -> RunTime:
+    """Seconds between the start marker and the slot's end (or stop); still growing while the
+    job runs, and a LOST run counted at its whole limit, both marked incomplete."""
+    if observation.start is None:
+        return RunTime(0)
+    end = observation.ends[slot] if slot < len(observation.ends) else None
+    if end is not None:
+        return RunTime(max(0, round(end.at - observation.start)))
+    if observation.stop is not None:
+        return RunTime(max(0, round(observation.stop - observation.start)))
+    if execution is Execution.LOST:
+        return RunTime(time_limit, complete=False)
+    if execution in (Execution.RUNNING, Execution.ENDING):
+        return RunTime(max(0, min(time_limit, round(now - observation.start))), complete=False)
+    return RunTime(0)
+
+
+def project(
+    keys: Sequence[str],
+    submissions: Sequence[Submission],
+    evidence: Mapping[str, Evidence],
+    *,
+    now: float,
+    offline: bool = False,
+) -> Report:
+    """Project every Task's status. ``submissions`` are in recording order; ``evidence`` is keyed
+    by each submission's ``target``. ``offline`` (or a missing listing) projects without Slurm:
+    accepted work reads ``ACCEPTED`` and run time is unknown."""
+    attempts: list[Attempt] = []
+    warnings: list[str] = []
+    online = all(
+        submission.target in evidence
+        and evidence[submission.target].queue is not None
+        and evidence[submission.target].markers is not None
+        for submission in submissions
+    ) and (bool(evidence) or not submissions)
+    online = online and not offline
+    by_marker: dict[tuple[str, str], list[Marker]] = defaultdict(list)
+    by_queue: dict[tuple[str, str], QueueEntry] = {}
+    for target, item in evidence.items():
+        for marker in item.markers or ():
+            by_marker[target, marker.allocation_id].append(marker)
+        for entry in item.queue or ():
+            by_queue[target, entry.name] = entry
+    for submission in submissions:
+        attempts.extend(_attempts(submission, evidence, by_marker, by_queue, now, warnings))
+    latest: dict[str, Attempt] = {}
+    run_times: dict[str, RunTime] = {}
+    unresolved: set[str] = set()
+    listed: set[str] = set()
+    accepted: set[str] = set()
+    for attempt in attempts:
+        key = attempt.task_key
+        if attempt.listed:
+            listed.add(key)
+        if attempt.execution is Execution.NOT_SUBMITTED:
+            continue
+        if attempt.execution is Execution.UNRESOLVED:
+            unresolved.add(key)
+        else:
+            accepted.add(key)
+        latest[key] = attempt
+        if attempt.run_time is not None:
+            run_times[key] = run_times.get(key, RunTime(0)) + attempt.run_time
+    tasks = []
+    for key in keys:
+        current = latest.get(key)
+        tasks.append(
+            TaskStatus(
+                key=key,
+                execution=current.execution if current else Execution.NOT_SUBMITTED,
+                exit_code=current.exit_code if current else None,
+                detail=current.detail if current else None,
+                run_time=run_times.get(key, RunTime(0)) if online else None,
+                allocation_id=current.allocation_id if current else None,
+                job=current.job if current else None,
+                accepted=key in accepted,
+                unresolved=key in unresolved,
+                listed=key in listed,
+            )
+        )
+    return Report(
+        tasks=tuple(tasks), attempts=tuple(attempts), warnings=tuple(warnings), online=online
+    )
+
+
+def _attempts(
+    submission: Submission,
+    evidence: Mapping[str, Evidence],
+    by_marker: Mapping[tuple[str, str], list[Marker]],
+    by_queue: Mapping[tuple[str, str], QueueEntry],
+    now: float,
+    warnings: list[str],
+) -> list[Attempt]:
+    item = evidence.get(submission.target)
+    online = item is not None and item.queue is not None and item.markers is not None
+    entry = (
+        by_queue.get((submission.target, job_name(submission.allocation_id))) if online else None
+    )
+    if entry is not None and submission.job is not None and entry.job != submission.job:
+        entry = None  # same name, another job number: not this submission's job
+    slots = len(submission.task_keys)
+    if submission.outcome is Outcome.NOT_SUBMITTED and entry is not None:
+        warnings.append(
+            f"allocation {submission.allocation_id} was recorded as not submitted, but Slurm "
+            f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves the queue "
+            f"(servatus cancel STATE --allocation {submission.allocation_id} stops it)"
+        )
+    result = []
+    observation = (
+        observe(
+            submission.allocation_id,
+            slots,
+            by_marker.get((submission.target, submission.allocation_id), ()),
+        )
+        if online
+        else None
+    )
+    for slot, key in enumerate(submission.task_keys):
+        exit_code: int | None = None
+        detail: StopReason | None = None
+        run_time: RunTime | None = None
+        if submission.outcome is Outcome.PENDING:
+            execution = Execution.UNRESOLVED
+        elif submission.outcome is Outcome.NOT_SUBMITTED:
+            execution = Execution.NOT_SUBMITTED
+        elif observation is None:
+            execution = Execution.ACCEPTED
+        else:
+            execution, exit_code, detail = slot_execution(entry, observation, slot)
+            run_time = slot_run_time(
+                execution, observation, slot, time_limit=submission.time_limit, now=now
+            )
+        result.append(
+            Attempt(
+                allocation_id=submission.allocation_id,
+                task_key=key,
+                slot=slot,
+                job=submission.job
+                if submission.job is not None
+                else (entry.job if entry else None),
+                execution=execution,
+                exit_code=exit_code,
+                detail=detail,
+                run_time=run_time,
+                listed=entry is not None,
+                observation=observation,
+            )
+        )
+    return result
+
+
+def format_run_time(value: RunTime | None) -> str:
+    """``[D-]HH:MM:SS``, with ``~`` for a total still growing or counting a LOST run."""
+    if value is None:
+        return "-"
+    days, rest = divmod(value.total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    if days:
+        text = f"{days}-{text}"
+    return text if value.complete else f"~{text}"
+
+
+def submissions(state: CampaignState) -> list[Submission]:
+    """The campaign's submissions in recording order, each with its recorded outcome."""
+    receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
+    resolved = {item.allocation_id: item.job for item in state.resolutions}
+    result = []
+    for intent in state.intents:
+        job = receipts.get(intent.allocation_id)
+        if job is not None:
+            outcome = Outcome.ACCEPTED
+        elif intent.allocation_id in resolved:
+            job = resolved[intent.allocation_id]
+            outcome = Outcome.NOT_SUBMITTED if job is None else Outcome.ACCEPTED
+        else:
+            outcome = Outcome.PENDING
+        result.append(
+            Submission(
+                allocation_id=intent.allocation_id,
+                task_keys=intent.task_keys,
+                target=intent.target,
+                recorded_at=intent.created_at,
+                time_limit=intent.time_limit,
+                outcome=outcome,
+                job=job,
+            )
+        )
+    return result
+
+
+def gather(
+    targets: Iterable[str],
+    connect: Callable[[Target], Transport],
+    reader: EvidenceReader,
+) -> dict[str, Evidence]:
+    """Fetch each distinct Target's two listings once: the I/O edge of ``status``."""
+    evidence = {}
+    for identity in dict.fromkeys(targets):
+        target = target_from_identity(identity)
+        transport = connect(target)
+        try:
+            listings = fetch(transport, reader, target)
+        finally:
+            transport.close()
+        evidence[identity] = Evidence(listings.queue, listings.markers)
+    return evidence

@@ -1,0 +1,858 @@
+"""The durable campaign store: an append-only journal of checksummed records in STATE.
+
+Layout (``docs/adr/0001-campaign-store.md`` gives the reasons)::
+
+    STATE/              0700, owned by the user
+    STATE/journal       0600: the line "servatus.campaign/1", then one frame per record
+    STATE/lock          0600: writers hold a non-blocking flock on it
+    STATE/journal.tmp   a compaction or creation in progress; removed by the next writer
+
+A frame is ``R<length> <crc32(payload)> <crc32(the 18 bytes before)>\\n<payload>\\n`` with
+8-digit hexadecimal fields; the payload is one JSON record tagged by ``type``. One record is one
+atomic change, however many Tasks it carries. A frame cut short at the end of the file (a writer
+died mid-append) is a torn tail: readers ignore it and the next writer truncates it. Any other
+damage, a failed checksum anywhere included, is :class:`~servatus.errors.CorruptState`.
+
+The campaign's state is a fold over its records (:func:`fold`). Adding a record type means:
+define a frozen attrs class, register it with :func:`record`, and register how it changes the
+state with :func:`folds`. Compaction rewrites the journal as one :class:`Snapshot` record and
+atomically replaces it, so the record count a reader must fold stays bounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import fcntl
+import json
+import os
+import re
+import stat
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.preconf.json import make_converter
+
+from servatus.errors import (
+    Busy,
+    ConfigurationError,
+    CorruptState,
+    ServatusError,
+    TaskConflict,
+    Unavailable,
+    UnsafeFilesystem,
+)
+from servatus.tasks import Task, bulk
+
+SCHEMA = "servatus.campaign/1"
+"""The journal's version tag, its first line. A future version upgrades older records as dicts."""
+
+MAGIC = SCHEMA.encode("ascii") + b"\n"
+JOURNAL = "journal"
+LOCK = "lock"
+TEMPORARY = "journal.tmp"
+DIRECTORY_MODE = 0o700
+FILE_MODE = 0o600
+
+COMPACT_RECORDS = 1024
+"""Compact once this many records follow the first one and they are 1/16 of its size or more."""
+
+COMPACT_RECORDS_CAP = 65536
+"""Compact at this many records following the first one, whatever their size."""
+
+_HEADER = re.compile(rb"R([0-9a-f]{8}) ([0-9a-f]{8}) ([0-9a-f]{8})\n")
+_HEADER_PREFIX = re.compile(
+    rb"R[0-9a-f]{0,8}|R[0-9a-f]{8} [0-9a-f]{0,8}|R[0-9a-f]{8} [0-9a-f]{8} [0-9a-f]{0,8}"
+)
+HEADER_SIZE = 28
+_TRANSIENT = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EMFILE, errno.ENFILE}
+
+R = TypeVar("R")
+
+
+# -- records ------------------------------------------------------------------------------------
+
+RECORD_TYPES: dict[str, type[Any]] = {}
+"""Every record type by its ``type`` tag; :func:`record` fills it."""
+
+_TAGS: dict[type[Any], str] = {}
+
+
+def record(tag: str) -> Callable[[type[R]], type[R]]:
+    """Register a frozen attrs class as the journal record type ``tag`` (the extension point)."""
+
+    def register(cls: type[R]) -> type[R]:
+        if tag in RECORD_TYPES or "type" in attrs.fields_dict(cls):  # type: ignore[arg-type]
+            raise ValueError(f"record type {tag!r} is already registered or has a 'type' field")
+        RECORD_TYPES[tag] = cls
+        _TAGS[cls] = tag
+        return cls
+
+    return register
+
+
+@record("created")
+@attrs.frozen
+class Created:
+    """The first record of a campaign: its identity, its first Tasks, and whether it is sealed."""
+
+    campaign_id: str
+    created_at: float
+    sealed: bool
+    tasks: tuple[Task, ...]
+
+
+@record("appended")
+@attrs.frozen
+class Appended:
+    """Tasks appended in one change; their keys are new to the campaign."""
+
+    tasks: tuple[Task, ...]
+
+
+@record("sealed")
+@attrs.frozen
+class Sealed:
+    """Authoring ended; no Task is ever added again."""
+
+
+@record("intent")
+@attrs.frozen
+class Intent:
+    """Written before an ``sbatch``: the allocation about to be submitted and where.
+
+    ``target`` identifies the Target it goes to, so evidence is read from the original target:
+    the canonical JSON of that Target. ``time_limit`` (seconds) bounds the run time of a LOST run.
+    """
+
+    allocation_id: str
+    task_keys: tuple[str, ...]
+    plan_digest: str
+    created_at: float
+    target: str
+    time_limit: int = 0
+
+
+@record("receipt")
+@attrs.frozen
+class Receipt:
+    """Slurm accepted the intent's allocation as ``job``."""
+
+    allocation_id: str
+    job: int
+
+
+@record("resolved")
+@attrs.frozen
+class Resolved:
+    """An intent without a receipt, decided: accepted as ``job``, or never submitted (None)."""
+
+    allocation_id: str
+    job: int | None
+
+
+@attrs.frozen
+class CampaignState:
+    """Everything the journal says, as one value. ``revision`` counts the changes ever committed."""
+
+    campaign_id: str
+    created_at: float
+    sealed: bool
+    tasks: tuple[Task, ...]
+    intents: tuple[Intent, ...] = ()
+    receipts: tuple[Receipt, ...] = ()
+    resolutions: tuple[Resolved, ...] = ()
+    revision: int = 0
+
+    @property
+    def appendable(self) -> bool:
+        return not self.sealed
+
+
+@record("snapshot")
+@attrs.frozen
+class Snapshot:
+    """The whole state, written by compaction as the only record of a fresh journal."""
+
+    state: CampaignState
+
+
+# -- the fold -----------------------------------------------------------------------------------
+
+
+class Rejected(TaskConflict):
+    """A record that cannot apply to the state it follows."""
+
+
+class Fold:
+    """A mutable builder for :class:`CampaignState`, so folding k records costs O(their size).
+
+    ``apply`` checks a record before changing anything: a rejected record leaves the fold as it was.
+    """
+
+    def __init__(self, state: CampaignState | None = None) -> None:
+        self.started = state is not None
+        self.campaign_id = ""
+        self.created_at = 0.0
+        self.sealed = False
+        self.tasks: list[Task] = []
+        self.keys: dict[str, int] = {}
+        self.intents: dict[str, Intent] = {}
+        self.receipts: dict[str, Receipt] = {}
+        self.resolutions: dict[str, Resolved] = {}
+        self.revision = 0
+        if state is not None:
+            self._load(state)
+
+    def _load(self, state: CampaignState) -> None:
+        self.campaign_id = state.campaign_id
+        self.created_at = state.created_at
+        self.sealed = state.sealed
+        self.tasks = list(state.tasks)
+        self.keys = {task.key: index for index, task in enumerate(self.tasks)}
+        if len(self.keys) != len(self.tasks):
+            raise Rejected("two Tasks share a key")
+        self.intents = {intent.allocation_id: intent for intent in state.intents}
+        self.receipts = {receipt.allocation_id: receipt for receipt in state.receipts}
+        self.resolutions = {item.allocation_id: item for item in state.resolutions}
+        self.revision = state.revision
+
+    def apply(self, change: object) -> None:
+        """Apply one record, or raise :class:`Rejected` and change nothing."""
+        rule = _FOLDS.get(type(change))
+        if rule is None:
+            raise Rejected(f"no fold rule for {type(change).__name__}")
+        if not self.started and not isinstance(change, Created | Snapshot):
+            raise Rejected(f"a campaign cannot start with a {_TAGS[type(change)]} record")
+        if self.started and isinstance(change, Created | Snapshot):
+            raise Rejected(f"a {_TAGS[type(change)]} record can only come first")
+        rule(self, change)
+        self.started = True
+        if not isinstance(change, Snapshot):
+            self.revision += 1
+
+    def add_tasks(self, tasks: tuple[Task, ...]) -> None:
+        batch: dict[str, int] = {}
+        for task in tasks:
+            if task.key in self.keys or task.key in batch:
+                raise Rejected(f"Task key {task.key} already exists")
+            batch[task.key] = len(self.tasks) + len(batch)
+        self.tasks.extend(tasks)
+        self.keys.update(batch)
+
+    def freeze(self) -> CampaignState:
+        if not self.started:
+            raise Rejected("the journal holds no campaign")
+        return CampaignState(
+            campaign_id=self.campaign_id,
+            created_at=self.created_at,
+            sealed=self.sealed,
+            tasks=tuple(self.tasks),
+            intents=tuple(self.intents.values()),
+            receipts=tuple(self.receipts.values()),
+            resolutions=tuple(self.resolutions.values()),
+            revision=self.revision,
+        )
+
+
+FoldRule = Callable[[Fold, Any], None]
+_FOLDS: dict[type[Any], FoldRule] = {}
+
+
+def folds(cls: type[R]) -> Callable[[Callable[[Fold, R], None]], Callable[[Fold, R], None]]:
+    """Register how records of ``cls`` change the state; the rule raises :class:`Rejected`."""
+
+    def register(rule: Callable[[Fold, R], None]) -> Callable[[Fold, R], None]:
+        _FOLDS[cls] = rule
+        return rule
+
+    return register
+
+
+@folds(Created)
+def _created(into: Fold, change: Created) -> None:
+    into.add_tasks(change.tasks)
+    into.campaign_id = change.campaign_id
+    into.created_at = change.created_at
+    into.sealed = change.sealed
+
+
+@folds(Snapshot)
+def _snapshot(into: Fold, change: Snapshot) -> None:
+    into._load(change.state)
+
+
+@folds(Appended)
+def _appended(into: Fold, change: Appended) -> None:
+    if into.sealed:
+        raise Rejected("the campaign is sealed; no Task can be appended")
+    into.add_tasks(change.tasks)
+
+
+@folds(Sealed)
+def _sealed(into: Fold, change: Sealed) -> None:
+    if into.sealed:
+        raise Rejected("the campaign is already sealed")
+    into.sealed = True
+
+
+@folds(Intent)
+def _intent(into: Fold, change: Intent) -> None:
+    if change.allocation_id in into.intents:
+        raise Rejected(f"allocation {change.allocation_id} already has an intent")
+    unknown = [key for key in change.task_keys if key not in into.keys]
+    if unknown or not change.task_keys:
+        raise Rejected(f"intent {change.allocation_id} names unknown Tasks: {unknown}")
+    into.intents[change.allocation_id] = change
+
+
+@folds(Receipt)
+def _receipt(into: Fold, change: Receipt) -> None:
+    if change.allocation_id not in into.intents:
+        raise Rejected(f"receipt for allocation {change.allocation_id} without an intent")
+    if change.allocation_id in into.receipts:
+        raise Rejected(f"allocation {change.allocation_id} already has a receipt")
+    into.receipts[change.allocation_id] = change
+
+
+@folds(Resolved)
+def _resolved(into: Fold, change: Resolved) -> None:
+    if change.allocation_id not in into.intents:
+        raise Rejected(f"resolution of allocation {change.allocation_id} without an intent")
+    if change.allocation_id in into.resolutions:
+        raise Rejected(f"allocation {change.allocation_id} is already resolved")
+    into.resolutions[change.allocation_id] = change
+
+
+def fold(records: Iterable[object]) -> CampaignState:
+    """The state a sequence of records describes; raises :class:`Rejected` if it describes none."""
+    into = Fold()
+    for change in records:
+        into.apply(change)
+    return into.freeze()
+
+
+def apply(state: CampaignState, change: object) -> CampaignState:
+    """The state after one more record (a pure step; O(state), so bulk folds use :class:`Fold`)."""
+    into = Fold(state)
+    into.apply(change)
+    return into.freeze()
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+_TASK_FIELDS = frozenset({"key", "args", "stdin", "env"})
+
+
+def _unstructure_task(task: Task) -> dict[str, Any]:
+    document: dict[str, Any] = {"key": task.key, "args": list(task.args)}
+    if task.stdin:
+        document["stdin"] = base64.b64encode(task.stdin).decode("ascii")
+    if task.env:
+        document["env"] = task.env.to_dict()
+    return document
+
+
+def _structure_task(value: Any, _: Any) -> Task:
+    if not isinstance(value, dict) or not value.keys() <= _TASK_FIELDS:
+        raise TypeError(f"not a Task document: {value!r:.80}")
+    args, stdin, env = value["args"], value.get("stdin", ""), value.get("env", {})
+    if not isinstance(args, list) or not isinstance(stdin, str) or not isinstance(env, dict):
+        raise TypeError(f"not a Task document: {value!r:.80}")
+    return Task(
+        value["key"],
+        tuple(args),
+        stdin=binascii.a2b_base64(stdin, strict_mode=True) if stdin else b"",
+        env=env or None,
+    )
+
+
+def _unstructure_tasks(tasks: tuple[Task, ...]) -> list[dict[str, Any]]:
+    return [_unstructure_task(task) for task in tasks]
+
+
+def _structure_tasks(value: Any, _: Any) -> tuple[Task, ...]:
+    if not isinstance(value, list):
+        raise TypeError("Tasks are a JSON array")
+    return tuple(_structure_task(item, Task) for item in value)
+
+
+def _strict(kind: type[Any]) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) is not kind:
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    return structure
+
+
+def _structure_float(value: Any, _: Any) -> float:
+    if type(value) not in (int, float):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _converter() -> cattrs.Converter:
+    converter = make_converter(forbid_extra_keys=True)
+    converter.register_unstructure_hook(Task, _unstructure_task)
+    converter.register_structure_hook(Task, _structure_task)
+    many = tuple[Task, ...]
+    converter.register_unstructure_hook_func(lambda kind: kind == many, _unstructure_tasks)
+    converter.register_structure_hook_func(lambda kind: kind == many, _structure_tasks)
+    for kind in (str, int, bool):
+        converter.register_structure_hook(kind, _strict(kind))
+    converter.register_structure_hook(float, _structure_float)
+    return converter
+
+
+_CONVERTER = _converter()
+
+
+def encode(change: object) -> bytes:
+    """One record as its JSON payload, ``type`` first."""
+    tag = _TAGS.get(type(change))
+    if tag is None:
+        raise TypeError(f"{type(change).__name__} is not a registered record type")
+    with bulk():
+        document = {"type": tag, **_CONVERTER.unstructure(change)}
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8")
+
+
+def decode(payload: bytes) -> object:
+    """One JSON payload as its record; raises ValueError or TypeError when it is not one."""
+    document = json.loads(payload)
+    if not isinstance(document, dict):
+        raise TypeError("a record is a JSON object")
+    tag = document.pop("type", None)
+    cls = RECORD_TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise TypeError(f"unknown record type {tag!r}")
+    try:
+        return _CONVERTER.structure(document, cls)
+    except cattrs.BaseValidationError as exc:
+        raise TypeError("; ".join(cattrs.transform_error(exc))) from None
+
+
+def frame(payload: bytes) -> bytes:
+    """Length-prefix and checksum one payload."""
+    head = b"R%08x %08x" % (len(payload), zlib.crc32(payload))
+    return head + b" %08x\n" % zlib.crc32(head) + payload + b"\n"
+
+
+@attrs.frozen
+class Scan:
+    """What a journal holds: its record payloads, where the valid part ends, and its sizes."""
+
+    payloads: tuple[bytes, ...]
+    end: int
+    first_size: int
+
+
+def scan(data: bytes, name: str) -> Scan:
+    """Split a journal into payloads, verifying every frame; a cut-short last frame is torn.
+
+    A valid journal never holds a raw NUL byte (JSON escapes it), so trailing NULs, which some
+    filesystems leave after a crash, count as part of a torn tail.
+    """
+    if not data.startswith(MAGIC):
+        version = data.split(b"\n", 1)[0][:40]
+        if data.startswith(b"servatus.campaign/") and b"\n" in data:
+            shown = version.decode("ascii", "replace")
+            raise CorruptState(f"{name}: unknown campaign version {shown!r}")
+        raise CorruptState(f"{name}: not a servatus campaign journal (or truncated)")
+    limit = len(data.rstrip(b"\0")) if data.endswith(b"\0") else len(data)
+    position = len(MAGIC)
+    payloads: list[bytes] = []
+    first_size = 0
+    while position < limit:
+        head = data[position : position + HEADER_SIZE]
+        if len(head) < HEADER_SIZE or position + HEADER_SIZE > limit:
+            if _HEADER_PREFIX.fullmatch(data[position:limit]):
+                break
+            raise CorruptState(f"{name}: damaged record header at byte {position}")
+        match = _HEADER.fullmatch(head)
+        if match is None or int(match[3], 16) != zlib.crc32(head[:18]):
+            raise CorruptState(f"{name}: damaged record header at byte {position}")
+        end = position + HEADER_SIZE + int(match[1], 16) + 1
+        if end > limit:
+            break
+        payload = data[position + HEADER_SIZE : end - 1]
+        if data[end - 1] != 0x0A or zlib.crc32(payload) != int(match[2], 16):
+            raise CorruptState(f"{name}: the record at byte {position} fails its checksum")
+        payloads.append(payload)
+        if len(payloads) == 1:
+            first_size = end - position
+        position = end
+    return Scan(tuple(payloads), position, first_size)
+
+
+def load(data: bytes, name: str) -> tuple[Fold, Scan]:
+    """Verify and fold a whole journal; every failure is CorruptState naming ``name``."""
+    with bulk():
+        return _load(data, name)
+
+
+def _load(data: bytes, name: str) -> tuple[Fold, Scan]:
+    found = scan(data, name)
+    into = Fold()
+    for index, payload in enumerate(found.payloads):
+        try:
+            change = decode(payload)
+        except (ValueError, TypeError, ServatusError) as exc:
+            raise CorruptState(f"{name}: record {index + 1} is invalid: {exc}") from None
+        try:
+            into.apply(change)
+        except Rejected as exc:
+            raise CorruptState(f"{name}: record {index + 1} does not apply: {exc}") from None
+    if not into.started:
+        raise CorruptState(f"{name}: the journal holds no campaign")
+    return into, found
+
+
+# -- files --------------------------------------------------------------------------------------
+
+
+def _failure(exc: OSError, what: str) -> ServatusError:
+    reason = exc.strerror or str(exc)
+    if exc.errno in _TRANSIENT:
+        return Unavailable(f"{what}: {reason}")
+    if exc.errno == errno.ELOOP:
+        return UnsafeFilesystem(f"{what}: is a symbolic link")
+    return ConfigurationError(f"{what}: {reason}")
+
+
+def sync(fd: int) -> None:
+    """Make a file's or directory's contents durable; on macOS only F_FULLFSYNC reaches the disk."""
+    full = getattr(fcntl, "F_FULLFSYNC", None)
+    if full is not None:
+        try:
+            fcntl.fcntl(fd, full)
+        except OSError:
+            os.fsync(fd)
+        else:
+            return
+    os.fsync(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 22)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _check_owned(st: os.stat_result, name: str, kind: Callable[[int], bool]) -> None:
+    if not kind(st.st_mode):
+        raise UnsafeFilesystem(f"{name}: has the wrong type")
+    if st.st_uid != os.geteuid():
+        raise UnsafeFilesystem(f"{name}: is owned by uid {st.st_uid}, not by you")
+
+
+def _open_directory(path: Path) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigurationError(f"no campaign at {str(path)!r}") from None
+    except OSError as exc:
+        raise _failure(exc, f"cannot open campaign {str(path)!r}") from None
+    try:
+        _check_owned(os.fstat(fd), str(path), stat.S_ISDIR)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read(path: str | Path) -> CampaignState:
+    """Read a campaign without the lock, up to its last complete record."""
+    path = Path(path)
+    name = str(path / JOURNAL)
+    directory = _open_directory(path)
+    try:
+        try:
+            fd = os.open(JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+        except FileNotFoundError:
+            raise ConfigurationError(f"no campaign at {str(path)!r}") from None
+        except OSError as exc:
+            raise _failure(exc, f"cannot open {name!r}") from None
+    finally:
+        os.close(directory)
+    try:
+        _check_owned(os.fstat(fd), name, stat.S_ISREG)
+        data = _read_all(fd)
+    except OSError as exc:
+        raise _failure(exc, f"cannot read {name!r}") from None
+    finally:
+        os.close(fd)
+    into, _ = load(data, name)
+    return into.freeze()
+
+
+class Writer:
+    """The one writer of a campaign: holds its lock, knows its state, appends records durably.
+
+    Use :func:`writing`; ``state`` is None while the campaign does not exist yet.
+    """
+
+    def __init__(self, path: Path, directory: int, lock: int) -> None:
+        self.path = path
+        self.name = str(path / JOURNAL)
+        self._directory = directory
+        self._lock = lock
+        self._journal = -1
+        self._fold: Fold | None = None
+        self._end = 0
+        self._first_size = 0
+        self._records = 0
+        self._broken = False
+
+    # -- opening
+
+    def _open_journal(self) -> None:
+        try:
+            fd = os.open(JOURNAL, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._directory)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise _failure(exc, f"cannot open {self.name!r}") from None
+        self._journal = fd
+        try:
+            st = os.fstat(fd)
+            _check_owned(st, self.name, stat.S_ISREG)
+            if stat.S_IMODE(st.st_mode) != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)
+            data = _read_all(fd)
+        except OSError as exc:
+            raise _failure(exc, f"cannot read {self.name!r}") from None
+        self._fold, found = load(data, self.name)
+        self._end = found.end
+        self._first_size = found.first_size
+        self._records = len(found.payloads)
+        if len(data) > found.end:
+            try:
+                os.ftruncate(fd, found.end)
+                sync(fd)
+            except OSError as exc:
+                raise _failure(exc, f"cannot truncate the torn tail of {self.name!r}") from None
+
+    @property
+    def state(self) -> CampaignState | None:
+        return None if self._fold is None else self._fold.freeze()
+
+    # -- changing
+
+    def _usable(self) -> None:
+        if self._broken:
+            raise Unavailable(f"{self.name}: an earlier write failed; reopen the campaign")
+
+    def initialize(self, first: Created) -> CampaignState:
+        """Create the journal holding ``first``: written aside, synced, renamed in, dir synced."""
+        self._usable()
+        if self._fold is not None:
+            raise TaskConflict(f"a campaign already exists at {str(self.path)!r}")
+        into = Fold()
+        into.apply(first)
+        self._replace(frame(encode(first)))
+        self._fold = into
+        return into.freeze()
+
+    def commit(self, change: object) -> CampaignState:
+        """Append one record with one write and one fsync; compact when the journal has grown."""
+        self._usable()
+        if self._fold is None:
+            raise ConfigurationError(f"no campaign at {str(self.path)!r}")
+        data = frame(encode(change))
+        try:
+            self._fold.apply(change)
+        except Rejected as exc:
+            raise TaskConflict(str(exc)) from None
+        try:
+            _write_all(self._journal, data, self._end)
+            sync(self._journal)
+        except OSError as exc:
+            self._broken = True
+            with suppress(OSError):
+                os.ftruncate(self._journal, self._end)
+            raise _failure(exc, f"cannot write {self.name!r}") from None
+        self._end += len(data)
+        self._records += 1
+        tail = self._end - len(MAGIC) - self._first_size
+        if self._records > COMPACT_RECORDS_CAP or (
+            self._records > COMPACT_RECORDS and tail * 16 >= self._first_size
+        ):
+            self.compact()
+        return self._fold.freeze()
+
+    def compact(self) -> None:
+        """Replace the journal with one holding a single Snapshot of the current state."""
+        self._usable()
+        if self._fold is None:
+            raise ConfigurationError(f"no campaign at {str(self.path)!r}")
+        self._replace(frame(encode(Snapshot(self._fold.freeze()))))
+
+    def _replace(self, first_frame: bytes) -> None:
+        data = MAGIC + first_frame
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(TEMPORARY, flags, FILE_MODE, dir_fd=self._directory)
+        except OSError as exc:
+            raise _failure(exc, f"cannot create {str(self.path / TEMPORARY)!r}") from None
+        try:
+            os.fchmod(fd, FILE_MODE)
+            _write_all(fd, data, 0)
+            sync(fd)
+            os.rename(TEMPORARY, JOURNAL, src_dir_fd=self._directory, dst_dir_fd=self._directory)
+            sync(self._directory)
+        except OSError as exc:
+            self._broken = True
+            os.close(fd)
+            with suppress(OSError):
+                os.unlink(TEMPORARY, dir_fd=self._directory)
+            raise _failure(exc, f"cannot write {self.name!r}") from None
+        if self._journal >= 0:
+            os.close(self._journal)
+        self._journal = fd
+        self._end = len(data)
+        self._first_size = len(first_frame)
+        self._records = 1
+
+    def close(self) -> None:
+        if self._journal >= 0:
+            os.close(self._journal)
+            self._journal = -1
+        os.close(self._lock)
+        os.close(self._directory)
+
+
+_OURS = frozenset({JOURNAL, LOCK, TEMPORARY})
+
+
+def _make_directory(path: Path) -> None:
+    """Create STATE owner-only, or adopt an existing directory that holds nothing but ours."""
+    try:
+        os.mkdir(path, DIRECTORY_MODE)
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            sync(parent)
+        finally:
+            os.close(parent)
+    except FileExistsError:
+        try:
+            entries = set(os.listdir(path))
+        except NotADirectoryError:
+            raise ConfigurationError(f"{str(path)!r} exists and is not a directory") from None
+        except OSError as exc:
+            raise _failure(exc, f"cannot list {str(path)!r}") from None
+        if not entries <= _OURS:
+            raise ConfigurationError(
+                f"{str(path)!r} exists and is not a campaign; choose a new or empty directory"
+            ) from None
+    except OSError as exc:
+        raise _failure(exc, f"cannot create {str(path)!r}") from None
+
+
+@contextmanager
+def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
+    """Hold the campaign's lock for one change; raise ``Busy`` at once if another process has it.
+
+    With ``create``, STATE is made (owner-only) when missing and ``state`` may be None. The lock
+    also removes a leftover ``journal.tmp`` and truncates a torn tail before anything is written.
+    """
+    path = Path(path)
+    if create:
+        _make_directory(path)
+    directory = _open_directory(path)
+    try:
+        st = os.fstat(directory)
+        if stat.S_IMODE(st.st_mode) != DIRECTORY_MODE:
+            os.fchmod(directory, DIRECTORY_MODE)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        lock = os.open(LOCK, flags, FILE_MODE, dir_fd=directory)
+    except OSError as exc:
+        os.close(directory)
+        raise _failure(exc, f"cannot lock campaign {str(path)!r}") from None
+    try:
+        _check_owned(os.fstat(lock), str(path / LOCK), stat.S_ISREG)
+        os.fchmod(lock, FILE_MODE)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        os.close(directory)
+        raise Busy(
+            f"campaign {str(path)!r} is busy: another servatus process is changing it"
+        ) from None
+    except BaseException as exc:
+        os.close(lock)
+        os.close(directory)
+        if isinstance(exc, OSError):
+            raise _failure(exc, f"cannot lock campaign {str(path)!r}") from None
+        raise
+    writer = Writer(path, directory, lock)
+    try:
+        with suppress(FileNotFoundError):
+            os.unlink(TEMPORARY, dir_fd=directory)
+        writer._open_journal()
+        if writer._fold is None and not create:
+            raise ConfigurationError(f"no campaign at {str(path)!r}")
+        yield writer
+    except OSError as exc:
+        raise _failure(exc, f"campaign {str(path)!r}") from None
+    finally:
+        writer.close()
+
+
+def new_campaign(tasks: tuple[Task, ...], *, sealed: bool) -> Created:
+    """The first record of a new campaign, with a fresh identity and the current wall time."""
+    return Created(uuid.uuid4().hex, time.time(), sealed, tasks)
+
+
+def journal_size(path: str | Path) -> int:
+    """Bytes in the journal now (for benchmarks and diagnostics)."""
+    return (Path(path) / JOURNAL).stat().st_size
+
+
+__all__ = [
+    "COMPACT_RECORDS",
+    "RECORD_TYPES",
+    "SCHEMA",
+    "Appended",
+    "CampaignState",
+    "Created",
+    "Fold",
+    "Intent",
+    "Receipt",
+    "Rejected",
+    "Resolved",
+    "Sealed",
+    "Snapshot",
+    "Writer",
+    "apply",
+    "decode",
+    "encode",
+    "fold",
+    "folds",
+    "frame",
+    "read",
+    "record",
+    "scan",
+    "writing",
+]

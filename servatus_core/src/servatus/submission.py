@@ -1,0 +1,256 @@
+"""Submission: a reviewed plan becomes Slurm jobs, with a durable intent before every ``sbatch``.
+
+The order of effects is the guarantee: the intent is synced before ``sbatch`` runs, and the
+receipt after it answers. A crash or a lost answer in between leaves the intent without an
+outcome (``UNRESOLVED``); only ``reconcile``, reading Slurm's evidence, decides it later.
+Nothing here retries.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+
+from servatus.config import Profile, Target
+from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
+from servatus.launcher import Launcher
+from servatus.plan import Allocation
+from servatus.plugins import Hooks
+from servatus.script import ScriptSpec, ScriptStep, job_name
+from servatus.status import Evidence, Execution, Report, Submission
+from servatus.store import Intent, Receipt, Resolved, Writer
+from servatus.tasks import Task
+from servatus.transport import Transport
+
+RUNTIME_VARIABLES = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
+"""Reserved variables whose values exist only once the job runs; the script exports them."""
+
+_JOB = re.compile(r"([1-9][0-9]{0,9})(?:;[^\s;]+)?")
+
+Progress = Callable[[int, int, str, int], None]
+"""Called after each accepted allocation: (index from 1, count, allocation id, job number)."""
+
+
+@attrs.frozen
+class SubmittedAllocation:
+    """A receipt as the user sees it: the allocation, Slurm's job number, and its Tasks."""
+
+    allocation_id: str
+    job: int
+    task_keys: tuple[str, ...]
+
+
+def command(target: Target, name: str) -> str:
+    """The absolute path of a Slurm client command on the target."""
+    return f"{target.slurm_bin.rstrip('/')}/{name}"
+
+
+def step_environment(task: Task, allocation_id: str, slot: int) -> dict[str, str]:
+    """A step's static environment: the Task's own plus the reserved variables known at planning."""
+    return {
+        **task.env,
+        "SERVATUS_TASK_KEY": task.key,
+        "SERVATUS_ALLOCATION_ID": allocation_id,
+        "SERVATUS_SLOT": str(slot),
+    }
+
+
+def script_spec(
+    profile: Profile,
+    allocation: Allocation,
+    tasks: Mapping[str, Task],
+    launcher: Launcher,
+) -> ScriptSpec:
+    """What the allocation's batch script must do, decided entirely by the core."""
+    resources = profile.resources
+    steps = []
+    for slot, key in enumerate(allocation.task_keys):
+        task = tasks[key]
+        env = step_environment(task, allocation.allocation_id, slot)
+        step = launcher.command(
+            profile.target, task.args, env, inherit=RUNTIME_VARIABLES, gpus=resources.gpus
+        )
+        steps.append(ScriptStep(slot=slot, task_key=key, command=step, stdin=task.stdin))
+    return ScriptSpec(
+        allocation_id=allocation.allocation_id,
+        target=profile.target,
+        cpus=resources.cpus,
+        memory_mib=resources.memory_mib,
+        gpus=resources.gpus,
+        time_limit=resources.time_limit,
+        signal_before_end=resources.signal_before_end,
+        steps=tuple(steps),
+        inherit=RUNTIME_VARIABLES,
+    )
+
+
+def ping(transport: Transport, target: Target) -> str:
+    """``sbatch --version``: proves Slurm answers before anything is recorded."""
+    result = transport.run([command(target, "sbatch"), "--version"])
+    text = result.stdout.decode("utf-8", "replace").strip()
+    if result.returncode != 0 or not text:
+        message = result.stderr.decode("utf-8", "replace").strip()[:200] or "no answer"
+        raise Unavailable(f"Slurm did not answer sbatch --version: {message}")
+    return text
+
+
+def parse_job(stdout: bytes) -> int | None:
+    """The job number ``sbatch --parsable`` printed (``JOB`` or ``JOB;CLUSTER``), else None."""
+    lines = stdout.decode("utf-8", "replace").strip().splitlines()
+    if len(lines) != 1:
+        return None
+    match = _JOB.fullmatch(lines[0].strip())
+    return int(match[1]) if match else None
+
+
+def submit_allocations(
+    writer: Writer,
+    transport: Transport,
+    hooks: Hooks,
+    profile: Profile,
+    allocations: Sequence[Allocation],
+    tasks: Mapping[str, Task],
+    launcher: Launcher,
+    *,
+    plan_digest: str,
+    target_identity: str,
+    progress: Progress | None = None,
+) -> tuple[SubmittedAllocation, ...]:
+    """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced).
+
+    A definite refusal by ``sbatch`` records the allocation as not submitted and stops with
+    :class:`ShapeRejected`; no answer, or an answer that is not a job number, leaves the intent
+    unresolved and stops with :class:`SubmissionInterrupted` (exit 3).
+    """
+    scripts = [
+        hooks.batch_script(script_spec(profile, allocation, tasks, launcher))
+        for allocation in allocations
+    ]
+    sbatch = [command(profile.target, "sbatch"), "--parsable"]
+    accepted: list[SubmittedAllocation] = []
+    for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
+        writer.commit(
+            Intent(
+                allocation_id=allocation.allocation_id,
+                task_keys=allocation.task_keys,
+                plan_digest=plan_digest,
+                created_at=time.time(),
+                target=target_identity,
+            )
+        )
+        done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
+        try:
+            result = transport.run(sbatch, stdin=script.encode("utf-8", "surrogateescape"))
+        except Unavailable as exc:
+            raise SubmissionInterrupted(
+                f"no answer from sbatch for allocation {allocation.allocation_id} ({exc}); "
+                f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
+            ) from exc
+        if result.returncode != 0:
+            writer.commit(Resolved(allocation_id=allocation.allocation_id, job=None))
+            reason = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise ShapeRejected(
+                f"sbatch refused allocation {allocation.allocation_id}: "
+                f"{reason[-1] if reason else f'exit {result.returncode}'}; {done}"
+            )
+        job = parse_job(result.stdout)
+        if job is None:
+            raise SubmissionInterrupted(
+                f"sbatch answered allocation {allocation.allocation_id} with no job number; "
+                f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
+            )
+        writer.commit(Receipt(allocation_id=allocation.allocation_id, job=job))
+        accepted.append(SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys))
+        if progress is not None:
+            progress(index, len(allocations), allocation.allocation_id, job)
+    return tuple(accepted)
+
+
+RECONCILE_AFTER = 15 * 60
+"""Seconds after its intent that an allocation with no evidence at all counts as never sent."""
+
+
+@attrs.frozen
+class Resolution:
+    """What ``reconcile`` decided for one unresolved allocation.
+
+    ``outcome`` is ``accepted`` (with the job), ``not_submitted``, or ``waiting`` (too young to
+    decide; ``retry_at`` says when evidence will be conclusive).
+    """
+
+    allocation_id: str
+    outcome: str
+    job: int | None = None
+    retry_at: float | None = None
+
+
+def resolve(
+    pending: Sequence[Submission],
+    evidence: Mapping[str, Evidence],
+    *,
+    now: float,
+) -> list[Resolution]:
+    """Decide unresolved allocations from evidence: a job ``squeue`` lists under the allocation's
+    name, else one its run markers name, is accepted; with neither, an intent at least
+    :data:`RECONCILE_AFTER` old was never submitted, and a younger one waits."""
+    decisions = []
+    for submission in pending:
+        item = evidence[submission.target]
+        name = job_name(submission.allocation_id)
+        listed = [entry.job for entry in item.queue or () if entry.name == name]
+        marked = sorted(
+            {m.job for m in item.markers or () if m.allocation_id == submission.allocation_id}
+        )
+        if listed or marked:
+            job = (listed or marked)[0]
+            decisions.append(Resolution(submission.allocation_id, "accepted", job=job))
+        elif now - submission.recorded_at >= RECONCILE_AFTER:
+            decisions.append(Resolution(submission.allocation_id, "not_submitted"))
+        else:
+            retry_at = submission.recorded_at + RECONCILE_AFTER
+            decisions.append(Resolution(submission.allocation_id, "waiting", retry_at=retry_at))
+    return decisions
+
+
+def cancellable(
+    report: Report,
+    submissions: Sequence[Submission],
+    *,
+    tasks: Sequence[str],
+    allocations: Sequence[str],
+) -> list[Submission]:
+    """Allocations to ``scancel``, newest first: those matching the request that Slurm lists
+    as queued or running. A job that already ended is not an error, just not cancelled."""
+    by_id = {submission.allocation_id: submission for submission in submissions}
+    unknown = [a for a in allocations if a not in by_id]
+    keys = {task.key for task in report.tasks}
+    unknown += [f"Task {key}" for key in tasks if key not in keys]
+    if unknown:
+        raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
+    alive = {
+        attempt.allocation_id
+        for attempt in report.attempts
+        if attempt.execution in (Execution.QUEUED, Execution.RUNNING)
+        or (attempt.listed and attempt.execution is Execution.NOT_SUBMITTED)
+    }
+    wanted_keys = set(tasks)
+    wanted = set(allocations)
+    chosen = [
+        submission
+        for submission in submissions
+        if submission.allocation_id in alive
+        and (submission.allocation_id in wanted or wanted_keys & set(submission.task_keys))
+    ]
+    return chosen[::-1]
+
+
+def scancel(transport: Transport, target: Target, allocation_id: str) -> None:
+    """Cancel by job name under ``--me``: never an unrelated job that reused a number."""
+    argv = [command(target, "scancel"), "--me", f"--name={job_name(allocation_id)}"]
+    result = transport.run(argv)
+    if result.returncode != 0:
+        message = result.stderr.decode("utf-8", "replace").strip()[:200]
+        raise Unavailable(f"scancel exited {result.returncode}: {message or 'no message'}")

@@ -1,0 +1,274 @@
+"""``FakeScheduler``: an in-memory Slurm for testing launchers without a cluster.
+
+Pass it as ``connect=`` to :class:`~servatus.Campaign` or :func:`servatus.cli.main`. It answers
+the commands Servatus runs (``sbatch``, ``squeue``, ``scancel``, ``scontrol``, the run-marker
+``find``, ``tail`` and ``test``) the way a cluster would, and its controls move jobs along and make
+commands fail. Controls name commands by basename (``"sbatch"``), except the ``sbatch --version``
+check, which is ``"ping"``.
+
+It is a stand-in for tests of *your* code and of Servatus' own decisions; every behaviour it
+models is also proven against a real Slurm in Servatus' own test suite.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from servatus.config import Target
+from servatus.errors import Unavailable
+from servatus.evidence import MarkerKind
+from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
+
+_NAME = re.compile(r"^#SBATCH --job-name=servatus-([0-9a-f]+)$", re.MULTILINE)
+_NTASKS = re.compile(r"^#SBATCH --ntasks=([0-9]+)$", re.MULTILINE)
+_ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL"})
+
+
+@attrs.define
+class FakeJob:
+    """One job the fake scheduler accepted."""
+
+    job: int
+    allocation_id: str
+    script: str
+    slots: int
+    state: str = "PENDING"
+    listed: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"servatus-{self.allocation_id}"
+
+
+@attrs.define
+class _Fault:
+    mode: str  # "fail" (ran and said no), "unavailable" (no answer), "lose" (ran, answer lost)
+    times: int
+    returncode: int = 1
+    stderr: str = ""
+
+
+class FakeScheduler:
+    """An in-memory Slurm: call it with a Target to get a Transport (``connect=``)."""
+
+    def __init__(
+        self,
+        *,
+        version: str = "slurm 24.11.5",
+        min_job_age: int = 300,
+        proctrack: str = "proctrack/cgroup",
+        clock: Callable[[], float] = time.time,
+        first_job: int = 1000,
+    ) -> None:
+        self.version = version
+        self.min_job_age = min_job_age
+        self.proctrack = proctrack
+        self.clock = clock
+        self.jobs: list[FakeJob] = []
+        self.calls: list[tuple[str, ...]] = []
+        self.markers: dict[str, float] = {}
+        self.logs: dict[str, bytes] = {}
+        self._next_job = first_job
+        self._faults: dict[str, _Fault] = {}
+
+    # -- connect= ---------------------------------------------------------------------------
+
+    def __call__(self, target: Target) -> Transport:
+        return self
+
+    def close(self) -> None:
+        """Nothing to close: the fake keeps no connection."""
+
+    # -- controls ---------------------------------------------------------------------------
+
+    def fail(self, command: str, *, times: int = 1, returncode: int = 1, stderr: str = "") -> None:
+        """The next ``times`` runs of ``command`` run and say no (a nonzero exit)."""
+        message = stderr or f"{command}: error: refused by FakeScheduler"
+        self._faults[command] = _Fault("fail", times, returncode, message)
+
+    def unavailable(self, command: str, *, times: int = 1) -> None:
+        """The next ``times`` runs of ``command`` get no answer (a dropped connection)."""
+        self._faults[command] = _Fault("unavailable", times)
+
+    def lose_answer(self, command: str = "sbatch", *, times: int = 1) -> None:
+        """The next ``times`` runs of ``command`` take effect, but their answer never arrives."""
+        self._faults[command] = _Fault("lose", times)
+
+    def start(self, job: int | None = None) -> None:
+        """Start a pending job (every pending one without ``job``): it writes its start marker."""
+        for item in self._select(job, {"PENDING"}):
+            item.state = "RUNNING"
+            self._mark(item, MarkerKind.START)
+
+    def finish(self, job: int, *exit_codes: int) -> None:
+        """End a job's steps with these exit codes, one per slot (all 0 if none are given); the
+        job stays listed as ``COMPLETED`` until :meth:`purge`."""
+        item = self._job(job)
+        if item.state == "PENDING":
+            self.start(job)
+        codes = exit_codes or (0,) * item.slots
+        for slot, code in enumerate(codes):
+            self._mark(item, MarkerKind.END, slot=slot, exit_code=code)
+        item.state = "COMPLETED"
+
+    def signal_limit(self, job: int) -> None:
+        """The pre-limit signal reached a running job (it writes its limit marker)."""
+        self._mark(self._job(job), MarkerKind.LIMIT)
+
+    def time_out(self, job: int) -> None:
+        """The job hit its time limit: stop marker, ``TIMEOUT`` until purged."""
+        item = self._job(job)
+        self._mark(item, MarkerKind.STOP)
+        item.state = "TIMEOUT"
+
+    def vanish(self, job: int) -> None:
+        """The job disappears from the queue without writing another marker (a node failure)."""
+        self._job(job).listed = False
+
+    def purge(self) -> None:
+        """Slurm forgets every ended job (what ``MinJobAge`` does after a while)."""
+        for item in self.jobs:
+            if item.state in _ENDED:
+                item.listed = False
+
+    def count(self, command: str) -> int:
+        """How many times ``command`` (a basename, or ``"ping"``) ran."""
+        return sum(1 for call in self.calls if _control_name(call) == command)
+
+    # -- Transport --------------------------------------------------------------------------
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
+    ) -> CommandResult:
+        call = tuple(argv)
+        self.calls.append(call)
+        name = _control_name(call)
+        fault = self._faults.get(name)
+        if fault is not None:
+            fault.times -= 1
+            if fault.times <= 0:
+                del self._faults[name]
+            if fault.mode == "unavailable":
+                raise Unavailable(f"FakeScheduler: no answer from {name}")
+            if fault.mode == "fail":
+                return CommandResult(call, fault.returncode, b"", fault.stderr.encode())
+            self._answer(call, stdin)
+            raise Unavailable(f"FakeScheduler: the answer of {name} was lost")
+        return self._answer(call, stdin)
+
+    # -- the commands -----------------------------------------------------------------------
+
+    def _answer(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        base = os.path.basename(argv[0])
+        handler = getattr(self, f"_cmd_{base}", None)
+        if handler is None:
+            return CommandResult(argv, 127, b"", f"{base}: command not found\n".encode())
+        result: CommandResult = handler(argv, stdin)
+        return result
+
+    def _cmd_sbatch(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        if "--version" in argv:
+            return CommandResult(argv, 0, f"{self.version}\n".encode(), b"")
+        script = stdin.decode("utf-8", "surrogateescape")
+        name = _NAME.search(script)
+        if name is None:
+            return CommandResult(argv, 1, b"", b"sbatch: error: no job name\n")
+        if "--test-only" in argv:
+            message = f"sbatch: Job {self._next_job} to start at now using 1 processors\n"
+            return CommandResult(argv, 0, b"", message.encode())
+        ntasks = _NTASKS.search(script)
+        job = FakeJob(
+            job=self._next_job,
+            allocation_id=name[1],
+            script=script,
+            slots=int(ntasks[1]) if ntasks else 1,
+        )
+        self._next_job += 1
+        self.jobs.append(job)
+        return CommandResult(argv, 0, f"{job.job}\n".encode(), b"")
+
+    def _cmd_squeue(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        fmt = "%i %j %T"
+        for index, arg in enumerate(argv):
+            if arg in ("-o", "--format") and index + 1 < len(argv):
+                fmt = argv[index + 1]
+            elif arg.startswith("--format="):
+                fmt = arg.split("=", 1)[1]
+        lines = []
+        for job in self.jobs:
+            if not job.listed:
+                continue
+            line = fmt.replace("%i", str(job.job)).replace("%A", str(job.job))
+            lines.append(line.replace("%j", job.name).replace("%T", job.state))
+        return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
+
+    def _cmd_scancel(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        names = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--name=")]
+        for job in self.jobs:
+            if job.listed and job.name in names and job.state in ("PENDING", "RUNNING"):
+                if job.state == "RUNNING":
+                    self._mark(job, MarkerKind.STOP)
+                job.state = "CANCELLED"
+        return CommandResult(argv, 0, b"", b"")
+
+    def _cmd_scontrol(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        text = (
+            f"MinJobAge               = {self.min_job_age} sec\n"
+            f"ProctrackType           = {self.proctrack}\n"
+        )
+        return CommandResult(argv, 0, text.encode(), b"")
+
+    def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        rows = [f"{name} {at:.10f} 0\n" for name, at in sorted(self.markers.items())]
+        rows += [f"{name} {self.clock():.10f} {len(data)}\n" for name, data in self.logs.items()]
+        return CommandResult(argv, 0, "".join(rows).encode(), b"")
+
+    def _cmd_tail(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        name = os.path.basename(argv[-1])
+        if name not in self.logs:
+            return CommandResult(argv, 1, b"", f"tail: cannot open '{argv[-1]}'\n".encode())
+        count = int(argv[argv.index("-c") + 1]) if "-c" in argv else 65536
+        return CommandResult(argv, 0, self.logs[name][-count:], b"")
+
+    def _cmd_test(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        return CommandResult(argv, 0, b"", b"")
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _job(self, job: int) -> FakeJob:
+        for item in self.jobs:
+            if item.job == job:
+                return item
+        raise KeyError(f"FakeScheduler has no job {job}")
+
+    def _select(self, job: int | None, states: set[str]) -> list[FakeJob]:
+        chosen = self.jobs if job is None else [self._job(job)]
+        return [item for item in chosen if item.state in states]
+
+    def _mark(
+        self,
+        job: FakeJob,
+        kind: MarkerKind,
+        *,
+        slot: int | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the Slurm plugin is optional
+
+        name = marker_name(job.allocation_id, job.job, kind, slot=slot, exit_code=exit_code)
+        self.markers[name] = self.clock()
+
+
+def _control_name(argv: Sequence[str]) -> str:
+    base = os.path.basename(argv[0]) if argv else ""
+    if base == "sbatch" and "--version" in argv:
+        return "ping"
+    return base
+
+
+__all__ = ["FakeJob", "FakeScheduler"]

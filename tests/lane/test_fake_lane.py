@@ -1,0 +1,144 @@
+"""The Slurm lane's decisions end to end against FakeScheduler (real runs: tests/slurm, cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servatus import Campaign, Task
+from servatus.config import Profile
+from servatus.errors import PlanRefused, StalePlan, SubmissionInterrupted, Unavailable
+from servatus.plan import Hold
+from servatus.status import Execution, StopReason
+from servatus.testing import FakeScheduler
+
+
+def tasks(n: int = 3) -> list[Task]:
+    return [
+        Task(f"t{i}", ["/usr/bin/python3", "train.py"], stdin=f"{i}".encode()) for i in range(n)
+    ]
+
+
+def states(campaign: Campaign, **kw: bool) -> dict[str, Execution]:
+    return {t.key: t.execution for t in campaign.status(**kw).tasks}
+
+
+def test_plan_submit_status_succeeded(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(), connect=fake)
+    plan = campaign.plan(profile)
+    assert plan.decision.selected == ("t0", "t1", "t2")
+    assert [a.task_keys for a in plan.allocations] == [("t0", "t1"), ("t2",)]
+    assert fake.calls == []  # a first plan never consults Slurm
+    receipts = campaign.submit(plan).receipts
+    assert [r.job for r in receipts] == [1000, 1001]
+    assert fake.count("ping") == 1 and fake.count("sbatch") == 2
+    assert set(states(campaign).values()) == {Execution.QUEUED}
+    assert set(states(campaign, offline=True).values()) == {Execution.ACCEPTED}
+    fake.calls.clear()
+    campaign.status()
+    assert len(fake.calls) == 2  # one squeue, one marker listing
+    fake.finish(1000, 0, 3)
+    fake.start(1001)
+    now = states(campaign)
+    assert now == {"t0": Execution.SUCCEEDED, "t1": Execution.FAILED, "t2": Execution.RUNNING}
+    again = campaign.plan(profile)
+    assert again.decision.selected == ()
+    assert dict(again.decision.held) == {k: Hold.SUBMITTED for k in ("t0", "t1", "t2")}
+
+
+def test_retry_failed_waits_for_purge_then_selects(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(2), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    fake.finish(1000, 0, 3)
+    held = campaign.plan(profile, retry_failed=True)
+    assert dict(held.decision.held)["t1"] is Hold.ACTIVE
+    fake.purge()
+    retry = campaign.plan(profile, retry_failed=True)
+    assert retry.decision.selected == ("t1",)
+    campaign.submit(retry)
+    assert fake.jobs[-1].allocation_id == retry.allocations[0].allocation_id
+
+
+def test_cancel_reads_ending_then_stopped(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    fake.start()
+    assert campaign.cancel(tasks=["t0"]).allocations
+    assert states(campaign)["t0"] is Execution.ENDING
+    fake.purge()
+    report = campaign.status()
+    assert report.tasks[0].execution is Execution.STOPPED
+    assert campaign.cancel(tasks=["t0"]).allocations == ()  # ended: not an error
+
+
+def test_lost_skipped_by_retry_failed_taken_by_retry(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    fake.start()
+    fake.vanish(1000)
+    assert states(campaign)["t0"] is Execution.LOST
+    assert campaign.plan(profile, retry_failed=True).decision.selected == ()
+    assert campaign.plan(profile, retry=["t0"]).decision.selected == ("t0",)
+
+
+def test_never_started_cancel(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    campaign.cancel(tasks=["t0"])
+    fake.purge()
+    task = campaign.status().tasks[0]
+    assert (task.execution, task.detail) == (Execution.STOPPED, StopReason.NEVER_STARTED)
+
+
+def test_stale_plan_after_append(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    plan = campaign.plan(profile)
+    campaign.append([Task("late", ["/bin/true"])])
+    with pytest.raises(StalePlan):
+        campaign.submit(plan)
+    assert fake.count("sbatch") == 0
+
+
+def test_failed_ping_records_nothing(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    plan = campaign.plan(profile)
+    fake.unavailable("ping")
+    with pytest.raises(Unavailable):
+        campaign.submit(plan)
+    assert campaign.status(offline=True).tasks[0].execution is Execution.NOT_SUBMITTED
+    campaign.submit(plan)  # the same plan is still good
+
+
+def test_lost_answer_is_unresolved_then_reconciled(tmp_path: Path, profile: Profile) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    fake.lose_answer("sbatch")
+    with pytest.raises(SubmissionInterrupted):
+        campaign.submit(campaign.plan(profile))
+    assert states(campaign)["t0"] is Execution.UNRESOLVED
+    assert dict(campaign.plan(profile).decision.held)["t0"] is Hold.UNRESOLVED
+    with pytest.raises(PlanRefused):
+        campaign.plan(profile, retry=["t0"])
+    (decision,) = campaign.reconcile()
+    assert (decision.outcome, decision.job) == ("accepted", 1000)
+    assert states(campaign)["t0"] is Execution.QUEUED
+
+
+def test_refused_sbatch_records_not_submitted(tmp_path: Path, profile: Profile) -> None:
+    from servatus.errors import ShapeRejected
+
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    fake.fail("sbatch", stderr="sbatch: error: invalid partition specified: debug")
+    with pytest.raises(ShapeRejected, match="invalid partition"):
+        campaign.submit(campaign.plan(profile))
+    assert states(campaign)["t0"] is Execution.NOT_SUBMITTED
+    assert campaign.plan(profile).decision.selected == ("t0",)

@@ -1,0 +1,375 @@
+"""The journal: records, framing, torn tails, corruption, compaction, permissions and the lock."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from store_helpers import make_tasks
+
+from servatus import store
+from servatus.campaign import Campaign, append_state, create_state, ensure_state, seal_state
+from servatus.errors import Busy, ConfigurationError, CorruptState, TaskConflict, UnsafeFilesystem
+from servatus.tasks import Task
+
+ALL_RECORDS = [
+    store.Created("c1", 1.5, False, (Task("a", ["x"], stdin=b"\0\xff", env={"A": "1"}),)),
+    store.Appended((Task("b", ["y", "é"]),)),
+    store.Sealed(),
+    store.Intent("alloc1", ("a", "b"), "digest", 2.0, "local", time_limit=3600),
+    store.Receipt("alloc1", 41234),
+    store.Resolved("alloc1", 41234),
+    store.Intent("alloc2", ("a",), "digest", 3.0, "local"),
+    store.Resolved("alloc2", None),
+]
+
+
+@pytest.mark.parametrize("change", ALL_RECORDS, ids=lambda r: type(r).__name__)
+def test_every_record_round_trips(change: object) -> None:
+    assert store.decode(store.encode(change)) == change
+
+
+def test_snapshot_round_trips() -> None:
+    state = store.fold(ALL_RECORDS)
+    snapshot = store.Snapshot(state)
+    assert store.decode(store.encode(snapshot)) == snapshot
+    assert store.fold([snapshot]) == state
+
+
+def test_fold_is_the_state() -> None:
+    state = store.fold(ALL_RECORDS)
+    assert [task.key for task in state.tasks] == ["a", "b"]
+    assert state.sealed and not state.appendable
+    assert state.revision == len(ALL_RECORDS)
+    assert [i.allocation_id for i in state.intents] == ["alloc1", "alloc2"]
+    assert state.receipts == (store.Receipt("alloc1", 41234),)
+    assert len(state.resolutions) == 2
+    stepwise = store.fold(ALL_RECORDS[:1])
+    for change in ALL_RECORDS[1:]:
+        stepwise = store.apply(stepwise, change)
+    assert stepwise == state
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [store.Appended((Task("a", ["x"]),))],
+        [ALL_RECORDS[0], ALL_RECORDS[0]],
+        [ALL_RECORDS[0], store.Appended((Task("a", ["x"]),))],
+        [ALL_RECORDS[0], store.Appended((Task("n", ["x"]), Task("n", ["y"])))],
+        [ALL_RECORDS[0], store.Sealed(), store.Appended((Task("n", ["x"]),))],
+        [ALL_RECORDS[0], store.Sealed(), store.Sealed()],
+        [ALL_RECORDS[0], store.Receipt("nope", 1)],
+        [ALL_RECORDS[0], store.Intent("i", ("zzz",), "d", 1.0, "t")],
+        [ALL_RECORDS[0], *[store.Intent("i", ("a",), "d", 1.0, "t")] * 2],
+        [],
+    ],
+)
+def test_fold_rejects_impossible_histories(records: list[object]) -> None:
+    with pytest.raises(store.Rejected):
+        store.fold(records)
+
+
+def test_a_rejected_record_changes_nothing() -> None:
+    into = store.Fold(store.fold(ALL_RECORDS[:2]))
+    before = into.freeze()
+    with pytest.raises(store.Rejected):
+        into.apply(store.Appended((Task("c", ["x"]), Task("a", ["x"]))))
+    assert into.freeze() == before
+
+
+def test_unknown_fields_and_types_are_refused() -> None:
+    with pytest.raises(TypeError, match="unknown record type"):
+        store.decode(b'{"type": "mystery"}')
+    with pytest.raises(TypeError):
+        store.decode(b'{"type": "sealed", "extra": 1}')
+    with pytest.raises(TypeError):
+        store.decode(b'{"type": "receipt", "allocation_id": "a", "job": "12"}')
+    with pytest.raises(TypeError):
+        store.decode(b'{"type": "appended", "tasks": [{"key": "a", "args": ["x"], "z": 1}]}')
+
+
+def test_registering_a_record_type_is_the_extension_point() -> None:
+    import attrs
+
+    @attrs.frozen
+    class Note:
+        text: str
+
+    try:
+        store.record("test-note")(Note)
+        with pytest.raises(ValueError, match="already registered"):
+            store.record("test-note")(Note)
+        assert store.decode(store.encode(Note("hi"))) == Note("hi")
+    finally:
+        del store.RECORD_TYPES["test-note"]
+
+
+# -- framing ------------------------------------------------------------------------------------
+
+
+def journal(*records: object) -> bytes:
+    return store.MAGIC + b"".join(store.frame(store.encode(r)) for r in records)
+
+
+def test_scan_reads_every_frame() -> None:
+    data = journal(*ALL_RECORDS[:3])
+    found = store.scan(data, "j")
+    assert found.end == len(data) and len(found.payloads) == 3
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20, 27, 28, 40, -1])
+def test_a_cut_short_last_frame_is_a_torn_tail(cut: int) -> None:
+    whole = journal(*ALL_RECORDS[:2])
+    last = store.frame(store.encode(ALL_RECORDS[2]))
+    data = whole + last[: cut if cut > 0 else len(last) + cut]
+    found = store.scan(data, "j")
+    assert found.end == len(whole) and len(found.payloads) == 2
+    into, _ = store.load(data, "j")
+    assert [t.key for t in into.freeze().tasks] == ["a", "b"]
+
+
+def test_trailing_nul_bytes_are_a_torn_tail() -> None:
+    whole = journal(*ALL_RECORDS[:2])
+    assert store.scan(whole + b"\0" * 4096, "j").end == len(whole)
+    last = store.frame(store.encode(ALL_RECORDS[2]))
+    assert store.scan(whole + last[:30] + b"\0" * 100, "j").end == len(whole)
+
+
+def flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+def test_a_bad_checksum_anywhere_is_corrupt() -> None:
+    data = journal(*ALL_RECORDS[:3])
+    first_payload = len(store.MAGIC) + store.HEADER_SIZE + 5
+    last_payload = len(data) - 3
+    for at in (first_payload, last_payload):
+        with pytest.raises(CorruptState, match="checksum"):
+            store.scan(flip(data, at), "j")
+
+
+def test_a_damaged_header_is_corrupt_not_torn() -> None:
+    data = journal(*ALL_RECORDS[:3])
+    second = len(store.MAGIC) + len(store.frame(store.encode(ALL_RECORDS[0])))
+    for at in (second + 1, second + 8, second + 12, second + 20):
+        with pytest.raises(CorruptState, match="header"):
+            store.scan(flip(data, at), "j")
+
+
+def test_wrong_magic_or_version() -> None:
+    with pytest.raises(CorruptState, match="unknown campaign version"):
+        store.scan(b"servatus.campaign/9\n", "j")
+    with pytest.raises(CorruptState, match="not a servatus campaign"):
+        store.scan(b"hello\n", "j")
+    with pytest.raises(CorruptState, match="not a servatus campaign"):
+        store.scan(store.MAGIC[:5], "j")
+
+
+def test_a_journal_without_a_campaign_is_corrupt() -> None:
+    with pytest.raises(CorruptState, match="holds no campaign"):
+        store.load(store.MAGIC, "j")
+    torn = store.MAGIC + store.frame(store.encode(ALL_RECORDS[0]))[:-10]
+    with pytest.raises(CorruptState, match="holds no campaign"):
+        store.load(torn, "j")
+
+
+def test_a_valid_frame_with_an_impossible_record_is_corrupt() -> None:
+    data = journal(ALL_RECORDS[0], store.Receipt("ghost", 1))
+    with pytest.raises(CorruptState, match="does not apply"):
+        store.load(data, "j")
+    bad_task = store.MAGIC + store.frame(
+        b'{"type":"created","campaign_id":"c","created_at":1,"sealed":true,'
+        b'"tasks":[{"key":"../x","args":["a"]}]}'
+    )
+    with pytest.raises(CorruptState, match="invalid"):
+        store.load(bad_task, "j")
+
+
+# -- on disk ------------------------------------------------------------------------------------
+
+
+def test_permissions_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        create_state(tmp_path / "state", make_tasks("t", 3), appendable=True)
+        append_state(tmp_path / "state", make_tasks("u", 2))
+        with store.writing(tmp_path / "state") as writer:
+            writer.compact()
+    finally:
+        os.umask(old)
+    state = tmp_path / "state"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    for entry in state.iterdir():
+        assert stat.S_IMODE(entry.stat().st_mode) == 0o600, entry
+
+
+def test_the_writer_restores_permissions(tmp_path: Path) -> None:
+    create_state(tmp_path / "state", make_tasks("t", 1), appendable=True)
+    os.chmod(tmp_path / "state", 0o755)
+    os.chmod(tmp_path / "state" / "journal", 0o644)
+    append_state(tmp_path / "state", make_tasks("u", 1))
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "state" / "journal").stat().st_mode) == 0o600
+
+
+def test_an_append_costs_one_record_not_a_rewrite(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 2000), appendable=True)
+    inode = (path / "journal").stat().st_ino
+    before = store.journal_size(path)
+    append_state(path, [Task("one-more", ["python", "train.py", "1"])])
+    grown = store.journal_size(path) - before
+    assert grown == len(store.frame(store.encode(store.Appended(Campaign(path).tasks[-1:]))))
+    assert (path / "journal").stat().st_ino == inode
+    assert grown < 200
+
+
+def test_the_next_writer_truncates_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 3), appendable=True)
+    size = store.journal_size(path)
+    torn = store.frame(store.encode(store.Appended(tuple(make_tasks("u", 5)))))[:-7]
+    with open(path / "journal", "ab") as handle:
+        handle.write(torn)
+    assert len(Campaign.open(path).tasks) == 3  # readers ignore it
+    assert store.journal_size(path) == size + len(torn)  # and do not touch it
+    _, done = append_state(path, make_tasks("v", 1))
+    assert done.added == 1
+    assert [t.key for t in Campaign.open(path).tasks] == ["t-0", "t-1", "t-2", "v-0"]
+
+
+def test_a_leftover_temporary_file_is_removed(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 3), appendable=True)
+    (path / "journal.tmp").write_bytes(b"half a compaction")
+    assert len(Campaign.open(path).tasks) == 3
+    append_state(path, make_tasks("u", 1))
+    assert not (path / "journal.tmp").exists()
+
+
+def test_compaction_keeps_the_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "COMPACT_RECORDS", 4)
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 2), appendable=True)
+    for i in range(10):
+        append_state(path, [Task(f"u-{i}", ["x"])])
+        state = Campaign.open(path).state
+        assert len(state.tasks) == 3 + i and state.revision == 2 + i
+    seal_state(path)
+    data = (path / "journal").read_bytes()
+    records = [store.decode(p) for p in store.scan(data, "j").payloads]
+    assert isinstance(records[0], store.Snapshot)  # compacted at least once
+    assert len(records) <= 6
+    state = Campaign.open(path).state
+    assert state.sealed and state.revision == 12
+    assert [t.key for t in state.tasks] == ["t-0", "t-1", *(f"u-{i}" for i in range(10))]
+
+
+def test_a_second_writer_is_busy_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 1), appendable=True)
+    with store.writing(path):
+        with pytest.raises(Busy):
+            append_state(path, make_tasks("u", 1))
+        assert len(Campaign.open(path).tasks) == 1  # readers take no lock
+    append_state(path, make_tasks("u", 1))
+
+
+def test_state_must_be_a_campaign(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="no campaign"):
+        Campaign.open(tmp_path / "missing")
+    with pytest.raises(ConfigurationError, match="no campaign"):
+        append_state(tmp_path / "missing", make_tasks("t", 1))
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "busy-dir").mkdir(mode=0o755)
+    (tmp_path / "busy-dir" / "precious.txt").write_text("mine")
+    mode = stat.S_IMODE((tmp_path / "busy-dir").stat().st_mode)
+    with pytest.raises(ConfigurationError, match="not a campaign"):
+        ensure_state(tmp_path / "busy-dir", make_tasks("t", 1))
+    assert stat.S_IMODE((tmp_path / "busy-dir").stat().st_mode) == mode
+    assert sorted(p.name for p in (tmp_path / "busy-dir").iterdir()) == ["precious.txt"]
+    (tmp_path / "empty").mkdir(mode=0o755)
+    ensure_state(tmp_path / "empty", make_tasks("t", 1))
+    assert stat.S_IMODE((tmp_path / "empty").stat().st_mode) == 0o700
+
+
+def test_a_symlinked_journal_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 1))
+    (path / "journal").rename(tmp_path / "elsewhere")
+    (path / "journal").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafeFilesystem):
+        Campaign.open(path)
+
+
+def test_a_bad_record_is_refused_by_the_writer_too(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 1), appendable=True)
+    with store.writing(path) as writer, pytest.raises(TaskConflict):
+        writer.commit(store.Appended((Task("t-0", ["other"]),)))
+    assert len(Campaign.open(path).tasks) == 1
+
+
+def test_no_space_is_unavailable_and_leaves_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from servatus.errors import Unavailable
+
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 3), appendable=True)
+    before = (path / "journal").read_bytes()
+    real_pwrite = os.pwrite
+
+    def half_then_full(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if len(data) > 8:
+            return real_pwrite(fd, bytes(data[: len(data) // 2]), offset)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", half_then_full)
+    with pytest.raises(Unavailable, match="No space"):
+        append_state(path, make_tasks("u", 50))
+    monkeypatch.undo()
+    assert (path / "journal").read_bytes() == before
+    append_state(path, make_tasks("u", 50))
+    assert len(Campaign.open(path).tasks) == 53
+
+
+# -- every prefix of a journal is a past state --------------------------------------------------
+
+
+_batches = st.lists(
+    st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f", "g", "h"]), max_size=3, unique=True),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=_batches, data=st.data())
+def test_every_prefix_reads_as_a_past_state(batches: list[list[str]], data: st.DataObject) -> None:
+    records: list[object] = [store.Created("c", 0.0, False, (Task("first", ["x"]),))]
+    seen: set[str] = {"first"}
+    for batch in batches:
+        new = tuple(Task(f"{key}-{len(records)}", ["x"]) for key in batch if key not in seen)
+        if new:
+            records.append(store.Appended(new))
+    states = [store.fold(records[: i + 1]) for i in range(len(records))]
+    whole = journal(*records)
+    first_end = len(store.MAGIC) + len(store.frame(store.encode(records[0])))
+    cut = data.draw(st.integers(min_value=first_end, max_value=len(whole)))
+    padded = whole[:cut] + b"\0" * data.draw(st.integers(min_value=0, max_value=64))
+    into, found = store.load(padded, "j")
+    assert into.freeze() in states
+    assert found.end <= cut
+    into, _ = store.load(whole[: found.end], "j")  # what the next writer truncates to
+    assert into.freeze() in states
+    below = data.draw(st.integers(min_value=0, max_value=first_end - 1))
+    with pytest.raises(CorruptState):
+        store.load(whole[:below], "j")
