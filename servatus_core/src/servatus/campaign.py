@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+from cattrs.preconf.json import make_converter
 
 from servatus import store
 from servatus.config import Profile, Target, target_from_identity, target_identity
@@ -41,6 +42,9 @@ from servatus.submission import (
 )
 from servatus.tasks import Task, check_unique
 from servatus.transport import Connect, Transport
+
+if TYPE_CHECKING:
+    from servatus.doctor import Diagnosis
 
 Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
@@ -500,9 +504,89 @@ class Campaign:
             )
         return Cancelled(allocations=tuple(done))
 
+    def logs(
+        self,
+        *,
+        tasks: Sequence[str] = (),
+        allocations: Sequence[str] = (),
+        size: int = 65536,
+    ) -> bytes:
+        """The last ``size`` bytes of each requested log, one after another.
+
+        ``tasks`` alone: each Task's step log in its current allocation; ``allocations`` alone:
+        each allocation log; both: each Task's step log in each named allocation.
+        """
+        self.refresh()
+        if not tasks and not allocations:
+            raise ConfigurationError("name at least one --task or --allocation")
+        recorded = {item.allocation_id: item for item in submissions(self._state)}
+        wanted: list[tuple[str, str | None]] = []
+        for allocation_id in allocations:
+            if allocation_id not in recorded:
+                raise ConfigurationError(f"no allocation {allocation_id} in this campaign")
+        keys = {task.key for task in self._state.tasks}
+        for key in tasks:
+            if key not in keys:
+                raise ConfigurationError(f"no Task {key} in this campaign")
+        if tasks and allocations:
+            wanted = [(a, key) for a in allocations for key in tasks]
+        elif allocations:
+            wanted = [(a, None) for a in allocations]
+        else:
+            current = {
+                t.key: t.allocation_id for t in self._report(self._state, offline=True).tasks
+            }
+            for key in tasks:
+                if current.get(key) is None:
+                    raise ConfigurationError(f"Task {key} has no accepted allocation yet")
+                wanted.append((str(current[key]), key))
+        reader = self._hooks().evidence_reader()
+        connect = self._connector()
+        chunks = []
+        for allocation_id, wanted_key in wanted:
+            submission = recorded[allocation_id]
+            if submission.job is None:
+                raise ConfigurationError(f"allocation {allocation_id} has no job number")
+            slot = None
+            if wanted_key is not None:
+                if wanted_key not in submission.task_keys:
+                    raise ConfigurationError(
+                        f"Task {wanted_key} did not run in allocation {allocation_id}"
+                    )
+                slot = submission.task_keys.index(wanted_key)
+            target = target_from_identity(submission.target)
+            path = reader.log_path(target, allocation_id, submission.job, slot)
+            transport = connect(target)
+            try:
+                result = transport.run(["/usr/bin/tail", "-c", str(size), "--", path])
+            finally:
+                transport.close()
+            if result.returncode != 0:
+                message = result.stderr.decode("utf-8", "replace").strip()[:200]
+                raise Unavailable(f"cannot read {path}: {message or 'tail failed'}")
+            if len(wanted) > 1:
+                chunks.append(f"==> {path} <==\n".encode())
+            chunks.append(result.stdout)
+        return b"".join(chunks)
+
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+_documents = make_converter()
+
+
+def to_document(value: object) -> Any:
+    """Receipts, submit and reconcile results, shape checks and planned allocations as JSON data."""
+    return _documents.unstructure(value)
+
+
+def diagnose(profile: Profile, *, connect: Connect | None = None) -> Diagnosis:
+    """What ``servatus doctor`` prints for ``profile``, as a :class:`Diagnosis`."""
+    from servatus.doctor import diagnose as run  # noqa: PLC0415 - doctor imports the engine
+
+    return run(profile, connect=connect)
 
 
 def __getattr__(name: str) -> Any:

@@ -102,12 +102,15 @@ def plugins(as_json: bool) -> None:
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
     try:
-        cli.main(
+        # Without standalone mode, click returns the code of a raised Exit instead of raising.
+        returned = cli.main(
             args=list(args) if args is not None else None,
             prog_name="servatus",
             standalone_mode=False,
             obj=Context(connect),
         )
+        if isinstance(returned, int) and returned:
+            return returned
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
@@ -143,7 +146,10 @@ def _fail(message: str) -> None:
 # SERVATUS.toml ---------------------------------------------------------------------------------
 
 if TYPE_CHECKING:
+    from servatus.campaign import Campaign
     from servatus.config import Profile
+    from servatus.plan import Plan
+    from servatus.status import Report
 
 DEFAULT_CONFIG = "SERVATUS.toml"
 
@@ -325,3 +331,379 @@ def seal_command(state: str, as_json: bool) -> None:
 
     _, done = seal_state(state)
     _report_authoring("seal", state, done, as_json)
+
+
+# -- the Slurm lane -----------------------------------------------------------------------------
+
+
+def _campaign(state: str) -> Campaign:
+    from servatus.campaign import Campaign  # noqa: PLC0415 - loaded per command
+
+    context = click.get_current_context().find_object(Context)
+    return Campaign.open(state, connect=context.connect if context else None)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _shape(plan: Plan, tasks: int) -> str:
+    from servatus.config import format_duration  # noqa: PLC0415
+
+    r = plan.profile.resources
+    parts = [_plural(tasks, "Task"), f"{tasks * r.cpus} CPUs", f"{tasks * r.memory_mib} MiB"]
+    if r.gpus:
+        parts.append(f"{tasks * r.gpus} GPUs")
+    parts.append(format_duration(r.time_limit))
+    return ", ".join(parts)
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """The human plan: selected (with each allocation), held, deferred, and the totals line."""
+    from servatus.plan import format_totals  # noqa: PLC0415
+
+    decision = plan.decision
+    lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
+    lines.append(
+        f"selected: {_plural(len(decision.selected), 'Task')} in "
+        f"{_plural(len(plan.allocations), 'allocation')}"
+    )
+    for allocation in plan.allocations:
+        lines.append(f"  {allocation.allocation_id}  {_shape(plan, len(allocation.task_keys))}")
+        lines.append(f"    {' '.join(allocation.task_keys)}")
+    if decision.held:
+        lines.append(f"held: {_plural(len(decision.held), 'Task')}")
+        width = max(len(key) for key, _ in decision.held)
+        lines += [f"  {key.ljust(width)}  {hold.value}" for key, hold in decision.held]
+    if decision.deferred:
+        lines.append(f"deferred to the next plan: {_plural(len(decision.deferred), 'Task')}")
+        lines.append(f"  {' '.join(decision.deferred)}")
+    lines += [f"warning: {warning}" for warning in plan.warnings]
+    lines.append(format_totals(plan.totals))
+    return lines
+
+
+def _save_plan(path: str, document: dict[str, Any]) -> None:
+    """Write the plan owner-only, never over an existing file."""
+    import os  # noqa: PLC0415
+
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+
+    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@cli.command("plan")
+@click.argument("state")
+@config_options
+@click.option("--output", metavar="FILE", help="Save the plan (0600, never overwrites).")
+@click.option("--retry", "retry", multiple=True, metavar="KEY", help="Retry this Task.")
+@click.option("--retry-failed", is_flag=True, help="Retry every failed or stopped Task.")
+@click.option("--only", "only", multiple=True, metavar="KEY", help="Plan only these Tasks.")
+@click.option("--tasks-per-allocation", type=click.IntRange(min=1), metavar="N")
+@click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
+@json_option
+def plan_command(
+    state: str,
+    config: str | None,
+    profile_name: str | None,
+    output: str | None,
+    retry: tuple[str, ...],
+    retry_failed: bool,
+    only: tuple[str, ...],
+    tasks_per_allocation: int | None,
+    show_scripts: bool,
+    as_json: bool,
+) -> None:
+    """Show selected, held and deferred Tasks and what the plan requests at most."""
+    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.plan import plan_to_document  # noqa: PLC0415
+
+    profile = load_profile_option(config, profile_name)
+    campaign = _campaign(state)
+    plan = campaign.plan(
+        profile,
+        retry=retry,
+        retry_failed=retry_failed,
+        only=only or None,
+        tasks_per_allocation=tasks_per_allocation,
+    )
+    document = plan_to_document(plan)
+    if output:
+        _save_plan(output, document)
+    if as_json:
+        totals = plan.totals
+        emit_json(
+            {
+                **document,
+                "retry": list(plan.request.retry),
+                "extensions": list(plan.extensions),
+                "allocations": [to_document(a) for a in plan.allocations],
+                "warnings": list(plan.warnings),
+                "saved": output,
+                "totals": {
+                    "cpu_hours": totals.cpu_hours,
+                    "gpu_hours": totals.gpu_hours,
+                    "memory_gib_hours": totals.memory_gib_hours,
+                },
+            }
+        )
+    else:
+        for line in plan_lines(plan):
+            echo(line)
+        if output:
+            echo(f"saved {output}; submit it with: servatus submit {state} {output}")
+    if show_scripts:
+        for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
+            click.echo(
+                f"# --- batch script of allocation {allocation.allocation_id} ---", err=as_json
+            )
+            click.echo(script, nl=False, err=as_json)
+
+
+def _read_plan(path: str) -> Plan:
+    from servatus.errors import ConfigurationError, StalePlan  # noqa: PLC0415
+    from servatus.plan import plan_from_document  # noqa: PLC0415
+
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except FileNotFoundError:
+        raise ConfigurationError(f"no plan file {path}") from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError:
+        raise StalePlan(f"{path}: not a JSON plan document (altered?)") from None
+    return plan_from_document(data, where=path)
+
+
+@cli.command("validate")
+@click.argument("state")
+@click.argument("plan_file", metavar="PLAN")
+@json_option
+def validate_command(state: str, plan_file: str, as_json: bool) -> None:
+    """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected."""
+    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.errors import ShapeRejected  # noqa: PLC0415
+
+    checks = _campaign(state).validate(_read_plan(plan_file))
+    if as_json:
+        emit_json({"checks": [to_document(check) for check in checks]})
+    else:
+        for check in checks:
+            verdict = "accepted" if check.accepted else "REJECTED"
+            echo(f"{_plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}")
+    rejected = [check for check in checks if not check.accepted]
+    if rejected:
+        raise ShapeRejected("; ".join(f"{_plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
+
+
+@cli.command("submit")
+@click.argument("state")
+@click.argument("plan_file", metavar="PLAN")
+@json_option
+def submit_command(state: str, plan_file: str, as_json: bool) -> None:
+    """Submit the reviewed plan. Exit 3 if interrupted."""
+    from servatus.campaign import to_document  # noqa: PLC0415
+
+    plan = _read_plan(plan_file)
+    interactive = not as_json and sys.stdout.isatty()
+
+    def progress(index: int, count: int, allocation_id: str, job: int) -> None:
+        click.echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
+
+    result = _campaign(state).submit(plan, progress=progress if interactive else None)
+    if as_json:
+        emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
+        return
+    if not result.receipts:
+        echo("nothing to submit: the plan selects no Task")
+    for receipt in result.receipts:
+        echo(
+            f"submitted allocation {receipt.allocation_id}: job {receipt.job} "
+            f"({', '.join(receipt.task_keys)})"
+        )
+
+
+def status_lines(report: Report) -> list[str]:
+    """The aligned human status table, then counts and warnings."""
+    from servatus.status import execution_text, format_run_time, result_of  # noqa: PLC0415
+
+    header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
+    rows = [
+        (
+            task.key,
+            result_of(task.key, None),
+            execution_text(task),
+            "-" if task.exit_code is None else str(task.exit_code),
+            format_run_time(task.run_time),
+            "-",
+            task.allocation_id or "-",
+        )
+        for task in report.tasks
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    lines = [
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in [header, *rows]
+    ]
+    counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
+    lines.append(f"{_plural(len(report.tasks), 'Task')}: {counts or 'none'}")
+    lines += [f"warning: {warning}" for warning in report.warnings]
+    return lines
+
+
+@cli.command("status")
+@click.argument("state")
+@click.option("--offline", is_flag=True, help="Skip Slurm: show only what is recorded.")
+@json_option
+def status_command(state: str, offline: bool, as_json: bool) -> None:
+    """Task and allocation status."""
+    from servatus.status import report_to_document  # noqa: PLC0415
+
+    report = _campaign(state).status(offline=offline)
+    if as_json:
+        emit_json(report_to_document(report))
+        return
+    for line in status_lines(report):
+        echo(line)
+
+
+@cli.command("reconcile")
+@click.argument("state")
+@json_option
+def reconcile_command(state: str, as_json: bool) -> None:
+    """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
+    import time  # noqa: PLC0415
+
+    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.errors import StillWaiting  # noqa: PLC0415
+
+    decisions = _campaign(state).reconcile()
+    if as_json:
+        emit_json({"resolutions": [to_document(decision) for decision in decisions]})
+    elif not decisions:
+        echo("nothing to reconcile")
+    for decision in decisions if not as_json else ():
+        if decision.outcome == "accepted":
+            echo(f"allocation {decision.allocation_id}: accepted as job {decision.job}")
+        elif decision.outcome == "not_submitted":
+            echo(f"allocation {decision.allocation_id}: recorded as not submitted")
+        else:
+            when = time.strftime("%H:%M:%S", time.localtime(decision.retry_at or 0))
+            echo(f"allocation {decision.allocation_id}: no evidence yet; decidable after {when}")
+    waiting = [d for d in decisions if d.outcome == "waiting"]
+    if waiting:
+        when = time.strftime("%H:%M:%S", time.localtime(max(d.retry_at or 0 for d in waiting)))
+        raise StillWaiting(
+            f"{_plural(len(waiting), 'allocation')} still wait for evidence; "
+            f"run servatus reconcile {state} again after {when}"
+        )
+
+
+@cli.command("cancel")
+@click.argument("state")
+@click.option("--task", "tasks", multiple=True, metavar="KEY")
+@click.option("--allocation", "allocations", multiple=True, metavar="ID")
+@json_option
+def cancel_command(
+    state: str, tasks: tuple[str, ...], allocations: tuple[str, ...], as_json: bool
+) -> None:
+    """scancel matching allocations that Slurm lists as queued or running, newest first."""
+    result = _campaign(state).cancel(tasks=tasks, allocations=allocations)
+    if as_json:
+        emit_json({"cancelled": list(result.allocations)})
+    elif not result.allocations:
+        echo("nothing to cancel: no matching allocation is queued or running")
+    else:
+        for allocation_id in result.allocations:
+            echo(f"cancelled allocation {allocation_id}")
+
+
+@cli.command("logs")
+@click.argument("state")
+@click.option("--task", "tasks", multiple=True, metavar="KEY")
+@click.option("--allocation", "allocations", multiple=True, metavar="ID")
+@click.option("--bytes", "size", type=click.IntRange(1, 1048576), default=65536, show_default=True)
+@click.option("--output", metavar="FILE", help="Write the log here (0600).")
+def logs_command(
+    state: str,
+    tasks: tuple[str, ...],
+    allocations: tuple[str, ...],
+    size: int,
+    output: str | None,
+) -> None:
+    """Bounded log tail; writes 0600; refuses a terminal."""
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+
+    if output is None and sys.stdout.isatty():
+        raise ConfigurationError(
+            "logs write raw bytes and never to a terminal; use --output FILE or a pipe"
+        )
+    data = _campaign(state).logs(tasks=tasks, allocations=allocations, size=size)
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        _write_private(output, data)
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data``, owner-only from the first byte."""
+    import os  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".servatus-log-")
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot write {path}: {exc.strerror}") from None
+
+
+@cli.command("doctor")
+@config_options
+@json_option
+def doctor_command(config: str | None, profile_name: str | None, as_json: bool) -> None:
+    """Check, read-only, what the profile needs from its cluster. Exit 1 if a check fails,
+    75 if one went unanswered."""
+    from servatus.doctor import diagnose  # noqa: PLC0415
+
+    profile = load_profile_option(config, profile_name)
+    context = click.get_current_context().find_object(Context)
+    diagnosis = diagnose(profile, connect=context.connect if context else None)
+    if as_json:
+        emit_json(
+            {
+                "profile": diagnosis.profile,
+                "checks": [
+                    {"name": c.name, "status": c.status, "detail": c.detail}
+                    for c in diagnosis.checks
+                ],
+            }
+        )
+    else:
+        echo(f"doctor: profile {diagnosis.profile}")
+        width = max(len(check.name) for check in diagnosis.checks)
+        for check in diagnosis.checks:
+            echo(f"  {check.status:<11}  {check.name.ljust(width)}  {check.detail}")
+    if diagnosis.exit_code:
+        raise click.exceptions.Exit(diagnosis.exit_code)

@@ -66,6 +66,10 @@ class EvidenceReader(Protocol):
 
     def parse_markers(self, result: CommandResult) -> list[Marker]: ...
 
+    def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:
+        """Where the allocation's log (``slot`` None) or a step's log is on the target."""
+        ...
+
 
 @attrs.frozen
 class Listings:

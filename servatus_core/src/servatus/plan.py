@@ -273,7 +273,7 @@ class _DecisionDocument:
     selected: list[str]
     held: list[tuple[str, str]]
     deferred: list[str]
-    continuation: None = None
+    continuation: dict[str, Any] | None = None
     spent: dict[str, int] = attrs.Factory(dict)
     extensions: list[str] = attrs.Factory(list)
 

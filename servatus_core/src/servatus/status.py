@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import enum
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -430,3 +431,92 @@ def gather(
             transport.close()
         evidence[identity] = Evidence(listings.queue, listings.markers)
     return evidence
+
+
+STATUS_SCHEMA = "servatus.status/4"
+
+RESULT_VALID, RESULT_MISSING, RESULT_UNOBSERVED = "VALID", "MISSING", "UNOBSERVED"
+
+
+def result_of(key: str, valid: Collection[str] | None) -> str:
+    """The probe's word on a Task's result: ``UNOBSERVED`` without a probe."""
+    if valid is None:
+        return RESULT_UNOBSERVED
+    return RESULT_VALID if key in valid else RESULT_MISSING
+
+
+def execution_text(task: TaskStatus) -> str:
+    """``STOPPED (time limit)`` and the like: the execution with its detail."""
+    if task.detail is None:
+        return task.execution.value
+    return f"{task.execution.value} ({task.detail.value})"
+
+
+def _run_time_document(value: RunTime | None) -> dict[str, Any] | None:
+    return None if value is None else {"total": value.total, "complete": value.complete}
+
+
+def report_to_document(report: Report, *, valid: Collection[str] | None = None) -> dict[str, Any]:
+    """The ``servatus.status/4`` document ``status --json`` prints."""
+    tasks = [
+        {
+            "key": task.key,
+            "result": result_of(task.key, valid),
+            "execution": task.execution.value,
+            "detail": task.detail.value if task.detail else None,
+            "exit_code": task.exit_code,
+            "run_time": _run_time_document(task.run_time),
+            "link": None,
+            "allocation": task.allocation_id,
+            "job": task.job,
+        }
+        for task in report.tasks
+    ]
+    attempts: dict[str, dict[str, Any]] = {}
+    for attempt in report.attempts:
+        entry = attempts.setdefault(
+            attempt.allocation_id,
+            {
+                "allocation_id": attempt.allocation_id,
+                "job": attempt.job,
+                "task_keys": [],
+                "executions": [],
+                "link": None,
+                "slots": None,
+                "within": None,
+                "listed": attempt.listed,
+                "observation": _observation_document(attempt.observation),
+            },
+        )
+        entry["task_keys"].append(attempt.task_key)
+        entry["executions"].append(attempt.execution.value)
+    counts = report.counts
+    done = {Execution.SUCCEEDED.value}
+    results_ready = report.quiescent and all(
+        task["result"] == RESULT_VALID or task["execution"] in done for task in tasks
+    )
+    return {
+        "schema": STATUS_SCHEMA,
+        "tasks": tasks,
+        "attempts": list(attempts.values()),
+        "counts": counts,
+        "quiescent": report.quiescent,
+        "results_ready": results_ready,
+        "warnings": list(report.warnings),
+    }
+
+
+def _observation_document(observation: Observation | None) -> dict[str, Any] | None:
+    if observation is None:
+        return None
+    return {
+        "start": observation.start,
+        "stop": observation.stop,
+        "limit": observation.limit,
+        "ends": [
+            None if end is None else {"exit_code": end.exit_code, "at": end.at}
+            for end in observation.ends
+        ],
+        "handed": [],
+        "step": False,
+    }

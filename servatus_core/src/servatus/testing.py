@@ -73,6 +73,7 @@ class FakeScheduler:
         self.calls: list[tuple[str, ...]] = []
         self.markers: dict[str, float] = {}
         self.logs: dict[str, bytes] = {}
+        self.missing_directories: set[str] = set()
         self._next_job = first_job
         self._faults: dict[str, _Fault] = {}
 
@@ -235,8 +236,10 @@ class FakeScheduler:
         count = int(argv[argv.index("-c") + 1]) if "-c" in argv else 65536
         return CommandResult(argv, 0, self.logs[name][-count:], b"")
 
-    def _cmd_test(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        return CommandResult(argv, 0, b"", b"")
+    def _cmd_sh(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        """Only the directory probe ``doctor`` runs: a writable directory unless marked missing."""
+        missing = bool(argv) and argv[-1] in self.missing_directories
+        return CommandResult(argv, 1 if missing else 0, b"", b"")
 
     # -- helpers ----------------------------------------------------------------------------
 

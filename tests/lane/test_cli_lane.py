@@ -1,0 +1,218 @@
+"""The lane's CLI through ``servatus.cli.main(connect=FakeScheduler())``: output, documents, and
+the Recovery playbook's exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from servatus.cli import main
+from servatus.testing import FakeScheduler
+
+
+@pytest.fixture
+def sweep(tmp_path: Path, config_path: Path) -> Path:
+    (tmp_path / "tasks.jsonl").write_text(
+        "".join(
+            json.dumps({"key": f"k{i}", "args": ["/usr/bin/python3", "train.py"]}) + "\n"
+            for i in range(3)
+        )
+    )
+    assert main(["ensure", str(tmp_path / "state"), str(tmp_path / "tasks.jsonl")]) == 0
+    return tmp_path
+
+
+def run(
+    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    code = main(args, connect=fake)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_submit_status_json(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    capsys.readouterr()
+    code, out, _ = run(
+        ["plan", state, "--config", str(config_path), "--output", plan], fake, capsys
+    )
+    assert code == 0
+    assert "selected: 3 Tasks in 2 allocations" in out
+    assert "requests at most 0.3 CPU-hours, 0.1 GiB-hours" in out
+    assert stat.S_IMODE(os.stat(plan).st_mode) == 0o600
+    code, _, err = run(
+        ["plan", state, "--config", str(config_path), "--output", plan], fake, capsys
+    )
+    assert code == 1 and "never overwritten" in err
+    code, out, _ = run(["submit", state, plan, "--json"], fake, capsys)
+    assert code == 0
+    receipts = json.loads(out)["receipts"]
+    assert receipts == [
+        {"allocation_id": receipts[0]["allocation_id"], "job": 1000, "task_keys": ["k0", "k1"]},
+        {"allocation_id": receipts[1]["allocation_id"], "job": 1001, "task_keys": ["k2"]},
+    ]
+    fake.finish(1000, 0, 137)
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    document = json.loads(out)
+    assert document["schema"] == "servatus.status/4"
+    assert {t["key"]: (t["execution"], t["exit_code"]) for t in document["tasks"]} == {
+        "k0": ("SUCCEEDED", 0),
+        "k1": ("FAILED", 137),
+        "k2": ("QUEUED", None),
+    }
+    assert document["counts"] == {"QUEUED": 1, "SUCCEEDED": 1, "FAILED": 1}
+    assert document["quiescent"] is False and document["results_ready"] is False
+    assert set(document) == {
+        "schema",
+        "tasks",
+        "attempts",
+        "counts",
+        "quiescent",
+        "results_ready",
+        "warnings",
+    }
+    code, out, _ = run(["status", state], fake, capsys)
+    assert out.splitlines()[0].split() == [
+        "KEY",
+        "RESULT",
+        "EXECUTION",
+        "EXIT",
+        "RUN",
+        "TIME",
+        "LINK",
+        "ALLOCATION",
+    ]
+    assert "3 Tasks: 1 QUEUED, 1 SUCCEEDED, 1 FAILED" in out
+
+
+def test_one_byte_changed_plan_is_stale(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), sweep / "plan.json"
+    run(["plan", state, "--config", str(config_path), "--output", str(plan)], fake, capsys)
+    data = plan.read_bytes()
+    index = data.index(b'"k2"') + 2
+    plan.write_bytes(data[:index] + b"3" + data[index + 1 :])
+    code, _, err = run(["submit", state, str(plan)], fake, capsys)
+    assert code == 1
+    assert err.startswith("servatus: StalePlan: ") and len(err.strip().splitlines()) == 1
+    assert fake.jobs == []
+
+
+def test_bad_profile_inputs_are_one_line_exit_1(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state = str(sweep / "state")
+    code, _, err = run(
+        ["plan", state, "--config", str(config_path), "--profile", "nope"], fake, capsys
+    )
+    assert code == 1 and "nope" in err and len(err.strip().splitlines()) == 1
+    over = sweep / "over.toml"
+    over.write_text(config_path.read_text().replace("cpus = 1\n", "cpus = 4\n"))
+    code, _, err = run(["plan", state, "--config", str(over)], fake, capsys)
+    assert code == 1 and "ConfigurationError" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(["plan", state, "--config", str(config_path), "--retry", "zz"], fake, capsys)
+    assert code == 1 and err.startswith("servatus: PlanRefused: zz: unknown Task")
+    code, _, err = run(["plan", state, "--bogus"], fake, capsys)
+    assert code == 2
+
+
+def test_unreachable_cluster_exits_75_and_records_nothing(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    run(["plan", state, "--config", str(config_path), "--output", plan], fake, capsys)
+    fake.unavailable("ping")
+    code, _, err = run(["submit", state, plan], fake, capsys)
+    assert code == 75 and "Unavailable" in err
+    code, out, _ = run(["status", state, "--offline", "--json"], fake, capsys)
+    assert {t["execution"] for t in json.loads(out)["tasks"]} == {"NOT_SUBMITTED"}
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.unavailable("squeue")
+    code, _, err = run(["status", state], fake, capsys)
+    assert code == 75 and err.startswith("servatus: Unavailable: ")
+
+
+def test_interrupted_submit_exits_3_then_reconcile(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    run(["plan", state, "--config", str(config_path), "--output", plan], fake, capsys)
+    fake.unavailable("sbatch")  # this sbatch never reached Slurm
+    code, _, err = run(["submit", state, plan], fake, capsys)
+    assert code == 3 and "SubmissionInterrupted" in err
+    code, out, err = run(["reconcile", state], fake, capsys)
+    assert code == 75 and "still wait" in err and "no evidence yet" in out
+
+
+def test_validate_and_doctor(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    run(["plan", state, "--config", str(config_path), "--output", plan], fake, capsys)
+    code, out, _ = run(["validate", state, plan], fake, capsys)
+    assert code == 0 and out.count("accepted") == 2
+    assert fake.jobs == []
+    fake.fail(
+        "sbatch", times=5, stderr="sbatch: error: Requested node configuration is not available"
+    )
+    code, _, err = run(["validate", state, plan], fake, capsys)
+    assert code == 1 and "ShapeRejected" in err
+    fake = FakeScheduler()
+    code, out, _ = run(["doctor", "--config", str(config_path), "--json"], fake, capsys)
+    checks = {c["name"]: c["status"] for c in json.loads(out)["checks"]}
+    assert code == 0 and set(checks.values()) == {"pass"}
+    assert list(checks) == [
+        "slurm version",
+        "squeue",
+        "MinJobAge",
+        "ProctrackType",
+        "work_root",
+        "log_root",
+        "find -printf",
+        "sbatch --test-only",
+    ]
+    weak = FakeScheduler(min_job_age=30, proctrack="proctrack/linuxproc")
+    code, out, _ = run(["doctor", "--config", str(config_path), "--json"], weak, capsys)
+    checks = {c["name"]: c["status"] for c in json.loads(out)["checks"]}
+    assert code == 1 and checks["MinJobAge"] == checks["ProctrackType"] == "fail"
+    gone = FakeScheduler()
+    gone.missing_directories.add("/scratch/alice/sweep/logs")
+    code, out, _ = run(["doctor", "--config", str(config_path), "--json"], gone, capsys)
+    checks = {c["name"]: c["status"] for c in json.loads(out)["checks"]}
+    assert code == 1 and checks["log_root"] == "fail" and checks["work_root"] == "pass"
+    silent = FakeScheduler()
+    silent.unavailable("ping")
+    code, out, _ = run(["doctor", "--config", str(config_path)], silent, capsys)
+    assert code == 75 and "unavailable" in out and len(silent.calls) == 1
+
+
+def test_cancel_and_logs(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    run(["plan", state, "--config", str(config_path), "--output", plan], fake, capsys)
+    run(["submit", state, plan], fake, capsys)
+    fake.start()
+    code, out, _ = run(["cancel", state, "--task", "k2"], fake, capsys)
+    assert code == 0 and out.startswith("cancelled allocation ")
+    assert [j.state for j in fake.jobs] == ["RUNNING", "CANCELLED"]
+    job = fake.jobs[0]
+    fake.logs[f"servatus-{job.allocation_id}-{job.job}.1.out"] = b"step says \x1b[31mhi\n"
+    out_file = sweep / "k1.log"
+    code, _, _ = run(["logs", state, "--task", "k1", "--output", str(out_file)], fake, capsys)
+    assert code == 0 and out_file.read_bytes() == b"step says \x1b[31mhi\n"
+    assert stat.S_IMODE(out_file.stat().st_mode) == 0o600
