@@ -1,0 +1,117 @@
+"""The demo sweep: 3 Tasks through plan, submit and status on the local test cluster, over SSH.
+
+Run by ``demo/run`` once the cluster is up. It prints each command it runs and its output, waits
+until every Task has finished, lists the published results, and leaves the campaign in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SERVATUS = [sys.executable, "-m", "servatus"]
+DEADLINE = 150.0
+
+
+def cluster_env() -> dict[str, object]:
+    harness = HERE.parent / "tests" / "cluster" / "harness.py"
+    out = subprocess.run([sys.executable, str(harness), "env"], check=True, capture_output=True)
+    env: dict[str, object] = json.loads(out.stdout)
+    return env
+
+
+def show(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    print(f"\n$ servatus {' '.join(args)}", flush=True)
+    result = subprocess.run([*SERVATUS, *args], cwd=cwd, text=True, capture_output=True)
+    print(result.stdout, end="")
+    print(result.stderr, end="", file=sys.stderr)
+    if result.returncode not in (0,):
+        raise SystemExit(f"demo: servatus {args[0]} exited {result.returncode}")
+    return result
+
+
+def main() -> None:
+    env = cluster_env()
+    work_root = Path(str(env["work_root"]))
+    uid, gid = int(str(env["uid"])), int(str(env["gid"]))
+    python = str(env["venv_python"])
+    demo = Path.cwd() / "servatus-demo"
+    if (demo / "state").exists():
+        raise SystemExit(
+            f"demo: {demo}/state exists from an earlier run; `servatus status {demo}/state` "
+            f"shows it. Remove {demo} to run the demo again."
+        )
+    demo.mkdir(exist_ok=True)
+    worker = work_root / "demo_train.py"
+    shutil.copyfile(HERE / "train.py", worker)
+    os.chown(worker, uid, gid)
+    configs = demo / "configs"
+    configs.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    lines = []
+    for lr in (0.1, 0.05, 0.01):
+        key = f"demo-{stamp}-lr-{lr}"
+        (configs / f"{key}.json").write_text(
+            json.dumps({"lr": lr, "steps": 12, "seconds_per_step": 0.5}, sort_keys=True)
+        )
+        lines.append(
+            json.dumps(
+                {"key": key, "args": [python, "demo_train.py"], "stdin_file": f"configs/{key}.json"}
+            )
+        )
+    (demo / "tasks.jsonl").write_text("".join(line + "\n" for line in lines))
+    (demo / "SERVATUS.toml").write_text(
+        f"""default_profile = "cpu"
+
+[target]
+host = "{env["ssh_alias"]}"                   # the local test cluster, over real OpenSSH
+slurm_bin = "{env["slurm_bin"]}"
+work_root = "{work_root}"
+log_root = "{env["log_root"]}"
+partitions = ["{env["partition"]}"]
+max_tasks_per_allocation = 2
+max_cpus_per_allocation = 2
+max_memory_mib_per_allocation = 4000
+max_time_limit = "00:30:00"
+
+[profiles.cpu.resources]
+cpus = 1
+memory_mib = 500
+time_limit = "00:05:00"
+signal_before_end = "0:01:00"
+"""
+    )
+    print(f"demo: campaign, tasks and SERVATUS.toml in {demo}", flush=True)
+    show("ensure", "state", "tasks.jsonl", cwd=demo)
+    show("plan", "state", "--output", "plan.json", cwd=demo)
+    show("submit", "state", "plan.json", cwd=demo)
+    started = time.monotonic()
+    while True:
+        time.sleep(3)
+        result = subprocess.run(
+            [*SERVATUS, "status", "state", "--json"], cwd=demo, text=True, capture_output=True
+        )
+        if result.returncode == 0 and json.loads(result.stdout)["quiescent"]:
+            break
+        if time.monotonic() - started > DEADLINE:
+            raise SystemExit("demo: the sweep did not finish in time; see servatus status")
+        print(f"... waiting ({time.monotonic() - started:.0f} s)", flush=True)
+    show("status", "state", cwd=demo)
+    results = work_root / "results"
+    print(f"\npublished results in {results}:")
+    for task in lines:
+        key = json.loads(task)["key"]
+        for item in sorted((results / key).iterdir()):
+            print(f"  {key}/{item.name}  {item.stat().st_size} bytes")
+        print(f"    metrics: {(results / key / 'metrics.json').read_text().strip()}")
+    print(f"\ndemo: done. Go on with: cd {demo} && servatus status state", flush=True)
+
+
+if __name__ == "__main__":
+    main()
