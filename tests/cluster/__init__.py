@@ -1,0 +1,1 @@
+"""The project's own real local Slurm cluster: harness, pytest fixture, and its tests."""

@@ -1,0 +1,1109 @@
+#!/usr/bin/env python3
+"""A real, local, one-node Slurm 24.11 cluster for Servatus's tests.
+
+Usage (as root)::
+
+    python3 tests/cluster/harness.py up [--min-job-age S] [--proctrack P] [--wheels DIR]
+    python3 tests/cluster/harness.py down [--purge]
+    python3 tests/cluster/harness.py status
+    python3 tests/cluster/harness.py env
+    python3 tests/cluster/harness.py build-wheels OUT
+    python3 tests/cluster/harness.py install-wheels DIR
+
+The cluster is a Debian 13 root (Debian 12 ships Slurm 22.05, which lacks ``--export=NIL``) built
+once with debootstrap and cached outside the checkout. munged, slurmctld, slurmd and sshd run in it
+as chrooted daemons; the root is the login node, sshd on loopback makes it reachable as a laptop
+reaches a cluster, and its ``/scratch`` is bind-mounted at ``/scratch`` outside so both sides see
+one filesystem. See docs/cluster.md. Standard library only: this runs before anything is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+CACHE_DIR = Path(os.environ.get("SERVATUS_CLUSTER_CACHE", "/var/cache/servatus-cluster"))
+RUN_DIR = Path("/run/servatus-cluster")
+SSH_INCLUDE = Path("/etc/ssh/ssh_config.d/servatus-test.conf")
+SCRATCH = Path("/scratch")
+
+# What the root is built from; all of it goes into the recipe stamp, so changing any of it rebuilds.
+SUITE = "trixie"
+VARIANT = "minbase"
+PACKAGES = (
+    "slurm-wlm",
+    "munge",
+    "openssh-server",
+    "python3",
+    "python3-venv",
+    "procps",
+    "bubblewrap",
+    "dash",
+)
+FAKE_GPU_DIR = "/var/lib/fakegpu"
+FAKE_GPUS = ("nvidia0", "nvidia1")
+BUILD_REVISION = 1  # bump when the post-debootstrap steps in build_root() change
+
+ALIAS = "servatus-test"
+SSH_PORT = 2222
+USER = "alice"
+FIRST_UID = 1001
+CPUS = 2
+REAL_MEMORY_MIB = 8000
+PARTITION = "debug"
+GPU_TYPE = "a100"
+GPU_COUNT = len(FAKE_GPUS)
+SLURM_BIN = "/usr/bin"
+VENV = "/opt/servatus"
+WHEELHOUSE = "/opt/servatus-wheels"
+DEFAULT_MIN_JOB_AGE = 30
+DEFAULT_PROCTRACK = "proctrack/linuxproc"
+DISTRIBUTIONS = ("servatus_core", "servatus_publish", "servatus_slurm", "servatus_apptainer", ".")
+INNER_PYTHON = "3.13"
+
+# Daemons in start order; each writes its pid file inside the root, and is stopped by it.
+DAEMONS = ("munged", "slurmctld", "slurmd", "sshd")
+PID_FILES = {
+    "munged": "run/munge/munged.pid",
+    "slurmctld": "run/slurmctld.pid",
+    "slurmd": "run/slurmd.pid",
+    "sshd": "run/sshd.pid",
+}
+
+
+class HarnessError(RuntimeError):
+    """The cluster could not be brought to the asked state; the message says why."""
+
+
+def log(message: str) -> None:
+    print(f"[cluster] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- recipe, paths, state
+
+
+def recipe() -> dict[str, object]:
+    return {
+        "suite": SUITE,
+        "variant": VARIANT,
+        "packages": sorted(PACKAGES),
+        "fake_gpus": [FAKE_GPU_DIR, *FAKE_GPUS],
+        "revision": BUILD_REVISION,
+    }
+
+
+def stamp() -> str:
+    text = json.dumps(recipe(), sort_keys=True).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def root_dir() -> Path:
+    return CACHE_DIR / f"root-{stamp()}"
+
+
+def node_name() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The per-start knobs; a different value than the running cluster restarts Slurm."""
+
+    min_job_age: int = DEFAULT_MIN_JOB_AGE
+    proctrack: str = DEFAULT_PROCTRACK
+
+
+@dataclass
+class State:
+    """What `up` did, kept in RUN_DIR so `down` and `status` act on facts, not guesses."""
+
+    root: str
+    uid: int
+    gid: int
+    settings: Settings
+    mounts: list[str]
+
+
+def read_state() -> State | None:
+    path = RUN_DIR / "state.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return State(
+        root=raw["root"],
+        uid=raw["uid"],
+        gid=raw["gid"],
+        settings=Settings(**raw["settings"]),
+        mounts=list(raw["mounts"]),
+    )
+
+
+def write_state(state: State) -> None:
+    write_if_changed(RUN_DIR / "state.json", json.dumps(asdict(state), indent=2) + "\n", 0o600)
+
+
+def write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Write only on a difference, so a repeated `up` changes nothing."""
+    try:
+        if path.read_text() == text and (path.stat().st_mode & 0o7777) == mode:
+            return False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(path)
+    return True
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """Serialise harness commands: two `up`s at once would race on mounts and daemons."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with (CACHE_DIR / "lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    capture: bool = True,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 600,
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        list(argv),
+        check=False,
+        capture_output=capture,
+        text=True,
+        env=dict(env) if env is not None else None,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if check and result.returncode != 0:
+        detail = (result.stderr or result.stdout or "").strip()[-2000:] if capture else ""
+        raise HarnessError(f"{shlex.join(argv)} exited {result.returncode}: {detail}")
+    return result
+
+
+def in_root(root: Path, argv: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """Run a command as root inside the chroot with a plain environment."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+    return run(["chroot", str(root), *argv], env=env, **kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- building the root
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this machine already uses (deb822 or one-line sources)."""
+    override = os.environ.get("SERVATUS_CLUSTER_MIRROR")
+    if override:
+        return override
+    candidates: list[str] = []
+    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    for path in sources:
+        for line in path.read_text().splitlines():
+            if line.strip().lower().startswith("uris:"):
+                candidates.extend(line.split(":", 1)[1].split())
+    for path in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*.list")]:
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                match = re.match(r"\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)", line)
+                if match:
+                    candidates.append(match.group(1))
+    for uri in candidates:
+        if "security" not in uri and uri.startswith(("http://", "https://", "file:")):
+            return uri
+    return "http://deb.debian.org/debian"
+
+
+def build_root(root: Path) -> None:
+    """debootstrap the root into a temporary directory, finish it, then rename it into place."""
+    if shutil.which("debootstrap") is None:
+        raise HarnessError("debootstrap is not installed (apt-get install debootstrap)")
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    for stale in CACHE_DIR.glob("root-*"):
+        if stale != root and not mounts_under(stale):
+            log(f"removing stale root {stale}")
+            shutil.rmtree(stale)
+    tmp = root.with_name(root.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    mirror = apt_mirror()
+    log(f"building the {SUITE} root in {root} from {mirror} (about 70 s, once per recipe)")
+    started = time.monotonic()
+    run(
+        [
+            "debootstrap",
+            f"--variant={VARIANT}",
+            f"--include={','.join(PACKAGES)}",
+            SUITE,
+            str(tmp),
+            mirror,
+        ],
+        timeout=1800,
+    )
+    # pip inside would fail TLS against this machine's proxy CA without the outside bundle.
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if bundle.is_file():
+        target = tmp / "etc/ssl/certs/ca-certificates.crt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        shutil.copyfile(bundle, target)
+    gpu_dir = tmp / FAKE_GPU_DIR.lstrip("/")
+    gpu_dir.mkdir(parents=True, exist_ok=True)
+    for name in FAKE_GPUS:
+        (gpu_dir / name).touch()
+    (tmp / "scratch").mkdir(exist_ok=True)
+    for archive in (tmp / "var/cache/apt/archives").glob("*.deb"):
+        archive.unlink()
+    in_root(tmp, ["ssh-keygen", "-A"])
+    key = tmp / "etc/munge/munge.key"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.write_bytes(os.urandom(1024))
+    munge_uid, munge_gid = lookup_ids(tmp, "munge")
+    os.chown(key, munge_uid, munge_gid)
+    key.chmod(0o400)
+    (tmp / ".servatus-recipe.json").write_text(json.dumps(recipe(), indent=2) + "\n")
+    tmp.rename(root)
+    log(f"built the root in {time.monotonic() - started:.0f} s")
+
+
+def lookup_ids(root: Path, name: str) -> tuple[int, int]:
+    for line in (root / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == name:
+            return int(fields[2]), int(fields[3])
+    raise HarnessError(f"no user {name} in {root}/etc/passwd")
+
+
+def ids_in(path: Path) -> dict[str, int]:
+    found: dict[str, int] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_text().splitlines():
+            fields = line.split(":")
+            if len(fields) > 2 and fields[2].isdigit():
+                found[fields[0]] = int(fields[2])
+    return found
+
+
+# ---------------------------------------------------------------- mounts
+
+
+def mountinfo() -> list[tuple[str, str]]:
+    """(mount point, root within its filesystem) for every mount, octal escapes decoded."""
+
+    def unescape(text: str) -> str:
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+    result = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        result.append((unescape(fields[4]), unescape(fields[3])))
+    return result
+
+
+def mounted(path: Path) -> bool:
+    return any(point == str(path) for point, _ in mountinfo())
+
+
+def mounts_under(root: Path) -> list[str]:
+    prefix = str(root) + "/"
+    points = [point for point, _ in mountinfo() if point.startswith(prefix)]
+    points += [point for point, src in mountinfo() if src.startswith(prefix)]
+    return points
+
+
+def chroot_mounts(root: Path) -> list[tuple[list[str], Path]]:
+    """The chroot's kernel filesystems, in mount order; /run is a tmpfs so no stale pid survives."""
+    mounts = [
+        (["--bind", "/proc"], root / "proc"),
+        (["--bind", "/sys"], root / "sys"),
+        # The cgroup hierarchies, so proctrack/cgroup can work as on a real cluster.
+        (["--rbind", "/sys/fs/cgroup"], root / "sys/fs/cgroup"),
+        (["--bind", "/dev"], root / "dev"),
+        (["--bind", "/dev/pts"], root / "dev/pts"),
+        (["-t", "tmpfs", "-o", "mode=1777,size=256m", "tmpfs"], root / "dev/shm"),
+        (["-t", "tmpfs", "-o", "mode=755,size=64m", "tmpfs"], root / "run"),
+        (["--bind", str(root / "scratch")], SCRATCH),
+    ]
+    if not Path("/sys/fs/cgroup").is_dir():
+        mounts = [(args, target) for args, target in mounts if target.name != "cgroup"]
+    return mounts
+
+
+def ensure_mounts(root: Path, done: list[str]) -> None:
+    for args, target in chroot_mounts(root):
+        if mounted(target):
+            if target == SCRATCH and not same_file(SCRATCH, root / "scratch"):
+                raise HarnessError(f"{SCRATCH} is a mount that is not this cluster's scratch")
+            if str(target) not in done:
+                done.append(str(target))
+            continue
+        if target == SCRATCH and SCRATCH.exists() and any(SCRATCH.iterdir()):
+            raise HarnessError(f"{SCRATCH} exists and is not empty; refusing to hide it")
+        if target == SCRATCH and not SCRATCH.exists():
+            (CACHE_DIR / "outside-scratch-created").touch()
+        target.mkdir(parents=True, exist_ok=True)
+        run(["mount", *args, str(target)])
+        done.append(str(target))
+
+
+def same_file(a: Path, b: Path) -> bool:
+    first, second = a.stat(), b.stat()
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+def unmount_all(root: Path | None, recorded: Sequence[str]) -> list[str]:
+    """Unmount what `up` mounted, deepest and newest first; return what would not go."""
+    points = list(recorded)
+    if root is not None:
+        points += [p for p in mounts_under(root) if p not in points]
+    stuck: list[str] = []
+    for point in sorted(set(points), key=points.index, reverse=True):
+        path = Path(point)
+        # Submounts the kernel shows beneath this point go first.
+        for inner in sorted((p for p, _ in mountinfo() if p.startswith(point + "/")), reverse=True):
+            run(["umount", inner], check=False)
+        for _ in range(20):
+            if not mounted(path):
+                break
+            if run(["umount", point], check=False).returncode != 0:
+                time.sleep(0.25)
+        if mounted(path):
+            run(["umount", "-l", point], check=False)
+            stuck.append(point)
+    return stuck
+
+
+# ---------------------------------------------------------------- users and ssh
+
+
+def choose_ids(root: Path) -> tuple[int, int, bool]:
+    """alice's uid/gid, the same inside and out; True when the outside user must be created."""
+    outside = ids_in(Path("/etc/passwd"))
+    outside_groups = ids_in(Path("/etc/group"))
+    if USER in outside:
+        uid = outside[USER]
+        gid = int(run(["id", "-g", USER]).stdout.strip())
+        return uid, gid, False
+    inside = ids_in(root / "etc/passwd")
+    inside_groups = ids_in(root / "etc/group")
+    taken = set(outside.values()) | set(outside_groups.values())
+    taken |= {v for k, v in inside.items() if k != USER}
+    taken |= {v for k, v in inside_groups.items() if k != USER}
+    candidates = [inside[USER]] if USER in inside else []
+    candidates += list(range(FIRST_UID, 60000))
+    for number in candidates:
+        if number not in taken:
+            return number, number, True
+    raise HarnessError("no free uid for alice")
+
+
+def ensure_users(root: Path) -> tuple[int, int]:
+    uid, gid, create_outside = choose_ids(root)
+    if create_outside:
+        log(f"creating the outside user {USER} ({uid}:{gid}) so /scratch ownership has a name")
+        run(["groupadd", "-g", str(gid), USER])
+        run(
+            ["useradd", "-M", "-N", "-u", str(uid), "-g", str(gid), "-s", "/usr/sbin/nologin", USER]
+        )
+        (CACHE_DIR / "outside-user-created").write_text(f"{USER} {uid} {gid}\n")
+    inside = ids_in(root / "etc/passwd")
+    if USER in inside and inside[USER] != uid:
+        in_root(root, ["userdel", "-r", USER], check=False)
+        in_root(root, ["groupdel", USER], check=False)
+        inside = {}
+    if USER not in inside:
+        if USER in ids_in(root / "etc/group"):
+            in_root(root, ["groupdel", USER])
+        in_root(root, ["groupadd", "-g", str(gid), USER])
+        in_root(root, ["useradd", "-m", "-u", str(uid), "-g", str(gid), "-s", "/bin/bash", USER])
+    return uid, gid
+
+
+def ensure_ssh(root: Path, uid: int, gid: int) -> None:
+    """A key-only login for alice and an ssh_config alias root's ssh reads by itself."""
+    RUN_DIR.mkdir(mode=0o700, exist_ok=True)
+    key = RUN_DIR / "id_ed25519"
+    if not key.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", ALIAS, "-f", str(key)])
+    ssh_dir = root / "home" / USER / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    authorized = ssh_dir / "authorized_keys"
+    write_if_changed(authorized, key.with_suffix(".pub").read_text(), 0o600)
+    for path in (ssh_dir, authorized):
+        os.chown(path, uid, gid)
+    ssh_dir.chmod(0o700)
+    host_key = (root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
+    write_if_changed(RUN_DIR / "known_hosts", f"{ALIAS} {host_key[0]} {host_key[1]}\n", 0o600)
+    config = f"""\
+# Written by tests/cluster/harness.py up; removed by down.
+Host {ALIAS}
+    HostName 127.0.0.1
+    Port {SSH_PORT}
+    User {USER}
+    IdentityFile {key}
+    IdentitiesOnly yes
+    HostKeyAlias {ALIAS}
+    UserKnownHostsFile {RUN_DIR / "known_hosts"}
+    StrictHostKeyChecking yes
+    ControlMaster auto
+    ControlPath {RUN_DIR}/control-%C
+    ControlPersist 30m
+    ServerAliveInterval 10
+    ServerAliveCountMax 2
+"""
+    write_if_changed(SSH_INCLUDE, config, 0o644)
+
+
+def ensure_scratch(root: Path, uid: int, gid: int) -> None:
+    user_root = root / "scratch" / USER
+    for path in (
+        user_root,
+        user_root / "sweep",
+        user_root / "sweep/logs",
+        user_root / "sweep/results",
+    ):
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chown(path, uid, gid)
+
+
+# ---------------------------------------------------------------- slurm configuration
+
+
+def slurm_conf(settings: Settings) -> str:
+    node = node_name()
+    gres = f"gpu:{GPU_TYPE}:{GPU_COUNT}"
+    return f"""\
+# Written by tests/cluster/harness.py; one node, no accounting, fast scheduling.
+ClusterName=servatus
+SlurmctldHost={node}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ProctrackType={settings.proctrack}
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1
+MinJobAge={settings.min_job_age}
+ReturnToService=2
+DefMemPerCPU=256
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+GresTypes=gpu
+NodeName={node} CPUs={CPUS} RealMemory={REAL_MEMORY_MIB} Gres={gres} State=UNKNOWN
+PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def ensure_configs(root: Path, settings: Settings) -> bool:
+    """Write slurm.conf, gres.conf, cgroup.conf and /etc/hosts; True if slurm's files changed."""
+    node = node_name()
+    etc = root / "etc/slurm"
+    gpus = f"{FAKE_GPU_DIR}/nvidia[0-{GPU_COUNT - 1}]"
+    changed = write_if_changed(etc / "slurm.conf", slurm_conf(settings))
+    gres = f"NodeName={node} Name=gpu Type={GPU_TYPE} File={gpus}\n"
+    changed |= write_if_changed(etc / "gres.conf", gres)
+    # linuxproc needs no cgroups, and slurmd refuses to start where none is mounted; with
+    # proctrack/cgroup it uses the host's hierarchies, bound into the root, without systemd.
+    cgroup = "CgroupPlugin=autodetect\nIgnoreSystemd=yes\n"
+    if settings.proctrack != "proctrack/cgroup":
+        cgroup = "CgroupPlugin=disabled\n"
+    changed |= write_if_changed(etc / "cgroup.conf", cgroup)
+    write_if_changed(root / "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.0.1\t{node}\n")
+    for sub in ("var/spool/slurmctld", "var/spool/slurmd", "var/log/slurm"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    return changed
+
+
+# ---------------------------------------------------------------- daemons
+
+
+def pid_of(root: Path, daemon: str) -> int | None:
+    """The daemon's pid from its pid file, if that process is alive and runs in this root."""
+    try:
+        pid = int((root / PID_FILES[daemon]).read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    return pid if process_root(pid) == str(root) else None
+
+
+def process_root(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/root")
+    except OSError:
+        return None
+
+
+def processes_in(root: Path) -> list[int]:
+    """Every process whose root is this chroot: all of them descend from what the harness ran."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and process_root(int(entry.name)) == str(root):
+            pids.append(int(entry.name))
+    return pids
+
+
+def terminate(pids: Sequence[int], grace: float = 10.0) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and not zombie(pid)]
+        if alive:
+            time.sleep(0.1)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def start_daemon(root: Path, daemon: str) -> None:
+    if pid_of(root, daemon) is not None:
+        return
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+    if daemon == "munged":
+        uid, gid = lookup_ids(root, "munge")
+        run_dir = root / "run/munge"
+        run_dir.mkdir(mode=0o755, exist_ok=True)
+        os.chown(run_dir, uid, gid)
+        argv = [
+            "chroot",
+            f"--userspec={uid}:{gid}",
+            f"--groups={gid}",
+            str(root),
+            "/usr/sbin/munged",
+        ]
+    elif daemon == "slurmctld":
+        argv = ["chroot", str(root), "/usr/sbin/slurmctld", "-c"]
+    elif daemon == "slurmd":
+        argv = ["chroot", str(root), "/usr/sbin/slurmd"]
+    else:
+        (root / "run/sshd").mkdir(mode=0o755, exist_ok=True)
+        argv = [
+            "chroot",
+            str(root),
+            "/usr/sbin/sshd",
+            "-p",
+            str(SSH_PORT),
+            "-o",
+            "ListenAddress=127.0.0.1",
+            "-o",
+            "PidFile=/run/sshd.pid",
+            "-o",
+            "PasswordAuthentication=no",
+            "-o",
+            "KbdInteractiveAuthentication=no",
+            "-o",
+            "PermitRootLogin=no",
+            "-o",
+            f"AllowUsers={USER}",
+        ]
+        if port_open(SSH_PORT):
+            raise HarnessError(f"something else listens on 127.0.0.1:{SSH_PORT}")
+    run(argv, env=env, timeout=60)
+    wait_for(lambda: pid_of(root, daemon) is not None, 20, f"{daemon} to write its pid file")
+    if daemon == "sshd":
+        wait_for(lambda: port_open(SSH_PORT), 10, "sshd to listen")
+
+
+def stop_daemon(root: Path, daemon: str) -> None:
+    pid = pid_of(root, daemon)
+    if pid is not None:
+        terminate([pid])
+    (root / PID_FILES[daemon]).unlink(missing_ok=True)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_for(predicate: object, seconds: float, what: str) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise HarnessError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+
+def node_ready(root: Path) -> bool:
+    result = in_root(root, [f"{SLURM_BIN}/sinfo", "-h", "-N", "-o", "%T"], check=False, timeout=10)
+    states = result.stdout.split()
+    return (
+        result.returncode == 0
+        and bool(states)
+        and all(s.rstrip("*~#") in ("idle", "mixed", "allocated") for s in states)
+    )
+
+
+def cancel_jobs(root: Path) -> None:
+    """Cancel every job while Slurm still runs, so their steps end the way Slurm ends them."""
+    if pid_of(root, "slurmctld") is None:
+        return
+    listed = in_root(root, [f"{SLURM_BIN}/squeue", "-h", "-o", "%A"], check=False, timeout=10)
+    jobs = listed.stdout.split()
+    if not jobs:
+        return
+    in_root(root, [f"{SLURM_BIN}/scancel", *jobs], check=False, timeout=10)
+    steps = [pid for pid in processes_in(root) if "slurmstepd" in command_line(pid)]
+    with contextlib.suppress(HarnessError):
+        wait_for(lambda: all(zombie(pid) for pid in steps), 10, "job steps to end")
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def close_master() -> None:
+    """End the ControlMaster connection, so nothing keeps a session open into the root."""
+    if SSH_INCLUDE.exists():
+        run(["ssh", "-O", "exit", ALIAS], check=False, timeout=10)
+
+
+def remove_slurm_cgroups() -> None:
+    """slurmd with proctrack/cgroup makes slurm_NODE cgroups on the host; remove the empty ones."""
+    base = Path("/sys/fs/cgroup")
+    for top in [*base.glob(f"*/slurm_{node_name()}"), base / f"slurm_{node_name()}"]:
+        if not top.is_dir():
+            continue
+        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), reverse=True):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+
+
+# ---------------------------------------------------------------- wheels
+
+
+def wheels_digest(directory: Path) -> str:
+    """A hash of the wheels' contents, blind to zip timestamps."""
+    digest = hashlib.sha256()
+    for wheel in sorted(directory.glob("*.whl")):
+        digest.update(wheel.name.encode() + b"\0")
+        with zipfile.ZipFile(wheel) as archive:
+            for name in sorted(archive.namelist()):
+                digest.update(name.encode() + b"\0" + hashlib.sha256(archive.read(name)).digest())
+    return digest.hexdigest()
+
+
+def build_wheels(out: Path, python: str = sys.executable) -> Path:
+    """The five distributions from this checkout plus their third-party wheels for Python 3.13."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.whl"):
+        old.unlink()
+    sources = [str(CHECKOUT / name) for name in DISTRIBUTIONS]
+    run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), *sources])
+    requirements: set[str] = set()
+    for wheel in out.glob("servatus*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            for line in archive.read(meta).decode().splitlines():
+                if line.startswith("Requires-Dist:"):
+                    requirement = line.split(":", 1)[1].strip()
+                    name = re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]
+                    if not name.lower().startswith("servatus"):
+                        requirements.add(requirement)
+    if requirements:
+        run(
+            [
+                python,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary=:all:",
+                f"--python-version={INNER_PYTHON}",
+                "-d",
+                str(out),
+                *sorted(requirements),
+            ]
+        )
+    return out
+
+
+def install_wheels(root: Path, wheels: Path) -> bool:
+    """Install the wheels into the root's venv offline; skip when the same wheels are in."""
+    digest = wheels_digest(wheels)
+    marker = root / VENV.lstrip("/") / ".servatus-wheels-sha256"
+    python = root / VENV.lstrip("/") / "bin/python"
+    if python.exists() and marker.exists() and marker.read_text().strip() == digest:
+        return False
+    log(f"installing {len(list(wheels.glob('*.whl')))} wheels into {VENV} inside the root")
+    house = root / WHEELHOUSE.lstrip("/")
+    shutil.rmtree(house, ignore_errors=True)
+    house.mkdir(parents=True)
+    for wheel in wheels.glob("*.whl"):
+        shutil.copy2(wheel, house / wheel.name)
+    shutil.rmtree(root / VENV.lstrip("/"), ignore_errors=True)
+    in_root(root, ["/usr/bin/python3", "-m", "venv", VENV])
+    pip = [f"{VENV}/bin/python", "-m", "pip", "install", "-q", "--no-index", "--no-cache-dir"]
+    in_root(root, [*pip, "--find-links", WHEELHOUSE, "servatus[slurm,apptainer]"])
+    link = root / "usr/local/bin/servatus"
+    link.unlink(missing_ok=True)
+    link.symlink_to(f"{VENV}/bin/servatus")
+    marker.write_text(digest + "\n")
+    return True
+
+
+# ---------------------------------------------------------------- the commands
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise HarnessError("the cluster harness must run as root (chroot, mounts, daemons)")
+
+
+def up(
+    min_job_age: int | None = None,
+    proctrack: str | None = None,
+    wheels: Path | None = None,
+) -> State:
+    """Build if needed, then bring every piece up; with the same settings again, change nothing."""
+    require_root()
+    with locked():
+        root = root_dir()
+        if not root.is_dir():
+            build_root(root)
+        previous = read_state()
+        if previous is not None and previous.root != str(root):
+            raise HarnessError(
+                f"a cluster from another recipe runs at {previous.root}; run down first"
+            )
+        base = previous.settings if previous is not None else Settings()
+        settings = Settings(
+            min_job_age=base.min_job_age if min_job_age is None else min_job_age,
+            proctrack=base.proctrack if proctrack is None else proctrack,
+        )
+        RUN_DIR.mkdir(mode=0o700, exist_ok=True)
+        mounts = list(previous.mounts) if previous is not None else []
+        ensure_mounts(root, mounts)
+        uid, gid = ensure_users(root)
+        state = State(str(root), uid, gid, settings, mounts)
+        write_state(state)
+        ensure_scratch(root, uid, gid)
+        ensure_ssh(root, uid, gid)
+        changed = ensure_configs(root, settings)
+        running = [d for d in ("slurmd", "slurmctld") if pid_of(root, d) is not None]
+        if running and (changed or (previous is not None and previous.settings != settings)):
+            log(f"slurm configuration changed: restarting slurmctld and slurmd with {settings}")
+            for daemon in running:
+                stop_daemon(root, daemon)
+        for daemon in DAEMONS:
+            start_daemon(root, daemon)
+        wait_for(lambda: node_ready(root), 60, "the node to become idle")
+        if wheels is not None:
+            install_wheels(root, wheels)
+        return state
+
+
+def sessions_using() -> bool:
+    """True while a pytest session holds the cluster (the fixture keeps a shared lock)."""
+    path = CACHE_DIR / "sessions.lock"
+    if not path.exists():
+        return False
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+def down(purge: bool = False) -> list[str]:
+    """Stop what `up` started, unmount what it mounted, remove what it added; keep the cache."""
+    require_root()
+    with locked():
+        state = read_state()
+        root = Path(state.root) if state is not None else root_dir()
+        close_master()
+        cancel_jobs(root)
+        for daemon in reversed(DAEMONS):
+            stop_daemon(root, daemon)
+        # Job steps (slurmstepd and its children) and login() leftovers outlive their daemons.
+        terminate(processes_in(root), grace=2)
+        wait_for(lambda: not processes_in(root) or all(map(zombie, processes_in(root))), 10, "exit")
+        remove_slurm_cgroups()
+        stuck = unmount_all(root, state.mounts if state is not None else [])
+        SSH_INCLUDE.unlink(missing_ok=True)
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
+        scratch_created = CACHE_DIR / "outside-scratch-created"
+        if scratch_created.exists() and not mounted(SCRATCH):
+            with contextlib.suppress(OSError):
+                SCRATCH.rmdir()  # only if empty: never delete anything that is not ours
+            scratch_created.unlink()
+        created = CACHE_DIR / "outside-user-created"
+        if created.exists():
+            run(["userdel", USER], check=False)
+            run(["groupdel", USER], check=False)
+            created.unlink()
+        if purge and not mounts_under(root):
+            shutil.rmtree(CACHE_DIR / "wheels", ignore_errors=True)
+            for built in CACHE_DIR.glob("root-*"):
+                shutil.rmtree(built)
+        return stuck
+
+
+def status() -> dict[str, object]:
+    state = read_state()
+    root = Path(state.root) if state is not None else root_dir()
+    daemons = {name: pid_of(root, name) for name in DAEMONS}
+    return {
+        "built": root.is_dir(),
+        "root": str(root),
+        "daemons": daemons,
+        "mounts": [point for point, _ in mountinfo() if point in chroot_points(root)],
+        "ssh_include": SSH_INCLUDE.exists(),
+        "settings": asdict(state.settings) if state is not None else None,
+        "up": state is not None and all(pid is not None for pid in daemons.values()),
+    }
+
+
+def chroot_points(root: Path) -> set[str]:
+    return {str(target) for _, target in chroot_mounts(root)}
+
+
+def environment() -> dict[str, object]:
+    """The facts tests need, as one JSON-able mapping."""
+    state = read_state()
+    root = Path(state.root) if state is not None else root_dir()
+    settings = state.settings if state is not None else Settings()
+    work_root = f"{SCRATCH}/{USER}/sweep"
+    return {
+        "running": bool(status()["up"]),
+        "root": str(root),
+        "ssh_alias": ALIAS,
+        "ssh_port": SSH_PORT,
+        "ssh_config": str(SSH_INCLUDE),
+        "slurm_bin": SLURM_BIN,
+        "node": node_name(),
+        "partition": PARTITION,
+        "cpus": CPUS,
+        "real_memory_mib": REAL_MEMORY_MIB,
+        "gres": f"gpu:{GPU_TYPE}:{GPU_COUNT}",
+        "scratch": str(SCRATCH),
+        "work_root": work_root,
+        "log_root": f"{work_root}/logs",
+        "results": f"{work_root}/results",
+        "user": USER,
+        "uid": state.uid if state is not None else None,
+        "gid": state.gid if state is not None else None,
+        "home": f"/home/{USER}",
+        "min_job_age": settings.min_job_age,
+        "proctrack": settings.proctrack,
+        "venv": VENV,
+        "venv_python": f"{VENV}/bin/python",
+        "servatus_cli": f"{VENV}/bin/servatus",
+    }
+
+
+# ---------------------------------------------------------------- helpers for tests
+
+
+def login_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A fresh login's environment: what a user on the login node would start from."""
+    env = {
+        "HOME": f"/home/{USER}",
+        "USER": USER,
+        "LOGNAME": USER,
+        "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }
+    env.update(extra or {})
+    return env
+
+
+def login(
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run argv as alice on the login node, i.e. inside the root, with a clean login environment."""
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    variables = [f"{k}={v}" for k, v in login_env(env).items()]
+    command = [
+        "chroot",
+        f"--userspec={state.uid}:{state.gid}",
+        f"--groups={state.gid}",
+        state.root,
+        "/usr/bin/env",
+        "-i",
+        f"--chdir={cwd or f'/home/{USER}'}",
+        *variables,
+        *argv,
+    ]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        check=False,
+    )
+
+
+SSH_OPTIONS = (
+    "-T",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "ConnectTimeout=8",
+    "-o",
+    "ConnectionAttempts=3",
+)
+
+
+def ssh(
+    command: str | Sequence[str], *, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run a remote command exactly as Servatus's SSH transport does, with its environment."""
+    remote = command if isinstance(command, str) else shlex.join(command)
+    home = os.path.expanduser("~root") if os.geteuid() == 0 else os.path.expanduser("~")
+    name = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
+    env = {"HOME": home, "LOGNAME": name, "USER": name, "PATH": os.environ.get("PATH", "/usr/bin")}
+    return subprocess.run(
+        ["ssh", *SSH_OPTIONS, ALIAS, remote],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def stop_sshd() -> None:
+    """Make the login node unreachable over SSH, master connection included."""
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    close_master()
+    stop_daemon(Path(state.root), "sshd")
+
+
+def start_sshd() -> None:
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    start_daemon(Path(state.root), "sshd")
+
+
+# ---------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="harness.py", description=(__doc__ or "").split("\n\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("up", help="build once, then start the cluster (idempotent)")
+    start.add_argument("--min-job-age", type=int, default=None, help="seconds (default 30)")
+    start.add_argument("--proctrack", default=None, help="ProctrackType (default linuxproc)")
+    start.add_argument("--wheels", type=Path, default=None, help="install these wheels inside")
+    stop = commands.add_parser("down", help="stop daemons, unmount, remove outside additions")
+    stop.add_argument("--purge", action="store_true", help="also delete the cached root")
+    stop.add_argument("--force", action="store_true", help="even while a test session uses it")
+    commands.add_parser("status", help="say what runs")
+    commands.add_parser("env", help="print the facts tests need as JSON")
+    build = commands.add_parser("build-wheels", help="build the project's wheels for the root")
+    build.add_argument("out", type=Path)
+    install = commands.add_parser("install-wheels", help="install wheels into the root's venv")
+    install.add_argument("dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            started = time.monotonic()
+            state = up(args.min_job_age, args.proctrack, args.wheels)
+            log(f"up in {time.monotonic() - started:.1f} s: {state.settings}")
+        elif args.command == "down":
+            if not args.force and sessions_using():
+                raise HarnessError("a test session is using the cluster (down --force to insist)")
+            started = time.monotonic()
+            stuck = down(args.purge)
+            log(f"down in {time.monotonic() - started:.1f} s")
+            if stuck:
+                log(f"lazily unmounted (were busy): {', '.join(stuck)}")
+                return 1
+        elif args.command == "status":
+            report = status()
+            for name, pid in dict(report["daemons"]).items():  # type: ignore[call-overload]
+                print(f"{name:10} {'running, pid ' + str(pid) if pid else 'stopped'}")
+            print(f"mounts     {', '.join(report['mounts']) or 'none'}")  # type: ignore[arg-type]
+            print(f"root       {report['root']} ({'built' if report['built'] else 'not built'})")
+            print(f"settings   {report['settings']}")
+            return 0 if report["up"] else 1
+        elif args.command == "env":
+            print(json.dumps(environment(), indent=2))
+        elif args.command == "build-wheels":
+            build_wheels(args.out)
+        elif args.command == "install-wheels":
+            require_root()
+            state = up()
+            with locked():
+                install_wheels(Path(state.root), args.dir)
+    except HarnessError as error:
+        log(f"error: {error}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
