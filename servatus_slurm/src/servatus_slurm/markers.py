@@ -1,0 +1,93 @@
+"""The run-marker and log names in ``log_root``: one grammar, used to write and to read them.
+
+Every name starts with ``servatus-`` and the allocation id, so one ``find -name 'servatus-*'``
+lists markers and logs together. A ``.`` after the id starts a marker, a ``-`` a log::
+
+    servatus-<id>.<job>.start             the batch script began, before any step
+    servatus-<id>.<job>.end.<slot>.<exit> the step in <slot> returned <exit> (0-255)
+    servatus-<id>.<job>.stop              the job was told to end (SIGTERM: scancel, time limit)
+    servatus-<id>.<job>.limit             the pre-limit SIGUSR1 arrived and was relayed
+    servatus-<id>.<job>.handoff.<slot>    a chain link hands <slot> on to its next link
+    servatus-<id>.<job>.step-start        a lease step (<id> is the step's own id) really began
+    servatus-<id>-<job>.out               the allocation's Slurm log (stdout and stderr)
+    servatus-<id>-<job>.<slot>.out        the step log of <slot>
+
+``<id>`` is :data:`ID_LENGTH` lowercase hex digits, ``<job>`` Slurm's job number without leading
+zeros, ``<slot>`` a non-negative integer without leading zeros. A marker is an empty file whose
+mtime, stamped by the file server when it was created, is the time of the event.
+"""
+
+from __future__ import annotations
+
+import re
+
+from servatus.evidence import Marker, MarkerKind
+
+ID_LENGTH = 24
+"""Hex digits in an allocation id (96 random bits)."""
+ALLOCATION_ID = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
+MAX_JOB = 2**32 - 1
+MAX_SLOT = 9999
+MAX_EXIT = 255
+
+_NUMBER = r"(?:0|[1-9][0-9]{0,9})"
+MARKER_NAME = re.compile(
+    rf"servatus-(?P<id>[0-9a-f]{{{ID_LENGTH}}})\.(?P<job>[1-9][0-9]{{0,9}})\."
+    rf"(?:(?P<plain>start|stop|limit|step-start)"
+    rf"|end\.(?P<end_slot>{_NUMBER})\.(?P<exit>{_NUMBER})"
+    rf"|handoff\.(?P<handoff_slot>{_NUMBER}))"
+)
+
+
+def marker_name(
+    allocation_id: str,
+    job: int,
+    kind: MarkerKind,
+    *,
+    slot: int | None = None,
+    exit_code: int | None = None,
+) -> str:
+    """The file name of one marker (what the batch script writes; tests and tools use it)."""
+    base = f"servatus-{allocation_id}.{job}."
+    if kind is MarkerKind.END:
+        return f"{base}end.{slot}.{exit_code}"
+    if kind is MarkerKind.HANDOFF:
+        return f"{base}handoff.{slot}"
+    return base + str(kind.value)
+
+
+def parse_marker_name(name: str, at: float) -> Marker | None:
+    """The marker a file name records, or None when it is not one of ours (logs included)."""
+    match = MARKER_NAME.fullmatch(name)
+    if match is None:
+        return None
+    job = int(match["job"])
+    if job > MAX_JOB:
+        return None
+    identity = match["id"]
+    if match["plain"] is not None:
+        return Marker(identity, job, MarkerKind(match["plain"]), at)
+    if match["end_slot"] is not None:
+        slot, code = int(match["end_slot"]), int(match["exit"])
+        if slot > MAX_SLOT or code > MAX_EXIT:
+            return None
+        return Marker(identity, job, MarkerKind.END, at, slot=slot, exit_code=code)
+    slot = int(match["handoff_slot"])
+    if slot > MAX_SLOT:
+        return None
+    return Marker(identity, job, MarkerKind.HANDOFF, at, slot=slot)
+
+
+def allocation_log_pattern(allocation_id: str) -> str:
+    """The ``--output`` file name of an allocation, with Slurm's ``%j`` for the job number."""
+    return f"servatus-{allocation_id}-%j.out"
+
+
+def allocation_log_name(allocation_id: str, job: int) -> str:
+    """The allocation's Slurm log as it exists once the job ran."""
+    return f"servatus-{allocation_id}-{job}.out"
+
+
+def step_log_name(allocation_id: str, job: int | str, slot: int) -> str:
+    """The step log of ``slot`` (``job`` may be a shell expansion when rendering)."""
+    return f"servatus-{allocation_id}-{job}.{slot}.out"

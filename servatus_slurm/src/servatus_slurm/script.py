@@ -1,0 +1,358 @@
+"""Rendering one allocation's batch script: ``#SBATCH`` options, then a POSIX ``sh`` body.
+
+The body runs every step concurrently as its own exact ``srun`` step and leaves run markers in
+``log_root`` (grammar in ``docs/markers.md`` and :mod:`servatus_slurm.markers`):
+
+* ``start`` before any step begins;
+* ``end.<slot>.<exit>`` as soon as a step's ``srun`` returns;
+* ``limit`` when the pre-limit ``SIGUSR1`` reaches the batch shell, which relays it to every
+  running step (each step's watcher forwards it to its ``srun``, which forwards it to the task);
+* ``stop`` when the job is told to end (``SIGTERM`` from ``scancel`` or the time limit).
+
+The script holds only printable ASCII: stdin bytes and any argument or value that is not plain
+printable text are rebuilt at run time from ``printf`` octal escapes, so no byte can be mangled
+by ``sbatch`` (which refuses ``\\r`` and NUL) or by the shell.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from servatus.errors import ConfigurationError
+from servatus.script import ScriptSpec, ScriptStep, job_name
+from servatus_slurm.markers import ALLOCATION_ID, allocation_log_pattern, step_log_name
+
+RUNTIME_VARIABLES = {
+    "SERVATUS_JOB_ID": "$SLURM_JOB_ID",
+    "SERVATUS_JOB_END_TIME": "$SLURM_JOB_END_TIME",
+    "PATH": None,  # exported by the script itself
+}
+"""Run-time variables the script can export to steps, with where their values come from."""
+
+MAX_SIGNAL_BEFORE_END = 65535
+"""Slurm keeps ``--signal`` times in 16 bits."""
+STDIN_CHUNK = 1024
+"""Input bytes per ``printf`` line, so no script line grows beyond a few KiB."""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN = re.compile(r"[\x20-\x7e]*")
+_DIRECTIVE = re.compile(r"[\x21-\x7e]+")
+_DIRECTIVE_FORBIDDEN = set("\"'\\#")
+_LITERAL_BYTES = frozenset(
+    b'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 !"#$&()*+,./:;<=>?@[]^_`{|}~'
+)
+_RESERVED_PREFIXES = ("SLURM_", "SRUN_", "SBATCH_", "SALLOC_")
+
+
+def sh_quote(text: str) -> str:
+    """Single-quote printable ASCII for ``sh``; callers route anything else through ``printf``."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def printf_format(data: bytes) -> str:
+    """A single-quoted ``printf`` format that prints exactly ``data``.
+
+    Letters, digits and harmless punctuation stay literal; every other byte (``'``, ``\\``,
+    ``%``, ``-`` (a leading one would read as an option), control bytes, NUL, bytes above 127)
+    becomes a three-digit octal escape, which ``dash``, ``bash`` and coreutils ``printf`` all
+    read the same way.
+    """
+    return "'" + "".join(chr(b) if b in _LITERAL_BYTES else f"\\{b:03o}" for b in data) + "'"
+
+
+def _to_bytes(text: str, what: str) -> bytes:
+    if "\0" in text:
+        raise ConfigurationError(f"{what} cannot contain a NUL byte")
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"{what} is not encodable as bytes: {exc}") from None
+
+
+class _Words:
+    """Renders words of one step: plain text inline, anything else via a ``printf`` variable."""
+
+    def __init__(self) -> None:
+        self.setup: list[str] = []
+
+    def word(self, text: str, what: str) -> str:
+        data = _to_bytes(text, what)
+        if _PLAIN.fullmatch(text):
+            return sh_quote(text)
+        # $(...) drops trailing newlines, so print one extra character and strip it.
+        variable = f"servatus_v{len(self.setup)}"
+        self.setup.append(
+            f"{variable}=$(printf {printf_format(data + b'.')}); {variable}=${{{variable}%.}}"
+        )
+        return f'"${variable}"'
+
+
+def _directive(option: str, value: str, what: str) -> str:
+    if not _DIRECTIVE.fullmatch(value) or _DIRECTIVE_FORBIDDEN & set(value):
+        raise ConfigurationError(
+            f"{what} {value!r} cannot go on an #SBATCH line: use printable ASCII without "
+            "spaces, quotes, backslashes or '#'"
+        )
+    return f"#SBATCH --{option}={value}"
+
+
+def _absolute(path: str, what: str) -> str:
+    if not path.startswith("/"):
+        raise ConfigurationError(f"{what} must be an absolute path, got {path!r}")
+    return path.rstrip("/") or "/"
+
+
+def _minutes(seconds: int) -> int:
+    return max(1, -(-seconds // 60))
+
+
+def directives(spec: ScriptSpec) -> list[str]:
+    """The ``#SBATCH`` lines: the whole allocation's request and its fixed safety options."""
+    target = spec.target
+    count = len(spec.steps)
+    log_root = _absolute(target.log_root, "log_root")
+    if "%" in log_root:
+        raise ConfigurationError(f"log_root cannot contain '%': {log_root!r}")
+    lines = [
+        "#!/bin/sh",
+        _directive("job-name", job_name(spec.allocation_id), "the job name"),
+        _directive(
+            "output", f"{log_root}/{allocation_log_pattern(spec.allocation_id)}", "log_root"
+        ),
+        _directive("chdir", _absolute(target.work_root, "work_root"), "work_root"),
+        "#SBATCH --export=NIL",
+        "#SBATCH --no-requeue",
+        "#SBATCH --nodes=1",
+        f"#SBATCH --ntasks={count}",
+        f"#SBATCH --cpus-per-task={spec.cpus}",
+        f"#SBATCH --mem={count * spec.memory_mib}M",
+    ]
+    if spec.gpus:
+        if not target.gpu_gres:
+            raise ConfigurationError("a profile with gpus needs [target] gpu_gres")
+        lines.append(_directive("gres", f"{target.gpu_gres}:{count * spec.gpus}", "gpu_gres"))
+    lines.append(f"#SBATCH --time={_minutes(spec.time_limit)}")
+    if not target.partitions:
+        raise ConfigurationError("a Target needs at least one partition")
+    lines.append(_directive("partition", ",".join(target.partitions), "partitions"))
+    for option, value in (
+        ("account", target.account),
+        ("qos", target.qos),
+        ("constraint", target.constraint),
+    ):
+        if value is not None:
+            lines.append(_directive(option, value, option))
+    if spec.signal_before_end is not None:
+        if not 0 < spec.signal_before_end <= MAX_SIGNAL_BEFORE_END:
+            raise ConfigurationError(
+                f"signal_before_end must be between 1 and {MAX_SIGNAL_BEFORE_END} seconds"
+            )
+        # B: signals only the batch shell; it writes the limit marker and relays to the steps.
+        lines.append(f"#SBATCH --signal=B:USR1@{spec.signal_before_end}")
+    return lines
+
+
+_PRELUDE = r"""
+# Traps first: Slurm may send the pre-limit signal early, even as the job starts.
+trap servatus_limit USR1
+trap servatus_stop TERM INT
+PATH=/usr/bin:/bin
+export PATH
+servatus_pids=
+servatus_limited=
+servatus_stopped=
+# A marker is an empty owner-only file; -C keeps the first one, and its mtime, if it exists.
+servatus_mark() {
+    (set -C && umask 077 && : >"$servatus_prefix.$1") 2>/dev/null
+}
+# Pre-limit SIGUSR1 (only the batch shell gets it): mark it, then relay it to every step.
+servatus_limit() {
+    if [ -z "$servatus_limited" ]; then
+        servatus_limited=1
+        servatus_mark limit
+        for servatus_w in $servatus_pids; do kill -USR1 "$servatus_w" 2>/dev/null; done
+    fi
+}
+servatus_stop() {
+    if [ -z "$servatus_stopped" ]; then
+        servatus_stopped=1
+        servatus_mark stop
+    fi
+}
+# In a step's watcher: forward SIGUSR1 to its srun (srun forwards it to the task).
+servatus_relay() {
+    servatus_f=1
+    if [ -n "$servatus_p" ]; then
+        kill -USR1 "$servatus_p" 2>/dev/null
+    else
+        servatus_late=1
+    fi
+}
+servatus_watch() {
+    servatus_p=
+    servatus_f=0
+    servatus_late=$servatus_limited
+    trap servatus_relay USR1
+    (umask 077 && : >>"$1") 2>/dev/null
+}
+# Wait for the step's srun and mark its end. A wait cut short by the relay is resumed; the
+# watcher ignores SIGTERM (set only now, so srun kept Slurm's handling of it) to outlive it.
+servatus_wait() {
+    servatus_p=$2
+    trap '' TERM INT
+    if [ -n "$servatus_late" ]; then
+        (sleep 2 && kill -USR1 "$2" 2>/dev/null) &
+    fi
+    while :; do
+        servatus_f=0
+        wait "$2"
+        servatus_s=$?
+        if [ "$servatus_f" = 0 ] || [ "$servatus_s" -le 128 ]; then break; fi
+        if kill -0 "$2" 2>/dev/null; then continue; fi
+        wait "$2"
+        servatus_t=$?
+        if [ "$servatus_t" -ge 0 ] && [ "$servatus_t" -le 255 ] && [ "$servatus_t" != 127 ]; then
+            servatus_s=$servatus_t
+        fi
+        break
+    done
+    servatus_mark "end.$1.$servatus_s"
+}
+""".lstrip("\n")
+
+_EPILOGUE = """
+until wait; do :; done
+exit 0
+""".lstrip("\n")
+
+
+def _export_names(spec: ScriptSpec, step: ScriptStep) -> str:
+    names: list[str] = []
+    for name in (*spec.inherit, *(name for name, _ in step.command.exported)):
+        if name not in names:
+            names.append(name)
+    return ",".join(names) if names else "NIL"
+
+
+def _check_name(name: str, what: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise ConfigurationError(f"{what} {name!r} is not a valid environment variable name")
+    if name.startswith(_RESERVED_PREFIXES):
+        raise ConfigurationError(f"{what} {name!r} would change what srun does; rename it")
+
+
+def _stdin_lines(data: bytes) -> list[str]:
+    """A brace group printing ``data``, to be piped into ``srun``; empty stdin is ``/dev/null``."""
+    chunks = [data[i : i + STDIN_CHUNK] for i in range(0, len(data), STDIN_CHUNK)]
+    return ["{", *(f"    printf {printf_format(chunk)}" for chunk in chunks), "} |"]
+
+
+def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
+    words = _Words()
+    argv = step.command.argv
+    if not argv or not argv[0].startswith("/"):
+        raise ConfigurationError(
+            f"step {step.slot} of allocation {spec.allocation_id} needs an absolute program"
+        )
+    assignments = []
+    for name, value in step.command.exported:
+        _check_name(name, "exported variable")
+        assignments.append(f"{name}={words.word(value, f'variable {name}')}")
+    options = [
+        "--ntasks=1",
+        "--nodes=1",
+        "--exact",
+        f"--cpus-per-task={spec.cpus}",
+        f"--mem={spec.memory_mib}M",
+    ]
+    if spec.gpus:
+        options.append(f"--gres={spec.target.gpu_gres}:{spec.gpus}")
+    options.append(f"--export={_export_names(spec, step)}")
+    options.append(f"--chdir={words.word(work_root, 'work_root')}")
+    command = " ".join(words.word(arg, f"argument {i}") for i, arg in enumerate(argv))
+    log = f'"$servatus_log/{step_log_name(spec.allocation_id, "$SLURM_JOB_ID", step.slot)}"'
+    srun_line = " ".join([*assignments, srun, *options, command])
+    if step.stdin:
+        launch = [*_stdin_lines(step.stdin), f"{srun_line} >>{log} 2>&1 &"]
+    else:
+        launch = [f"{srun_line} </dev/null >>{log} 2>&1 &"]
+    body = [f"servatus_watch {log}", *words.setup, *launch, f'servatus_wait {step.slot} "$!"']
+    lines = [
+        f"# slot {step.slot}",
+        "(",
+        *(f"    {line}" for line in body),
+        ") &",
+        'servatus_pids="$servatus_pids $!"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _locations(spec: ScriptSpec, log_root: str) -> list[str]:
+    """Where markers go; set before the traps, which write markers."""
+    return [
+        "# Rendered by servatus-slurm; run markers are described in its docs/markers.md.",
+        f"servatus_log={sh_quote(log_root)}",
+        f'servatus_prefix="$servatus_log/servatus-{spec.allocation_id}.$SLURM_JOB_ID"',
+    ]
+
+
+def _variables(spec: ScriptSpec) -> list[str]:
+    """The run-time variables steps inherit, exported from the batch shell."""
+    lines = []
+    exported = []
+    for name in spec.inherit:
+        if name not in RUNTIME_VARIABLES:
+            raise ConfigurationError(
+                f"the batch script cannot provide run-time variable {name!r}; "
+                f"it knows {', '.join(sorted(RUNTIME_VARIABLES))}"
+            )
+        source = RUNTIME_VARIABLES[name]
+        if source is not None:
+            lines.append(f'{name}="{source}"')
+            exported.append(name)
+    if exported:
+        lines.append("export " + " ".join(exported))
+    return lines
+
+
+def render(spec: ScriptSpec) -> str:
+    """The whole batch script for ``spec``; raises :class:`ConfigurationError` when it cannot be
+    rendered safely or exceeds ``max_script_bytes``."""
+    if not ALLOCATION_ID.fullmatch(spec.allocation_id):
+        raise ConfigurationError(f"not an allocation id: {spec.allocation_id!r}")
+    if not spec.steps:
+        raise ConfigurationError(f"allocation {spec.allocation_id} has no steps")
+    if spec.depends_on is not None:
+        # A link without its handoff guard could run a Task beside its predecessor: refuse it.
+        raise ConfigurationError(
+            f"allocation {spec.allocation_id} is a chain link; this renderer has no chains yet"
+        )
+    slots = [step.slot for step in spec.steps]
+    if len(set(slots)) != len(slots) or min(slots) < 0:
+        raise ConfigurationError(f"allocation {spec.allocation_id} has bad slots {slots}")
+    if spec.cpus < 1 or spec.memory_mib < 1 or spec.gpus < 0 or spec.time_limit < 1:
+        raise ConfigurationError(f"allocation {spec.allocation_id} requests nothing runnable")
+    target = spec.target
+    log_root = _absolute(target.log_root, "log_root")
+    work_root = _absolute(target.work_root, "work_root")
+    srun = sh_quote(_absolute(target.slurm_bin, "slurm_bin").rstrip("/") + "/srun")
+    if not _PLAIN.fullmatch(srun) or not _PLAIN.fullmatch(log_root):
+        raise ConfigurationError("slurm_bin and log_root must be printable ASCII")
+    parts: Iterable[str] = [
+        "\n".join(directives(spec)) + "\n",
+        "\n".join(_locations(spec, log_root)) + "\n",
+        _PRELUDE,
+        "".join(f"{line}\n" for line in _variables(spec)),
+        "servatus_mark start\n",
+        *(_step(spec, step, srun, work_root) for step in spec.steps),
+        _EPILOGUE,
+    ]
+    script = "".join(parts)
+    size = len(script.encode("ascii"))
+    if size > target.max_script_bytes:
+        raise ConfigurationError(
+            f"the batch script of allocation {spec.allocation_id} is {size} bytes, over "
+            f"max_script_bytes ({target.max_script_bytes}); move large stdin into files"
+        )
+    return script

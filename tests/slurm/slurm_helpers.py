@@ -1,0 +1,122 @@
+"""Helpers for the Slurm plugin's tests: Targets, script specs, a tree with a fake ``srun``.
+
+A plain module rather than ``conftest.py``: ``tests/conftest.py`` already owns that name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from servatus.config import Target
+from servatus.launcher import DirectLauncher
+from servatus.script import ScriptSpec, ScriptStep
+
+HERE = Path(__file__).resolve().parent
+PYTHON = "/usr/bin/python3"
+STEP_PROGRAM = HERE / "step_program.py"
+ALLOCATION = "0123456789abcdef01234567"
+INHERIT = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
+
+
+def make_target(root: Path, **changes: object) -> Target:
+    fields: dict[str, object] = {
+        "slurm_bin": str(root / "bin"),
+        "work_root": str(root / "work"),
+        "log_root": str(root / "logs"),
+        "partitions": ("debug",),
+        "max_tasks_per_allocation": 8,
+        "max_cpus_per_allocation": 64,
+        "max_memory_mib_per_allocation": 65536,
+        "max_time_limit": 86400,
+    }
+    fields.update(changes)
+    return Target(**fields)  # type: ignore[arg-type]
+
+
+def direct_step(
+    target: Target,
+    slot: int,
+    args: Sequence[str],
+    *,
+    stdin: bytes = b"",
+    env: Mapping[str, str] | None = None,
+    inherit: Sequence[str] = INHERIT,
+) -> ScriptStep:
+    """A step shaped by the real direct launcher, as the engine would shape it."""
+    command = DirectLauncher().command(target, args, dict(env or {}), inherit=inherit, gpus=0)
+    return ScriptStep(slot=slot, task_key=f"task-{slot}", command=command, stdin=stdin)
+
+
+def make_spec(target: Target, steps: Sequence[ScriptStep], **changes: object) -> ScriptSpec:
+    spec = ScriptSpec(
+        allocation_id=ALLOCATION,
+        target=target,
+        cpus=1,
+        memory_mib=100,
+        gpus=0,
+        time_limit=600,
+        signal_before_end=None,
+        steps=tuple(steps),
+        inherit=INHERIT,
+    )
+    return attrs.evolve(spec, **changes)
+
+
+@attrs.frozen
+class FakeCluster:
+    """A temp tree holding a fake ``srun`` in ``bin``, plus ``work``, ``logs`` and ``out``."""
+
+    root: Path
+
+    @property
+    def target(self) -> Target:
+        return make_target(self.root)
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def step_args(self, name: str, mode: str, *extra: str) -> list[str]:
+        return [PYTHON, str(STEP_PROGRAM), str(self.out), name, mode, *extra]
+
+    def start(
+        self, script: str, *, shell: Sequence[str] = ("dash",), job: int = 4242
+    ) -> subprocess.Popen[bytes]:
+        path = self.root / "job.sh"
+        path.write_text(script)
+        env = {
+            "SLURM_JOB_ID": str(job),
+            "SLURM_JOB_END_TIME": "1900000000",
+            "SLURM_CPUS_ON_NODE": "2",
+            "FAKE_SRUN_RECORD": str(self.root / "srun"),
+            "NOT_FOR_STEPS": "leak",
+        }
+        return subprocess.Popen(
+            [*shell, str(path)],
+            env=env,
+            cwd=self.root / "work",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def make_fake_cluster(tmp_path: Path) -> FakeCluster:
+    for name in ("bin", "work", "logs", "out", "srun"):
+        (tmp_path / name).mkdir()
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text(f"#!{PYTHON}\n" + (HERE / "fake_srun.py").read_text())
+    srun.chmod(0o755)
+    assert shutil.which("dash"), "dash is needed: it is /bin/sh on Debian clusters"
+    os.chmod(tmp_path, 0o755)
+    return FakeCluster(tmp_path)

@@ -1,0 +1,192 @@
+"""Parsing squeue and marker listings: exact for ours, silent on everything else, never partial."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from slurm_helpers import ALLOCATION, make_target
+
+from servatus.errors import Unavailable
+from servatus.evidence import Marker, MarkerKind, QueueEntry
+from servatus.transport import CommandResult
+from servatus_slurm import evidence
+from servatus_slurm.evidence import SlurmEvidenceReader
+from servatus_slurm.markers import marker_name, parse_marker_name, step_log_name
+from servatus_slurm.transport import LocalTransport
+
+READER = SlurmEvidenceReader()
+OTHER = "fedcba9876543210fedcba98"
+
+
+def result(stdout: bytes, *, code: int = 0, truncated: bool = False) -> CommandResult:
+    return CommandResult(("x",), code, stdout, b"boom\n", truncated)
+
+
+def test_commands(tmp_path: Path) -> None:
+    target = make_target(tmp_path, slurm_bin="/opt/slurm/bin/")
+    assert READER.queue_command(target) == [
+        "/opt/slurm/bin/squeue",
+        "--me",
+        "--noheader",
+        "--states=all",
+        "--format=%A|%j|%T",
+    ]
+    assert READER.marker_command(target) == [
+        "find",
+        "-H",
+        f"{tmp_path}/logs",
+        "-mindepth",
+        "1",
+        "-maxdepth",
+        "1",
+        "-name",
+        "servatus-*",
+        "-printf",
+        "%f %T@ %s\\n",
+    ]
+
+
+def test_parse_queue_keeps_only_well_formed_servatus_jobs() -> None:
+    listing = (
+        b"\n".join(
+            [
+                f"41234|servatus-{ALLOCATION}|RUNNING".encode(),
+                f"41235|servatus-{OTHER}|PENDING".encode(),
+                f"  41236|servatus-{OTHER}|OUT_OF_MEMORY  ".encode(),  # squeue pads some fields
+                b"41237|my-own-job|RUNNING",  # not ours
+                f"41238|servatus-{ALLOCATION.upper()}|RUNNING".encode(),  # not our id form
+                f"41239|servatus-{ALLOCATION}0|RUNNING".encode(),  # wrong length
+                f"0|servatus-{ALLOCATION}|RUNNING".encode(),  # not a job number
+                f"0041|servatus-{ALLOCATION}|RUNNING".encode(),
+                f"41240_3|servatus-{ALLOCATION}|RUNNING".encode(),  # an array element
+                f"99999999999|servatus-{ALLOCATION}|RUNNING".encode(),  # beyond 32 bits
+                f"41241|servatus-{ALLOCATION}|running".encode(),
+                f"41242|servatus-{ALLOCATION}|RUNNING|extra".encode(),
+                f"41243|servatus-{ALLOCATION}".encode(),
+                b"x" * 10000,
+                "41244|servatus-\u00e9|RUNNING".encode(),
+                b"",
+            ]
+        )
+        + b"\n"
+    )
+    assert READER.parse_queue(result(listing)) == [
+        QueueEntry(41234, f"servatus-{ALLOCATION}", "RUNNING"),
+        QueueEntry(41235, f"servatus-{OTHER}", "PENDING"),
+        QueueEntry(41236, f"servatus-{OTHER}", "OUT_OF_MEMORY"),
+    ]
+
+
+@pytest.mark.parametrize("method", ["parse_queue", "parse_markers"])
+def test_failed_or_partial_listings_are_unavailable(method: str) -> None:
+    parse = getattr(READER, method)
+    with pytest.raises(Unavailable, match="exited 1: boom"):
+        parse(result(b"", code=1))
+    with pytest.raises(Unavailable, match="partial"):
+        parse(result(b"anything\n", truncated=True))
+
+
+def test_row_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evidence, "MAX_ROWS", 3)
+    line = f"1|servatus-{ALLOCATION}|RUNNING\n".encode()
+    assert len(READER.parse_queue(result(line * 3))) == 3
+    with pytest.raises(Unavailable, match="more than 3 rows"):
+        READER.parse_queue(result(line * 4))
+
+
+def test_parse_markers_reads_every_kind() -> None:
+    a = f"servatus-{ALLOCATION}.41234"
+    listing = "\n".join(
+        [
+            f"{a}.start 1732880000.1234567890 0",
+            f"{a}.end.0.0 1732880100.5 0",
+            f"{a}.end.12.255 1732880200 0",
+            f"{a}.stop 1732880300.0000000000 0",
+            f"{a}.limit 1732880250.25 0",
+            f"{a}.handoff.3 1732880260.0 0",
+            f"servatus-{OTHER}.7.step-start 1732880270.0 0",
+            f"servatus-{ALLOCATION}-41234.out 1732880300.0 5123",  # a log
+            f"servatus-{ALLOCATION}-41234.0.out 1732880300.0 77",  # a step log
+            f"{a}.end.0.256 1732880100.5 0",  # no such exit code
+            f"{a}.end.01.0 1732880100.5 0",  # leading zero
+            f"{a}.end.0 1732880100.5 0",  # no exit code
+            f"{a}.start.tmp 1732880000.0 0",
+            f"{a}.start 17328800x0.0 0",  # bad time
+            f"{a}.start 1732880000.0",  # no size
+            f"{a}.finish 1732880000.0 0",
+            f"servatus-{ALLOCATION}.0.start 1732880000.0 0",
+            f"servatus-{ALLOCATION}.4294967296.start 1732880000.0 0",
+            f"servatus-{ALLOCATION[:-1]}.1.start 1732880000.0 0",
+            f"{a}.start  1732880000.0 0",
+            "servatus-x y.start 1.0 0",
+            "",
+        ]
+    ).encode()
+    assert READER.parse_markers(result(listing)) == [
+        Marker(ALLOCATION, 41234, MarkerKind.START, 1732880000.123456789),
+        Marker(ALLOCATION, 41234, MarkerKind.END, 1732880100.5, slot=0, exit_code=0),
+        Marker(ALLOCATION, 41234, MarkerKind.END, 1732880200.0, slot=12, exit_code=255),
+        Marker(ALLOCATION, 41234, MarkerKind.STOP, 1732880300.0),
+        Marker(ALLOCATION, 41234, MarkerKind.LIMIT, 1732880250.25),
+        Marker(ALLOCATION, 41234, MarkerKind.HANDOFF, 1732880260.0, slot=3),
+        Marker(OTHER, 7, MarkerKind.STEP_START, 1732880270.0),
+    ]
+
+
+@given(
+    kind=st.sampled_from(list(MarkerKind)),
+    job=st.integers(1, 2**32 - 1),
+    slot=st.integers(0, 9999),
+    code=st.integers(0, 255),
+)
+def test_marker_names_round_trip(kind: MarkerKind, job: int, slot: int, code: int) -> None:
+    name = marker_name(ALLOCATION, job, kind, slot=slot, exit_code=code)
+    marker = parse_marker_name(name, 5.0)
+    assert marker is not None
+    assert (marker.allocation_id, marker.job, marker.kind) == (ALLOCATION, job, kind)
+    assert marker.slot == (slot if kind in (MarkerKind.END, MarkerKind.HANDOFF) else None)
+    assert marker.exit_code == (code if kind is MarkerKind.END else None)
+    assert parse_marker_name(step_log_name(ALLOCATION, job, slot), 5.0) is None
+
+
+def test_real_find_listing(tmp_path: Path) -> None:
+    logs = tmp_path / "real-logs"
+    logs.mkdir()
+    link = tmp_path / "linked-logs"
+    link.symlink_to(logs)
+    (logs / marker_name(ALLOCATION, 9, MarkerKind.START)).touch()
+    (logs / marker_name(ALLOCATION, 9, MarkerKind.END, slot=1, exit_code=3)).touch()
+    os.utime(logs / marker_name(ALLOCATION, 9, MarkerKind.START), (1000.5, 1000.5))
+    (logs / "servatus-with\nnewline.start").touch()
+    (logs / "unrelated").touch()
+    (logs / f"servatus-{ALLOCATION}.orders").mkdir()
+    (logs / f"servatus-{ALLOCATION}.orders" / marker_name(OTHER, 1, MarkerKind.START)).touch()
+    for root in (logs, link):  # a symlinked log_root is followed
+        target = make_target(tmp_path, log_root=str(root))
+        found = READER.parse_markers(LocalTransport().run(READER.marker_command(target)))
+        assert sorted((m.kind.value, m.slot, m.exit_code) for m in found) == [
+            ("end", 1, 3),
+            ("start", None, None),
+        ]
+        start = next(m for m in found if m.kind is MarkerKind.START)
+        assert start.at == 1000.5
+
+
+def test_missing_log_root_is_unavailable(tmp_path: Path) -> None:
+    target = make_target(tmp_path, log_root=str(tmp_path / "absent"))
+    with pytest.raises(Unavailable, match="find exited 1"):
+        READER.parse_markers(LocalTransport().run(READER.marker_command(target)))
+
+
+def test_log_paths_match_what_the_script_writes(tmp_path: Path) -> None:
+    target = make_target(tmp_path, log_root=f"{tmp_path}/logs/")
+    assert READER.log_path(target, ALLOCATION, 41, None) == (
+        f"{tmp_path}/logs/servatus-{ALLOCATION}-41.out"
+    )
+    assert READER.log_path(target, ALLOCATION, 41, 2) == (
+        f"{tmp_path}/logs/servatus-{ALLOCATION}-41.2.out"
+    )

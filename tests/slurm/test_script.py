@@ -1,0 +1,403 @@
+"""Batch scripts: what they ask Slurm for, and what they really do when a shell runs them.
+
+The run tests execute rendered scripts under ``dash`` (Debian's ``/bin/sh``) and ``bash --posix``
+(``/bin/sh`` on RHEL-like clusters) with a fake ``srun`` that starts the step as Slurm would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from slurm_helpers import ALLOCATION, PYTHON, FakeCluster, direct_step, make_spec, make_target
+
+from servatus.errors import ConfigurationError
+from servatus.evidence import MarkerKind
+from servatus.launcher import StepCommand
+from servatus.script import ScriptStep
+from servatus.transport import CommandResult
+from servatus_slurm.evidence import SlurmEvidenceReader
+from servatus_slurm.script import render
+from servatus_slurm.transport import LocalTransport
+
+SHELLS = [("dash",), ("bash", "--posix")]
+ODD_ARGS = [
+    "it's",
+    'say "hi"',
+    "two  spaces",
+    "new\nline",
+    "tab\there",
+    "",
+    "$HOME `x` \\",
+    "caf\u00e9",
+    "raw\udcff\udc80byte",
+    "%s%d",
+    "-dash",
+    "cr\rlf",
+    "\x01\x7f",
+]
+ODD_ENV = {"QUOTE": "it's", "NEWLINE": "a\nb\n", "EMPTY": "", "RAW": "\udcfe!", "EQ": "a=b"}
+
+
+def wait_exit(process: subprocess.Popen[bytes], seconds: float = 30) -> str:
+    out, _ = process.communicate(timeout=seconds)
+    assert process.returncode == 0, out.decode(errors="replace")
+    return out.decode(errors="replace")
+
+
+def markers(cluster: FakeCluster) -> dict[str, float]:
+    return {
+        name: (cluster.logs / name).stat().st_mtime
+        for name in os.listdir(cluster.logs)
+        if not name.endswith(".out")
+    }
+
+
+def record(cluster: FakeCluster, name: str) -> dict[str, object]:
+    return json.loads((cluster.out / f"{name}.json").read_text())
+
+
+def decode_env(raw: dict[str, str]) -> dict[bytes, bytes]:
+    env = {bytes.fromhex(k): bytes.fromhex(v) for k, v in raw.items()}
+    # Python itself adds LC_CTYPE when it starts without a locale (PEP 538 coercion).
+    if env.get(b"LC_CTYPE") == b"C.UTF-8":
+        del env[b"LC_CTYPE"]
+    return env
+
+
+def wait_for(predicate: object, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def test_directives_request_the_whole_allocation(tmp_path: Path) -> None:
+    target = make_target(
+        tmp_path,
+        partitions=("gpu", "gpu2"),
+        account="lab",
+        qos="normal",
+        constraint="a100|h100",
+        gpu_gres="gpu:a100",
+        max_gpus_per_allocation=4,
+    )
+    steps = [direct_step(target, slot, ["/bin/true"]) for slot in range(3)]
+    script = render(
+        make_spec(
+            target, steps, cpus=4, memory_mib=1000, gpus=1, time_limit=3601, signal_before_end=600
+        )
+    )
+    header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert header == [
+        f"#SBATCH --job-name=servatus-{ALLOCATION}",
+        f"#SBATCH --output={tmp_path}/logs/servatus-{ALLOCATION}-%j.out",
+        f"#SBATCH --chdir={tmp_path}/work",
+        "#SBATCH --export=NIL",
+        "#SBATCH --no-requeue",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks=3",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --mem=3000M",
+        "#SBATCH --gres=gpu:a100:3",
+        "#SBATCH --time=61",
+        "#SBATCH --partition=gpu,gpu2",
+        "#SBATCH --account=lab",
+        "#SBATCH --qos=normal",
+        "#SBATCH --constraint=a100|h100",
+        "#SBATCH --signal=B:USR1@600",
+    ]
+    assert script.startswith("#!/bin/sh\n#SBATCH")
+    assert script.count("--gres=gpu:a100:1 ") == 3
+    assert script.isascii() and "\r" not in script
+
+
+def test_optional_directives_are_absent_when_unset(tmp_path: Path) -> None:
+    target = make_target(tmp_path)
+    script = render(make_spec(target, [direct_step(target, 0, ["/bin/true"])]))
+    assert "--gres" not in script and "--signal" not in script
+    for option in ("account", "qos", "constraint"):
+        assert f"--{option}" not in script
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+def test_rendered_scripts_parse(tmp_path: Path, shell: str) -> None:
+    target = make_target(tmp_path)
+    steps = [
+        direct_step(target, 0, ["/bin/echo", *ODD_ARGS], stdin=bytes(range(256)) * 9, env=ODD_ENV),
+        direct_step(target, 1, ["/bin/true"]),
+    ]
+    path = tmp_path / "job.sh"
+    path.write_text(render(make_spec(target, steps, signal_before_end=60)))
+    checked = subprocess.run([shell, "-n", str(path)], capture_output=True)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_script_size_is_bounded(tmp_path: Path) -> None:
+    target = make_target(tmp_path, max_script_bytes=4096)
+    small = make_spec(target, [direct_step(target, 0, ["/bin/cat"], stdin=b"x" * 100)])
+    assert len(render(small).encode()) <= 4096
+    big = make_spec(target, [direct_step(target, 0, ["/bin/cat"], stdin=b"\xff" * 2000)])
+    with pytest.raises(ConfigurationError, match=f"allocation {ALLOCATION}.*max_script_bytes"):
+        render(big)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"log_root": "/tmp/has space"}, "log_root"),
+        ({"log_root": "/tmp/100%"}, "%"),
+        ({"partitions": ("a b",)}, "partitions"),
+        ({"account": "x#y"}, "account"),
+        ({"qos": "it's"}, "qos"),
+        ({"work_root": "relative"}, "absolute"),
+    ],
+)
+def test_unsafe_target_values_are_refused(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    target = make_target(tmp_path, **changes)
+    with pytest.raises(ConfigurationError, match=message):
+        render(make_spec(target, [direct_step(make_target(tmp_path), 0, ["/bin/true"])]))
+
+
+def test_bad_steps_are_refused(tmp_path: Path) -> None:
+    target = make_target(tmp_path)
+    ok = direct_step(target, 0, ["/bin/true"])
+    cases = [
+        (attrs.evolve(ok, command=StepCommand(argv=("true",))), "absolute"),
+        (attrs.evolve(ok, command=StepCommand(argv=("/bin/echo", "a\0b"))), "NUL"),
+        (attrs.evolve(ok, command=StepCommand(("/bin/true",), (("A-B", "1"),))), "name"),
+        (attrs.evolve(ok, command=StepCommand(("/bin/true",), (("SLURM_X", "1"),))), "srun"),
+    ]
+    for step, message in cases:
+        with pytest.raises(ConfigurationError, match=message):
+            render(make_spec(target, [step]))
+    with pytest.raises(ConfigurationError, match="allocation id"):
+        render(make_spec(target, [ok], allocation_id="XYZ"))
+    with pytest.raises(ConfigurationError, match="run-time variable"):
+        render(make_spec(target, [ok], inherit=("SERVATUS_SECRET",)))
+    with pytest.raises(ConfigurationError, match="slots"):
+        render(make_spec(target, [ok, ok]))
+    with pytest.raises(ConfigurationError, match="chain link"):
+        render(make_spec(target, [ok], depends_on="f" * 24))
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_steps_get_exact_bytes_and_markers(fake_cluster: FakeCluster, shell: tuple[str]) -> None:
+    target = fake_cluster.target
+    stdin = bytes(range(256)) * 3 + b"\n\n"
+    exported = StepCommand(
+        argv=tuple(fake_cluster.step_args("e", "exit:0")),
+        exported=(("APPTAINERENV_X", "it's\nodd\udcff"), ("PLAIN", "v")),
+    )
+    steps = [
+        direct_step(
+            target, 0, fake_cluster.step_args("a", "exit:0", *ODD_ARGS), stdin=stdin, env=ODD_ENV
+        ),
+        direct_step(target, 1, fake_cluster.step_args("b", "exit:3")),
+        ScriptStep(slot=2, task_key="e", command=exported, stdin=b""),
+    ]
+    script = render(make_spec(target, steps))
+    wait_exit(fake_cluster.start(script, shell=shell))
+
+    a = record(fake_cluster, "a")
+    assert [bytes.fromhex(h) for h in a["argv"]] == [  # type: ignore[union-attr]
+        os.fsencode(arg) for arg in ODD_ARGS
+    ]
+    assert bytes.fromhex(a["stdin"]) == stdin  # type: ignore[arg-type]
+    assert a["cwd"] == target.work_root
+    env = decode_env(a["env"])  # type: ignore[arg-type]
+    assert env == {
+        **{os.fsencode(k): os.fsencode(v) for k, v in ODD_ENV.items()},
+        b"SERVATUS_JOB_ID": b"4242",
+        b"SERVATUS_JOB_END_TIME": b"1900000000",
+    }
+    assert bytes.fromhex(record(fake_cluster, "b")["stdin"]) == b""  # type: ignore[arg-type]
+
+    e_env = decode_env(record(fake_cluster, "e")["env"])  # type: ignore[arg-type]
+    assert e_env[b"APPTAINERENV_X"] == b"it's\nodd\xff"
+    assert e_env[b"PLAIN"] == b"v"
+    assert e_env[b"SERVATUS_JOB_ID"] == b"4242"
+    assert b"NOT_FOR_STEPS" not in e_env and b"PATH" not in e_env
+
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert set(names) == {
+        prefix + "start",
+        prefix + "end.0.0",
+        prefix + "end.1.3",
+        prefix + "end.2.0",
+    }
+    assert all(names[prefix + "start"] <= names[n] for n in names)
+    for slot in range(3):
+        log = fake_cluster.logs / f"servatus-{ALLOCATION}-4242.{slot}.out"
+        assert log.stat().st_mode & 0o777 == 0o600
+    srun_calls = [json.loads(p.read_text()) for p in (fake_cluster.root / "srun").iterdir()]
+    assert len(srun_calls) == 3
+    for call in srun_calls:
+        options = call["options"]
+        assert options["--ntasks"] == "1" and options["--nodes"] == "1"
+        assert options["--exact"] is True
+        assert options["--cpus-per-task"] == "1" and options["--mem"] == "100M"
+        assert options["--chdir"] == target.work_root
+    exports = sorted(call["options"]["--export"] for call in srun_calls)
+    assert exports == [
+        "SERVATUS_JOB_ID,SERVATUS_JOB_END_TIME",
+        "SERVATUS_JOB_ID,SERVATUS_JOB_END_TIME",
+        "SERVATUS_JOB_ID,SERVATUS_JOB_END_TIME,APPTAINERENV_X,PLAIN",
+    ]
+
+
+def test_steps_run_concurrently(fake_cluster: FakeCluster) -> None:
+    target = fake_cluster.target
+    steps = [
+        direct_step(target, 0, fake_cluster.step_args("a", "wait:b")),
+        direct_step(target, 1, fake_cluster.step_args("b", "wait:a")),
+    ]
+    wait_exit(fake_cluster.start(render(make_spec(target, steps))))
+    prefix = f"servatus-{ALLOCATION}.4242."
+    assert {prefix + "end.0.0", prefix + "end.1.0"} <= set(markers(fake_cluster))
+
+
+def test_end_marker_is_written_as_soon_as_its_step_returns(fake_cluster: FakeCluster) -> None:
+    target = fake_cluster.target
+    steps = [
+        direct_step(target, 0, fake_cluster.step_args("quick", "exit:5")),
+        direct_step(target, 1, fake_cluster.step_args("slow", "sleep")),
+    ]
+    process = fake_cluster.start(render(make_spec(target, steps)))
+    end = fake_cluster.logs / f"servatus-{ALLOCATION}.4242.end.0.5"
+    try:
+        wait_for(end.exists)
+        assert process.poll() is None  # the other step still runs
+    finally:
+        wait_for((fake_cluster.out / "slow.json").exists)
+        os.kill(record(fake_cluster, "slow")["pid"], signal.SIGKILL)  # type: ignore[arg-type]
+    wait_exit(process)
+    assert (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.end.1.137").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_usr1_writes_limit_and_reaches_every_step(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    target = fake_cluster.target
+    steps = [
+        direct_step(target, 0, fake_cluster.step_args("a", "usr1")),
+        direct_step(target, 1, fake_cluster.step_args("b", "usr1-then:0")),
+        direct_step(target, 2, fake_cluster.step_args("c", "usr1-then:75")),
+    ]
+    process = fake_cluster.start(
+        render(make_spec(target, steps, signal_before_end=60)), shell=shell
+    )
+    for name in "abc":
+        wait_for(lambda name=name: (fake_cluster.out / f"{name}.json").exists())
+    time.sleep(0.3)
+    process.send_signal(signal.SIGUSR1)  # B: Slurm signals only the batch shell
+    wait_exit(process)
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert set(names) == {
+        prefix + "start",
+        prefix + "limit",
+        prefix + "end.0.138",
+        prefix + "end.1.0",
+        prefix + "end.2.75",
+    }
+    for name in "abc":
+        assert json.loads((fake_cluster.out / f"{name}.usr1.json").read_text())["at"]
+    assert names[prefix + "limit"] <= min(names[prefix + f"end.{s}"] for s in ("0.138", "1.0"))
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_sigterm_writes_stop_and_steps_still_end(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    target = fake_cluster.target
+    steps = [
+        direct_step(target, slot, fake_cluster.step_args(f"s{slot}", "sleep")) for slot in range(2)
+    ]
+    process = fake_cluster.start(render(make_spec(target, steps)), shell=shell)
+    for slot in range(2):
+        wait_for(lambda slot=slot: (fake_cluster.out / f"s{slot}.json").exists())
+    # Slurm's scancel and time limit send SIGTERM to every process of the job: the batch shell,
+    # the watchers, srun (here the task itself) all at once.
+    os.killpg(process.pid, signal.SIGTERM)
+    wait_exit(process)
+    prefix = f"servatus-{ALLOCATION}.4242."
+    assert set(markers(fake_cluster)) == {
+        prefix + "start",
+        prefix + "stop",
+        prefix + "end.0.143",
+        prefix + "end.1.143",
+    }
+
+
+def test_markers_are_read_back_by_the_evidence_reader(fake_cluster: FakeCluster) -> None:
+    target = fake_cluster.target
+    steps = [
+        direct_step(target, 0, fake_cluster.step_args("a", "exit:0")),
+        direct_step(target, 1, fake_cluster.step_args("b", "exit:3")),
+    ]
+    wait_exit(fake_cluster.start(render(make_spec(target, steps)), job=77))
+    reader = SlurmEvidenceReader()
+    result = LocalTransport().run(reader.marker_command(target))
+    found = {(m.kind, m.slot, m.exit_code) for m in reader.parse_markers(result)}
+    assert found == {(MarkerKind.START, None, None), (MarkerKind.END, 0, 0), (MarkerKind.END, 1, 3)}
+    assert all(m.allocation_id == ALLOCATION and m.job == 77 for m in reader.parse_markers(result))
+    assert isinstance(result, CommandResult)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    args=st.lists(st.binary(max_size=40).filter(lambda b: b"\0" not in b), max_size=6),
+    stdin=st.binary(max_size=600),
+)
+def test_random_arguments_and_stdin_survive(
+    fake_cluster: FakeCluster, args: list[bytes], stdin: bytes
+) -> None:
+    for path in fake_cluster.out.iterdir():
+        path.unlink()
+    for path in fake_cluster.logs.iterdir():
+        path.unlink()
+    target = fake_cluster.target
+    words = [os.fsdecode(arg) for arg in args]
+    step = direct_step(target, 0, fake_cluster.step_args("r", "exit:0", *words), stdin=stdin)
+    wait_exit(fake_cluster.start(render(make_spec(target, [step]))))
+    got = record(fake_cluster, "r")
+    assert [bytes.fromhex(h) for h in got["argv"]] == args  # type: ignore[union-attr]
+    assert bytes.fromhex(got["stdin"]) == stdin  # type: ignore[arg-type]
+
+
+def test_python_is_where_the_fake_expects() -> None:
+    assert os.access(PYTHON, os.X_OK)
+
+
+def test_a_step_launched_after_the_signal_still_gets_it(fake_cluster: FakeCluster) -> None:
+    """Slurm may signal up to a minute early; a watcher forked after the batch shell's trap ran
+    inherits the news and relays the signal once its srun is up."""
+    target = fake_cluster.target
+    steps = [direct_step(target, 0, fake_cluster.step_args("late", "usr1-then:0"))]
+    script = render(make_spec(target, steps, signal_before_end=60))
+    # As if servatus_limit had run before the step blocks: the flag is all a watcher sees.
+    script = script.replace("servatus_mark start\n", "servatus_mark start\nservatus_limited=1\n")
+    wait_exit(fake_cluster.start(script))
+    assert json.loads((fake_cluster.out / "late.usr1.json").read_text())["at"]
+    assert (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.end.0.0").exists()
