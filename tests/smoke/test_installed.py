@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -10,17 +11,24 @@ from pathlib import Path
 import servatus
 
 REPO = Path(__file__).resolve().parents[2]
+DISTRIBUTIONS = ("servatus_core", "servatus_publish", "servatus_slurm", "servatus_apptainer")
+
+
+SOURCES = [REPO / name / "src" for name in DISTRIBUTIONS]
 
 
 def test_imports_come_from_installed_wheels() -> None:
-    location = Path(servatus.__file__).resolve()
-    assert "site-packages" in location.parts
-    assert REPO not in location.parents
+    import servatus_apptainer
     import servatus_publish
     import servatus_slurm
 
-    for module in (servatus_publish, servatus_slurm):
-        assert REPO not in Path(module.__file__ or "").resolve().parents
+    for module in (servatus, servatus_publish, servatus_slurm, servatus_apptainer):
+        location = Path(module.__file__ or "").resolve()
+        assert "site-packages" in location.parts, location
+        assert not any(source in location.parents for source in SOURCES), location
+    for name in ("servatus-core", "servatus-publish", "servatus-slurm", "servatus-apptainer"):
+        origin = importlib.metadata.distribution(name).read_text("direct_url.json") or "{}"
+        assert '"editable": true' not in origin.replace(" ", "").replace(":true", ": true"), name
 
 
 def test_public_api_imports() -> None:
@@ -47,3 +55,20 @@ def test_cli_version_and_plugins() -> None:
     )
     for name in ("servatus-direct", "servatus-slurm", "servatus-apptainer", "servatus-publish"):
         assert f'"{name}"' in listing.stdout
+
+
+def test_publish_from_the_wheel(tmp_path: Path) -> None:
+    from servatus import publish
+    from servatus.errors import DestinationExists
+
+    def build(draft: object) -> None:
+        (draft.path / "summary.json").write_text('{"ok": true}\n')  # type: ignore[attr-defined]
+
+    publish(tmp_path / "run-42", build, mode=0o755)
+    assert (tmp_path / "run-42" / "summary.json").read_text() == '{"ok": true}\n'
+    try:
+        publish(tmp_path / "run-42", build)
+    except DestinationExists:
+        pass
+    else:
+        raise AssertionError("a second publish must raise DestinationExists")
