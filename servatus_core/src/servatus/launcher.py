@@ -79,6 +79,12 @@ class DirectLauncher:
                 f"the direct launcher needs an absolute args[0], got {args[0]!r}; "
                 "give the full path of the program (for example /usr/bin/python3)"
             )
+        if "=" in args[0]:
+            # env reads a NAME=VALUE word as a variable, not as the program to run.
+            raise ConfigurationError(
+                f"the direct launcher cannot run a program whose path contains '=', "
+                f"got {args[0]!r}; env would read it as a variable"
+            )
 
     def command(
         self,

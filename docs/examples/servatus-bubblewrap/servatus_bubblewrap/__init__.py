@@ -1,0 +1,1 @@
+"""servatus-bubblewrap: a site launcher plugin; see plugin.py."""
