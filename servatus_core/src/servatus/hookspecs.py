@@ -46,6 +46,7 @@ def servatus_launchers() -> list[Launcher]:  # type: ignore[empty-body]
 
     ``[target] launcher = "NAME"`` selects one by ``name``; ``direct`` is built in and
     ``servatus_apptainer`` adds ``apptainer``. Duplicate names across plugins are refused.
+    ``docs/site-plugin.md`` walks through a site's own launcher.
     """
 
 
