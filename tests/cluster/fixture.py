@@ -34,7 +34,7 @@ TIME_LIMIT = "00:05:00"
 def unavailable() -> str | None:
     """Why the cluster cannot run here, or None."""
     if os.geteuid() != 0:
-        return "the real Slurm cluster needs root (chroot, mounts, daemons)"
+        return "the real Slurm cluster needs root (namespaces, mounts, daemons)"
     if shutil.which("debootstrap") is None and not harness.root_dir().is_dir():
         return "the real Slurm cluster needs debootstrap (apt-get install debootstrap)"
     if shutil.which("ssh") is None:
@@ -241,15 +241,16 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     # start and brings it down at the end, so two sessions at once do not pull it from each other.
     harness.CACHE_DIR.mkdir(parents=True, exist_ok=True)
     sessions = (harness.CACHE_DIR / "sessions.lock").open("a")
-    alone = try_lock(sessions, fcntl.LOCK_EX)
-    state = harness.up(
-        min_job_age=harness.DEFAULT_MIN_JOB_AGE,
-        proctrack=harness.DEFAULT_PROCTRACK,
-        wheels=wheels,
-    )
-    if alone:
-        reset_work_root(state)
-    fcntl.flock(sessions, fcntl.LOCK_SH)
+    with gate():
+        alone = try_lock(sessions, fcntl.LOCK_EX)
+        state = harness.up(
+            min_job_age=harness.DEFAULT_MIN_JOB_AGE,
+            proctrack=harness.DEFAULT_PROCTRACK,
+            wheels=wheels,
+        )
+        if alone:
+            reset_work_root(state)
+        fcntl.flock(sessions, fcntl.LOCK_SH)
     harness.log(f"cluster ready for tests in {time.monotonic() - started:.1f} s")
     env = harness.environment()
     cluster = SlurmCluster(
@@ -271,13 +272,24 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     try:
         yield cluster
     finally:
-        if os.environ.get(KEEP_VARIABLE) == "1":
-            harness.log(f"{KEEP_VARIABLE}=1: leaving the cluster up")
-        elif try_lock(sessions, fcntl.LOCK_EX):
-            harness.down()
-        else:
-            harness.log("another test session still uses the cluster: leaving it up")
-        sessions.close()
+        with gate():
+            if os.environ.get(KEEP_VARIABLE) == "1":
+                harness.log(f"{KEEP_VARIABLE}=1: leaving the cluster up")
+            elif try_lock(sessions, fcntl.LOCK_EX):
+                harness.down()
+            else:
+                harness.log("another test session still uses the cluster: leaving it up")
+            sessions.close()
+
+
+@contextlib.contextmanager
+def gate() -> Iterator[None]:
+    """Serialise sessions' start and end: flock(2) turns a shared lock into an exclusive one (and
+    back) by dropping it first, and without this a second session could take the exclusive lock
+    in that gap, think itself alone and empty work_root under the first."""
+    with (harness.CACHE_DIR / "sessions.gate").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def try_lock(handle: IO[str], kind: int) -> bool:

@@ -12,7 +12,9 @@ Usage (as root)::
 
 The cluster is a Debian 13 root (Debian 12 ships Slurm 22.05, which lacks ``--export=NIL``) built
 once with debootstrap and cached outside the checkout. munged, slurmctld, slurmd and sshd run in it
-as chrooted daemons; the root is the login node, sshd on loopback makes it reachable as a laptop
+inside one private mount namespace whose root the harness made the Debian 13 root with
+``pivot_root`` (not ``chroot``, under which the kernel refuses the unprivileged user namespaces
+bubblewrap needs); the root is the login node, sshd on loopback makes it reachable as a laptop
 reaches a cluster, and its ``/scratch`` is bind-mounted at ``/scratch`` outside so both sides see
 one filesystem. See docs/cluster.md. Standard library only: this runs before anything is installed.
 """
@@ -78,7 +80,7 @@ DEFAULT_PROCTRACK = "proctrack/linuxproc"
 DISTRIBUTIONS = ("servatus_core", "servatus_publish", "servatus_slurm", "servatus_apptainer", ".")
 INNER_PYTHON = "3.13"
 
-# Daemons in start order; each writes its pid file inside the root, and is stopped by it.
+# Daemons in start order; each writes its pid file inside the namespace, and is stopped by it.
 DAEMONS = ("munged", "slurmctld", "slurmd", "sshd")
 PID_FILES = {
     "munged": "run/munge/munged.pid",
@@ -139,6 +141,11 @@ class State:
     gid: int
     settings: Settings
     mounts: list[str]
+    """Mounts made outside, in this machine's namespace: the /scratch bind."""
+    holder: int | None = None
+    """The process that holds the cluster's mount namespace open (``sleep infinity``)."""
+    namespace: str | None = None
+    """That namespace as ``/proc/PID/ns/mnt`` names it, e.g. ``mnt:[4026532177]``."""
 
 
 def read_state() -> State | None:
@@ -153,6 +160,8 @@ def read_state() -> State | None:
         gid=raw["gid"],
         settings=Settings(**raw["settings"]),
         mounts=list(raw["mounts"]),
+        holder=raw.get("holder"),
+        namespace=raw.get("namespace"),
     )
 
 
@@ -207,10 +216,15 @@ def run(
     return result
 
 
+ROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+
+
 def in_root(root: Path, argv: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """Run a command as root inside the chroot with a plain environment."""
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
-    return run(["chroot", str(root), *argv], env=env, **kwargs)  # type: ignore[arg-type]
+    """Run a command as root in the root with a plain environment: in the cluster's namespace
+    while it exists, else (building a root, before the first start) under a plain chroot."""
+    state = live_state(root)
+    prefix = enter_argv(state) if state is not None else ["chroot", str(root)]
+    return run([*prefix, *argv], env=ROOT_ENV, **kwargs)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- building the root
@@ -337,39 +351,156 @@ def mounts_under(root: Path) -> list[str]:
     return points
 
 
-def chroot_mounts(root: Path) -> list[tuple[list[str], Path]]:
-    """The chroot's kernel filesystems, in mount order; /run is a tmpfs so no stale pid survives."""
-    mounts = [
-        (["--bind", "/proc"], root / "proc"),
-        (["--bind", "/sys"], root / "sys"),
-        # The cgroup hierarchies, so proctrack/cgroup can work as on a real cluster.
-        (["--rbind", "/sys/fs/cgroup"], root / "sys/fs/cgroup"),
-        (["--bind", "/dev"], root / "dev"),
-        (["--bind", "/dev/pts"], root / "dev/pts"),
-        (["-t", "tmpfs", "-o", "mode=1777,size=256m", "tmpfs"], root / "dev/shm"),
-        (["-t", "tmpfs", "-o", "mode=755,size=64m", "tmpfs"], root / "run"),
-        (["--bind", str(root / "scratch")], SCRATCH),
-    ]
-    if not Path("/sys/fs/cgroup").is_dir():
-        mounts = [(args, target) for args, target in mounts if target.name != "cgroup"]
-    return mounts
-
-
-def ensure_mounts(root: Path, done: list[str]) -> None:
-    for args, target in chroot_mounts(root):
-        if mounted(target):
-            if target == SCRATCH and not same_file(SCRATCH, root / "scratch"):
-                raise HarnessError(f"{SCRATCH} is a mount that is not this cluster's scratch")
-            if str(target) not in done:
-                done.append(str(target))
-            continue
-        if target == SCRATCH and SCRATCH.exists() and any(SCRATCH.iterdir()):
+def ensure_scratch_mount(root: Path, done: list[str]) -> None:
+    """The one outside mount: the root's /scratch at /scratch, the cluster filesystem both sides
+    share (inside the namespace it is just the root's own /scratch directory)."""
+    if mounted(SCRATCH):
+        if not same_file(SCRATCH, root / "scratch"):
+            raise HarnessError(f"{SCRATCH} is a mount that is not this cluster's scratch")
+    else:
+        if SCRATCH.exists() and any(SCRATCH.iterdir()):
             raise HarnessError(f"{SCRATCH} exists and is not empty; refusing to hide it")
-        if target == SCRATCH and not SCRATCH.exists():
+        if not SCRATCH.exists():
             (CACHE_DIR / "outside-scratch-created").touch()
-        target.mkdir(parents=True, exist_ok=True)
-        run(["mount", *args, str(target)])
-        done.append(str(target))
+            SCRATCH.mkdir(parents=True)
+        run(["mount", "--bind", str(root / "scratch"), str(SCRATCH)])
+    if str(SCRATCH) not in done:
+        done.append(str(SCRATCH))
+
+
+# ---------------------------------------------------------------- the mount namespace
+
+# Run by `unshare --mount --propagation private`, so none of these mounts is seen outside and
+# none made outside later is seen inside. The kernel filesystems are mounted below the root,
+# then pivot_root makes the root the namespace's own "/" and the old one is detached: its
+# processes are then not "chrooted" (the root is the namespace's root), which is what lets an
+# unprivileged user create a user namespace (bubblewrap, rootless containers) in a job. /run is
+# a fresh tmpfs, so no pid file outlives the namespace. A background `sleep infinity` holds the
+# namespace open; the daemons and login() enter it with nsenter.
+NAMESPACE_SETUP = r"""set -eu
+root=$1
+mount --bind "$root" "$root"
+mount -t proc proc "$root/proc"
+mount --bind /sys "$root/sys"
+if [ -d /sys/fs/cgroup ]; then
+    # The host's cgroup hierarchies, so proctrack/cgroup can work as on a real cluster.
+    mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup"
+fi
+mount --bind /dev "$root/dev"
+mount --bind /dev/pts "$root/dev/pts"
+mount -t tmpfs -o mode=1777,size=256m tmpfs "$root/dev/shm"
+mount -t tmpfs -o mode=755,size=64m tmpfs "$root/run"
+cd "$root"
+pivot_root . .
+umount -l .
+cd /
+/bin/bash -c "exec -a $2 /bin/sleep infinity" </dev/null >/dev/null 2>&1 &
+echo "$!"
+"""
+HOLDER_NAME = "servatus-cluster-namespace"
+
+
+def identity(path: Path | str) -> tuple[int, int] | None:
+    """(device, inode) of a directory, following /proc/PID/root into another namespace."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def namespace_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def holder_alive(state: State) -> bool:
+    """True while the recorded holder still holds the recorded namespace rooted at the root."""
+    holder = state.holder
+    return (
+        holder is not None
+        and state.namespace is not None
+        and not zombie(holder)
+        and namespace_of(holder) == state.namespace
+        and identity(f"/proc/{holder}/root") == identity(state.root)
+    )
+
+
+def live_state(root: Path) -> State | None:
+    """The state, if it is this root's and its namespace is alive."""
+    state = read_state()
+    if state is None or state.root != str(root) or not holder_alive(state):
+        return None
+    return state
+
+
+def enter_argv(state: State) -> list[str]:
+    """The command prefix that runs a program in the cluster's namespace, at its "/" (setns(2)
+    into a mount namespace also moves root and working directory to the namespace's root)."""
+    return ["nsenter", f"--mount=/proc/{state.holder}/ns/mnt", "--"]
+
+
+def inside(root: Path) -> Path:
+    """Where the namespace's "/" is from outside: its holder's root, or the bare root without."""
+    state = live_state(root)
+    return Path(f"/proc/{state.holder}/root") if state is not None else root
+
+
+def start_namespace(root: Path) -> tuple[int, str]:
+    for tool in ("unshare", "nsenter", "pivot_root"):
+        if shutil.which(tool) is None:
+            raise HarnessError(f"{tool} is missing (apt-get install util-linux)")
+    result = subprocess.run(
+        [
+            *("unshare", "--mount", "--propagation", "private", "--"),
+            *("/bin/sh", "-c", NAMESPACE_SETUP, "servatus-namespace", str(root), HOLDER_NAME),
+        ],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=ROOT_ENV,
+        timeout=60,
+        start_new_session=True,  # the holder must not die with the caller's process group
+        check=False,
+    )
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        detail = (result.stderr or result.stdout).strip()[-2000:]
+        raise HarnessError(f"could not make the cluster's mount namespace: {detail}")
+    holder = int(result.stdout.strip())
+    namespace = namespace_of(holder)
+    if namespace is None or namespace == namespace_of(os.getpid()):
+        raise HarnessError(f"the namespace holder {holder} is gone or not in its own namespace")
+    return holder, namespace
+
+
+def ensure_namespace(root: Path, previous: State | None) -> tuple[int, str]:
+    """The running namespace, or, after a crash or a chroot-era cluster, a clean new one."""
+    if previous is not None and previous.root == str(root) and holder_alive(previous):
+        assert previous.holder is not None and previous.namespace is not None
+        return previous.holder, previous.namespace
+    leftovers = processes_in(root, previous.namespace if previous is not None else None)
+    if leftovers:
+        log(f"ending {len(leftovers)} processes left by a cluster whose namespace is gone")
+        close_master()
+        terminate(leftovers, grace=2)
+    legacy = [point for point, _ in mountinfo() if point.startswith(f"{root}/")]
+    if legacy:
+        log(f"unmounting {len(legacy)} mounts left under the root")
+        unmount_all(None, legacy)
+    return start_namespace(root)
+
+
+def namespace_mounts(state: State | None) -> list[str]:
+    """The mount points inside the live namespace, as its processes see them."""
+    if state is None or state.holder is None:
+        return []
+    try:
+        text = Path(f"/proc/{state.holder}/mountinfo").read_text()
+    except OSError:
+        return []
+    return [line.split()[4] for line in text.splitlines()]
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -555,28 +686,62 @@ def ensure_configs(root: Path, settings: Settings) -> bool:
 
 
 def pid_of(root: Path, daemon: str) -> int | None:
-    """The daemon's pid from its pid file, if that process is alive and runs in this root."""
+    """The daemon's pid from its pid file, if that process is alive and belongs to the cluster:
+    its root is the root, and it is in the cluster's namespace (or, for a cluster started by
+    the chroot-era harness, in none of its own)."""
     try:
-        pid = int((root / PID_FILES[daemon]).read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
+        pid = int((inside(root) / PID_FILES[daemon]).read_text().split()[0])
+    except (FileNotFoundError, NotADirectoryError, ValueError, IndexError):
         return None
-    return pid if process_root(pid) == str(root) else None
+    if zombie(pid) or identity(f"/proc/{pid}/root") != identity(root):
+        return None
+    state = live_state(root)
+    if state is not None and namespace_of(pid) != state.namespace:
+        return None
+    return pid
 
 
-def process_root(pid: int) -> str | None:
+def parent_of(pid: int) -> int | None:
     try:
-        return os.readlink(f"/proc/{pid}/root")
-    except OSError:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
         return None
 
 
-def processes_in(root: Path) -> list[int]:
-    """Every process whose root is this chroot: all of them descend from what the harness ran."""
-    pids = []
+def processes_in(root: Path, namespace: str | None = None) -> list[int]:
+    """Every process of the cluster, all of them started from what the harness ran.
+
+    That is: a process whose root is the root (the namespace's own "/", a bwrap sandbox's
+    read-only bind of it, a chroot-era daemon); one in the cluster's mount namespace (e.g.
+    sshd's privilege-separated child, chrooted to /run/sshd), taken from the state unless
+    given, and trusted only when a process rooted in the root is in it too, since the kernel
+    reuses a dead namespace's number; and every descendant of those.
+    """
+    wanted = identity(root)
+    if namespace is None:
+        state = read_state()
+        if state is not None and state.root == str(root):
+            namespace = state.namespace
+    if wanted is None:
+        return []
+    table: dict[int, tuple[int | None, bool, str | None]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and process_root(int(entry.name)) == str(root):
-            pids.append(int(entry.name))
-    return pids
+        if entry.name.isdigit():
+            pid = int(entry.name)
+            rooted = identity(f"/proc/{pid}/root") == wanted
+            table[pid] = (parent_of(pid), rooted, namespace_of(pid))
+    table.pop(os.getpid(), None)
+    ours = {pid for pid, (_, rooted, _) in table.items() if rooted}
+    proven = {space for pid, (_, _, space) in table.items() if pid in ours}
+    proven.discard(namespace_of(os.getpid()))  # never this machine's own namespace
+    if namespace is not None and namespace in proven:
+        ours |= {pid for pid, (_, _, space) in table.items() if space == namespace}
+    grown = True
+    while grown:
+        children = {pid for pid, (parent, _, _) in table.items() if parent in ours} - ours
+        ours |= children
+        grown = bool(children)
+    return sorted(ours)
 
 
 def terminate(pids: Sequence[int], grace: float = 10.0) -> None:
@@ -604,28 +769,24 @@ def zombie(pid: int) -> bool:
 def start_daemon(root: Path, daemon: str) -> None:
     if pid_of(root, daemon) is not None:
         return
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+    state = live_state(root)
+    if state is None:
+        raise HarnessError("the cluster's mount namespace is not running")
+    enter = enter_argv(state)
+    run_dir = inside(root) / "run"
     if daemon == "munged":
         uid, gid = lookup_ids(root, "munge")
-        run_dir = root / "run/munge"
-        run_dir.mkdir(mode=0o755, exist_ok=True)
-        os.chown(run_dir, uid, gid)
-        argv = [
-            "chroot",
-            f"--userspec={uid}:{gid}",
-            f"--groups={gid}",
-            str(root),
-            "/usr/sbin/munged",
-        ]
+        (run_dir / "munge").mkdir(mode=0o755, exist_ok=True)
+        os.chown(run_dir / "munge", uid, gid)
+        argv = [*enter, *as_user(uid, gid), "/usr/sbin/munged"]
     elif daemon == "slurmctld":
-        argv = ["chroot", str(root), "/usr/sbin/slurmctld", "-c"]
+        argv = [*enter, "/usr/sbin/slurmctld", "-c"]
     elif daemon == "slurmd":
-        argv = ["chroot", str(root), "/usr/sbin/slurmd"]
+        argv = [*enter, "/usr/sbin/slurmd"]
     else:
-        (root / "run/sshd").mkdir(mode=0o755, exist_ok=True)
+        (run_dir / "sshd").mkdir(mode=0o755, exist_ok=True)
         argv = [
-            "chroot",
-            str(root),
+            *enter,
             "/usr/sbin/sshd",
             "-p",
             str(SSH_PORT),
@@ -644,17 +805,23 @@ def start_daemon(root: Path, daemon: str) -> None:
         ]
         if port_open(SSH_PORT):
             raise HarnessError(f"something else listens on 127.0.0.1:{SSH_PORT}")
-    run(argv, env=env, timeout=60)
+    run(argv, env=ROOT_ENV, timeout=60)
     wait_for(lambda: pid_of(root, daemon) is not None, 20, f"{daemon} to write its pid file")
     if daemon == "sshd":
         wait_for(lambda: port_open(SSH_PORT), 10, "sshd to listen")
+
+
+def as_user(uid: int, gid: int) -> list[str]:
+    """The root's setpriv, run in the namespace: become uid:gid with only gid as group."""
+    return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", f"--groups={gid}", "--"]
 
 
 def stop_daemon(root: Path, daemon: str) -> None:
     pid = pid_of(root, daemon)
     if pid is not None:
         terminate([pid])
-    (root / PID_FILES[daemon]).unlink(missing_ok=True)
+    with contextlib.suppress(NotADirectoryError):
+        (inside(root) / PID_FILES[daemon]).unlink(missing_ok=True)
 
 
 def port_open(port: int) -> bool:
@@ -801,7 +968,7 @@ def install_wheels(root: Path, wheels: Path) -> bool:
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise HarnessError("the cluster harness must run as root (chroot, mounts, daemons)")
+        raise HarnessError("the cluster harness must run as root (namespaces, mounts, daemons)")
 
 
 def up(
@@ -826,10 +993,15 @@ def up(
             proctrack=base.proctrack if proctrack is None else proctrack,
         )
         RUN_DIR.mkdir(mode=0o700, exist_ok=True)
-        mounts = list(previous.mounts) if previous is not None else []
-        ensure_mounts(root, mounts)
+        holder, namespace = ensure_namespace(root, previous)
+        mounts: list[str] = []
+        ensure_scratch_mount(root, mounts)
+        # Recorded at once, so in_root() finds the namespace and a failure below is cleaned up
+        # by `down`; alice's ids are filled in when she exists.
+        uid, gid = (previous.uid, previous.gid) if previous is not None else (-1, -1)
+        write_state(State(str(root), uid, gid, settings, mounts, holder, namespace))
         uid, gid = ensure_users(root)
-        state = State(str(root), uid, gid, settings, mounts)
+        state = State(str(root), uid, gid, settings, mounts, holder, namespace)
         write_state(state)
         ensure_scratch(root, uid, gid)
         ensure_ssh(root, uid, gid)
@@ -866,13 +1038,17 @@ def down(purge: bool = False) -> list[str]:
     with locked():
         state = read_state()
         root = Path(state.root) if state is not None else root_dir()
+        namespace = state.namespace if state is not None else None
         close_master()
         cancel_jobs(root)
         for daemon in reversed(DAEMONS):
             stop_daemon(root, daemon)
-        # Job steps (slurmstepd and its children) and login() leftovers outlive their daemons.
-        terminate(processes_in(root), grace=2)
-        wait_for(lambda: not processes_in(root) or all(map(zombie, processes_in(root))), 10, "exit")
+        # Job steps (slurmstepd and its children), login() leftovers and the namespace's holder
+        # outlive the daemons; when the last of them is gone, so are the namespace and its mounts.
+        terminate(processes_in(root, namespace), grace=2)
+        wait_for(
+            lambda: all(map(zombie, processes_in(root, namespace))), 10, "the namespace to empty"
+        )
         remove_slurm_cgroups()
         stuck = unmount_all(root, state.mounts if state is not None else [])
         SSH_INCLUDE.unlink(missing_ok=True)
@@ -898,19 +1074,20 @@ def status() -> dict[str, object]:
     state = read_state()
     root = Path(state.root) if state is not None else root_dir()
     daemons = {name: pid_of(root, name) for name in DAEMONS}
+    live = live_state(root)
+    outside = [p for p, _ in mountinfo() if p == str(SCRATCH) or p.startswith(f"{root}/")]
     return {
         "built": root.is_dir(),
         "root": str(root),
         "daemons": daemons,
-        "mounts": [point for point, _ in mountinfo() if point in chroot_points(root)],
+        "namespace": live.namespace if live is not None else None,
+        "holder": live.holder if live is not None else None,
+        "mounts": outside,
+        "namespace_mounts": namespace_mounts(live),
         "ssh_include": SSH_INCLUDE.exists(),
         "settings": asdict(state.settings) if state is not None else None,
-        "up": state is not None and all(pid is not None for pid in daemons.values()),
+        "up": live is not None and all(pid is not None for pid in daemons.values()),
     }
-
-
-def chroot_points(root: Path) -> set[str]:
-    return {str(target) for _, target in chroot_mounts(root)}
 
 
 def environment() -> dict[str, object]:
@@ -971,16 +1148,15 @@ def login(
     input: str | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """Run argv as alice on the login node, i.e. inside the root, with a clean login environment."""
+    """Run argv as alice on the login node, i.e. in the cluster's namespace, with a clean login
+    environment: ``nsenter`` into the namespace, the root's ``setpriv`` to alice, ``env -i``."""
     state = read_state()
-    if state is None:
+    if state is None or live_state(Path(state.root)) is None:
         raise HarnessError("the cluster is not up")
     variables = [f"{k}={v}" for k, v in login_env(env).items()]
     command = [
-        "chroot",
-        f"--userspec={state.uid}:{state.gid}",
-        f"--groups={state.gid}",
-        state.root,
+        *enter_argv(state),
+        *as_user(state.uid, state.gid),
         "/usr/bin/env",
         "-i",
         f"--chdir={cwd or f'/home/{USER}'}",
@@ -1063,6 +1239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.add_argument("--force", action="store_true", help="even while a test session uses it")
     commands.add_parser("status", help="say what runs")
     commands.add_parser("env", help="print the facts tests need as JSON")
+    enter = commands.add_parser("exec", help="run a command as root in the cluster's namespace")
+    enter.add_argument("argv", nargs=argparse.REMAINDER, help="e.g. sinfo -N, scontrol show node")
     build = commands.add_parser("build-wheels", help="build the project's wheels for the root")
     build.add_argument("out", type=Path)
     install = commands.add_parser("install-wheels", help="install wheels into the root's venv")
@@ -1087,11 +1265,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, pid in dict(report["daemons"]).items():  # type: ignore[call-overload]
                 print(f"{name:10} {'running, pid ' + str(pid) if pid else 'stopped'}")
             print(f"mounts     {', '.join(report['mounts']) or 'none'}")  # type: ignore[arg-type]
+            if report["namespace"]:
+                inner = ", ".join(report["namespace_mounts"])  # type: ignore[arg-type]
+                print(f"namespace  {report['namespace']}, held by pid {report['holder']}: {inner}")
+            else:
+                print("namespace  none")
             print(f"root       {report['root']} ({'built' if report['built'] else 'not built'})")
             print(f"settings   {report['settings']}")
             return 0 if report["up"] else 1
         elif args.command == "env":
             print(json.dumps(environment(), indent=2))
+        elif args.command == "exec":
+            require_root()
+            if not args.argv:
+                raise HarnessError("exec needs a command")
+            found = read_state()
+            live = live_state(Path(found.root)) if found is not None else None
+            if live is None:
+                raise HarnessError("the cluster is not up")
+            return subprocess.run([*enter_argv(live), *args.argv], env=ROOT_ENV).returncode
         elif args.command == "build-wheels":
             build_wheels(args.out)
         elif args.command == "install-wheels":

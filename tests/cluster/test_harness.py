@@ -6,12 +6,14 @@ alice, over ``ssh servatus-test`` unless a test is about the login-node case.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import itertools
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -284,6 +286,36 @@ def test_login_node_case_runs_servatus_and_slurm_locally(slurm_cluster: SlurmClu
 
 
 @pytest.mark.cluster
+def test_bwrap_sandboxes_as_alice_in_a_job_and_on_the_login_node(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    """The daemons run in a namespace entered by pivot_root, not under chroot(2), so alice may
+    create the user namespace bubblewrap needs: in a batch script, in an srun step, and on the
+    login node (the kernel refuses that to any chrooted process)."""
+    cluster = slurm_cluster
+    work = unique_dir(cluster, "bwrap")
+    bwrap = "/usr/bin/bwrap --ro-bind / / --unshare-user --unshare-pid"
+    script = (
+        "#!/bin/sh\n"
+        'echo "user=$(id -un)"\n'
+        f"{bwrap} /bin/true\n"
+        'echo "batch-bwrap=$?"\n'
+        f"/usr/bin/srun --ntasks=1 --export=NIL {bwrap} /bin/true\n"
+        'echo "step-bwrap=$?"\n'
+        f"/usr/bin/srun --ntasks=1 --export=NIL {bwrap} /bin/sh -c 'echo \"inner-pid=$$\"'\n"
+    )
+    put_script(cluster, f"{work}/job.sh", script)
+    job = submit(cluster, f"{work}/job.sh", f"{work}/job.out")
+    assert wait_finished(cluster, job) == "COMPLETED"
+    text = Path(f"{work}/job.out").read_text()
+    assert "No permissions to create a new namespace" not in text, text
+    for line in ("user=alice", "batch-bwrap=0", "step-bwrap=0", "inner-pid=2"):
+        assert line in text.splitlines(), text
+    local = cluster.login([*bwrap.split(), "--proc", "/proc", "/bin/sh", "-c", "echo $$"])
+    assert (local.returncode, local.stdout) == (0, "2\n"), local.stderr
+
+
+@pytest.mark.cluster
 def test_stopping_sshd_cuts_the_ssh_way_in_and_starting_restores_it(
     slurm_cluster: SlurmCluster,
 ) -> None:
@@ -303,6 +335,8 @@ def test_stopping_sshd_cuts_the_ssh_way_in_and_starting_restores_it(
 def test_a_second_up_with_the_same_settings_changes_nothing(slurm_cluster: SlurmCluster) -> None:
     root = slurm_cluster.root
     pids = {daemon: harness.pid_of(root, daemon) for daemon in harness.DAEMONS}
+    before = harness.read_state()
+    assert before is not None and before.holder is not None and before.namespace is not None
     conf = root / "etc/slurm/slurm.conf"
     mtime = conf.stat().st_mtime_ns
     started = time.monotonic()
@@ -311,10 +345,52 @@ def test_a_second_up_with_the_same_settings_changes_nothing(slurm_cluster: Slurm
     assert {daemon: harness.pid_of(root, daemon) for daemon in harness.DAEMONS} == pids
     assert None not in pids.values()
     assert conf.stat().st_mtime_ns == mtime
+    after = harness.read_state()
+    assert after is not None
+    assert (after.holder, after.namespace) == (before.holder, before.namespace)
+    # Every daemon runs in that one namespace, at its root, which is the root: not chrooted.
+    assert before.namespace != harness.namespace_of(os.getpid())
+    for pid in pids.values():
+        assert pid is not None
+        assert harness.namespace_of(pid) == before.namespace
+        assert os.readlink(f"/proc/{pid}/root") == "/"
+        assert harness.identity(f"/proc/{pid}/root") == harness.identity(root)
 
 
 def live_processes_in(root: Path) -> list[int]:
     return [pid for pid in harness.processes_in(root) if not harness.zombie(pid)]
+
+
+def ticks_since_boot() -> int:
+    """Now, in the unit of /proc/PID/stat's start time."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * ticks)
+
+
+def still_in(namespace: str, before: int) -> list[int]:
+    """Live processes in the mount namespace ``namespace`` that started before ``before``
+    (a process started later is in a new namespace that reuses the number, not in ours)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or harness.namespace_of(int(entry.name)) != namespace:
+            continue
+        try:
+            started = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        except (OSError, IndexError, ValueError):
+            continue
+        if started <= before and not harness.zombie(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def outside_mounts(root: Path) -> list[str]:
+    """This machine's mounts of the root or below it, /scratch included."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [
+        line.split()[4]
+        for line in lines
+        if str(root) in line.split()[3] or line.split()[4].startswith(str(root))
+    ]
 
 
 @pytest.mark.cluster
@@ -330,6 +406,9 @@ def test_down_leaves_nothing_behind_and_up_restores(slurm_cluster: SlurmCluster)
         assert time.monotonic() < deadline
         time.sleep(0.5)
     before = {daemon: harness.pid_of(root, daemon) for daemon in harness.DAEMONS}
+    state = harness.read_state()
+    assert state is not None and state.namespace is not None and state.holder is not None
+    assert sorted(outside_mounts(root)) == ["/scratch"]
 
     # This session holds the cluster, so a plain down refuses rather than pull it from under us.
     refused = subprocess.run([sys.executable, HARNESS, "down"], capture_output=True, text=True)
@@ -344,12 +423,15 @@ def test_down_leaves_nothing_behind_and_up_restores(slurm_cluster: SlurmCluster)
     harness.log(f"down took {time.monotonic() - started:.1f} s")
     assert down.returncode == 0, down.stderr
     assert live_processes_in(root) == []
-    for pid in before.values():
+    for pid in [*before.values(), state.holder]:
         assert pid is not None
         assert not Path(f"/proc/{pid}").exists() or harness.zombie(pid)
+    # The namespace is gone with its last process, and its mounts (/proc, /run, ...) with it.
+    assert still_in(state.namespace, ticks_since_boot()) == []
     mounts = Path("/proc/mounts").read_text()
     assert str(root) not in mounts
     assert " /scratch " not in mounts
+    assert outside_mounts(root) == []
     assert not harness.SSH_INCLUDE.exists()
     assert not harness.RUN_DIR.exists()
     assert root.is_dir()  # the cache stays
@@ -370,3 +452,35 @@ def test_down_leaves_nothing_behind_and_up_restores(slurm_cluster: SlurmCluster)
     assert (env["root"], env["uid"], env["min_job_age"]) == (str(root), cluster.uid, 30)
     assert cluster.ssh("/usr/bin/squeue --me -h").returncode == 0
     assert Path(f"{work}/job.sh").exists()  # scratch is cluster storage: it survives a restart
+
+
+@pytest.mark.cluster
+def test_up_recovers_when_every_cluster_process_was_killed(slurm_cluster: SlurmCluster) -> None:
+    """A crash: SIGKILL to every process of the cluster, the namespace's holder included. The
+    namespace and its mounts die with them; `up` then starts a new one and the cluster works."""
+    cluster = slurm_cluster
+    root = cluster.root
+    state = harness.read_state()
+    assert state is not None and state.namespace is not None
+    victims = harness.processes_in(root)
+    assert state.holder in victims
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    crashed = ticks_since_boot()
+    deadline = time.monotonic() + 10
+    while live_processes_in(root) or still_in(state.namespace, crashed):
+        assert time.monotonic() < deadline, live_processes_in(root)
+        time.sleep(0.1)
+    assert harness.status()["up"] is False
+    assert sorted(outside_mounts(root)) == ["/scratch"]  # outside, only what up made
+
+    started = time.monotonic()
+    harness.up(min_job_age=cluster.min_job_age, proctrack=cluster.proctrack, wheels=cluster.wheels)
+    harness.log(f"up after a crash took {time.monotonic() - started:.1f} s")
+    after = harness.read_state()
+    assert after is not None and after.holder not in victims
+    assert harness.status()["up"] is True
+    assert sorted(outside_mounts(root)) == ["/scratch"]
+    assert cluster.ssh("/usr/bin/squeue --me -h").returncode == 0
+    assert cluster.login([f"{cluster.slurm_bin}/sinfo", "-h", "-o", "%T"]).stdout.strip() == "idle"

@@ -40,7 +40,7 @@ from servatus.submission import (
     script_spec,
     submit_allocations,
 )
-from servatus.tasks import Task, check_unique
+from servatus.tasks import Task, bulk, check_unique
 from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
@@ -195,6 +195,7 @@ class Campaign:
         self.path = Path(path)
         self.probe = probe
         self.connect = connect
+        self._version = None if _state is not None else store.journal_version(self.path)
         self._state = store.read(self.path) if _state is None else _state
         self._index: dict[str, Task] | None = None
 
@@ -268,8 +269,13 @@ class Campaign:
         return done
 
     def refresh(self) -> None:
-        """Read the state again, for changes made by other processes."""
+        """Read the state again, for changes made by other processes (unless the journal is
+        unchanged since it was read: reading a large campaign costs far more than a ``stat``)."""
+        version = store.journal_version(self.path)
+        if version is not None and version == self._version:
+            return
         self._state = store.read(self.path)
+        self._version = version
         self._index = None
 
     # -- the Slurm lane ----------------------------------------------------------------------
@@ -288,18 +294,19 @@ class Campaign:
         return connect
 
     def _report(self, state: store.CampaignState, *, offline: bool) -> Report:
-        recorded = submissions(state)
-        evidence = (
-            {}
-            if offline
-            else gather(
-                (item.target for item in recorded),
-                self._connector(),
-                self._hooks().evidence_reader(),
+        with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
+            recorded = submissions(state)
+            evidence = (
+                {}
+                if offline
+                else gather(
+                    (item.target for item in recorded),
+                    self._connector(),
+                    self._hooks().evidence_reader(),
+                )
             )
-        )
-        keys = [task.key for task in state.tasks]
-        return project(keys, recorded, evidence, now=time.time(), offline=offline)
+            keys = [task.key for task in state.tasks]
+            return project(keys, recorded, evidence, now=time.time(), offline=offline)
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
@@ -466,7 +473,7 @@ class Campaign:
             decisions = resolve(pending, evidence, now=time.time())
             for decision in decisions:
                 if decision.outcome != "waiting":
-                    writer.commit(store.Resolved(decision.allocation_id, decision.job))
+                    writer.add(store.Resolved(decision.allocation_id, decision.job))
         self.refresh()
         return tuple(decisions)
 

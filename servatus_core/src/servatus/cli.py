@@ -460,8 +460,7 @@ def plan_command(
             }
         )
     else:
-        for line in plan_lines(plan):
-            echo(line)
+        echo("\n".join(plan_lines(plan)))  # one write: a line each costs a flush each
         if output:
             echo(f"saved {output}; submit it with: servatus submit {state} {output}")
     if show_scripts:
@@ -576,8 +575,7 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     if as_json:
         emit_json(report_to_document(report))
         return
-    for line in status_lines(report):
-        echo(line)
+    echo("\n".join(status_lines(report)))  # one write: a line each costs a flush each
 
 
 @cli.command("reconcile")

@@ -607,6 +607,16 @@ def read(path: str | Path) -> CampaignState:
     return into.freeze()
 
 
+def journal_version(path: str | Path) -> tuple[int, ...] | None:
+    """Changes whenever the journal does (a record appended, a torn tail cut, a compaction renamed
+    in), so an unchanged journal need not be read and folded again; None when it cannot be seen."""
+    try:
+        st = os.stat(Path(path) / JOURNAL, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class Writer:
     """The one writer of a campaign: holds its lock, knows its state, appends records durably.
 
@@ -677,6 +687,13 @@ class Writer:
 
     def commit(self, change: object) -> CampaignState:
         """Append one record with one write and one fsync; compact when the journal has grown."""
+        self.add(change)
+        assert self._fold is not None
+        return self._fold.freeze()
+
+    def add(self, change: object) -> None:
+        """:meth:`commit` without building the new state, which costs O(state): a loop of many
+        records (one intent and one receipt per allocation) stays linear."""
         self._usable()
         if self._fold is None:
             raise ConfigurationError(f"no campaign at {str(self.path)!r}")
@@ -700,7 +717,6 @@ class Writer:
             self._records > COMPACT_RECORDS and tail * 16 >= self._first_size
         ):
             self.compact()
-        return self._fold.freeze()
 
     def compact(self) -> None:
         """Replace the journal with one holding a single Snapshot of the current state."""

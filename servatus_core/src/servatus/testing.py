@@ -70,6 +70,7 @@ class FakeScheduler:
         self.proctrack = proctrack
         self.clock = clock
         self.jobs: list[FakeJob] = []
+        self._numbered: dict[int, FakeJob] = {}
         self.calls: list[tuple[str, ...]] = []
         self.markers: dict[str, float] = {}
         self.logs: dict[str, bytes] = {}
@@ -191,6 +192,7 @@ class FakeScheduler:
         )
         self._next_job += 1
         self.jobs.append(job)
+        self._numbered[job.job] = job
         return CommandResult(argv, 0, f"{job.job}\n".encode(), b"")
 
     def _cmd_squeue(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
@@ -244,6 +246,9 @@ class FakeScheduler:
     # -- helpers ----------------------------------------------------------------------------
 
     def _job(self, job: int) -> FakeJob:
+        found = self._numbered.get(job)  # a dict, so finishing N jobs is not O(N^2)
+        if found is not None:
+            return found
         for item in self.jobs:
             if item.job == job:
                 return item

@@ -1,0 +1,61 @@
+"""Run every benchmark, one after another: ``python benchmarks/run_all.py [--skip-cluster]``.
+
+Each runs in its own process with this Python, its output passed through. The cluster benchmark
+needs root and the test cluster up (``python3 tests/cluster/harness.py up``); without them it is
+skipped, saying why. Exit status 1 if any benchmark failed. ``benchmarks/README.md`` says what
+each one measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = ("bench_store.py", "bench_lane.py", "bench_publish.py")
+CLUSTER = "bench_submit_cluster.py"
+
+
+def cluster_unavailable() -> str | None:
+    """Why the cluster benchmark cannot run now, or None."""
+    if os.geteuid() != 0:
+        return "it needs root"
+    harness = HERE.parent / "tests" / "cluster" / "harness.py"
+    done = subprocess.run(
+        [sys.executable, str(harness), "env"], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0 or not json.loads(done.stdout or "{}").get("running"):
+        return "the test cluster is down (python3 tests/cluster/harness.py up)"
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--skip-cluster", action="store_true", help="skip " + CLUSTER)
+    options = parser.parse_args()
+    names = list(BENCHMARKS)
+    reason = "--skip-cluster" if options.skip_cluster else cluster_unavailable()
+    if reason is None:
+        names.append(CLUSTER)
+    failed = []
+    for name in names:
+        print(f"=== {name} ===", flush=True)
+        began = time.perf_counter()
+        code = subprocess.run([sys.executable, str(HERE / name)], check=False).returncode
+        elapsed = time.perf_counter() - began
+        print(f"=== {name}: exit {code} after {elapsed:.0f} s ===\n", flush=True)
+        if code != 0:
+            failed.append(name)
+    if reason is not None:
+        print(f"=== {CLUSTER}: skipped: {reason} ===")
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
