@@ -175,12 +175,7 @@ def bwrap_refusal(cluster: SlurmCluster) -> str | None:
 
 def test_bubblewrap_plugin(area: Area, tmp_path: Path) -> None:
     refusal = bwrap_refusal(area.cluster)
-    if refusal is not None and NAMESPACE_REFUSED in refusal:
-        pytest.skip(
-            "the test cluster runs slurmd under chroot(2), where the kernel refuses the "
-            f"unprivileged user namespace bwrap needs: {refusal}"
-        )
-    assert refusal is None, refusal
+    assert refusal is None, f"bwrap cannot make its namespaces in a job: {refusal}"
     site = tmp_path / "site"
     install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
     install += ["--no-build-isolation", "--target", str(site), str(EXAMPLE)]
