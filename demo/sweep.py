@@ -28,7 +28,9 @@ def cluster_env() -> dict[str, object]:
 
 def show(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     print(f"\n$ servatus {' '.join(args)}", flush=True)
-    result = subprocess.run([*SERVATUS, *args], cwd=cwd, text=True, capture_output=True)
+    result = subprocess.run(
+        [*SERVATUS, *args], cwd=cwd, text=True, capture_output=True, check=False
+    )
     print(result.stdout, end="")
     print(result.stderr, end="", file=sys.stderr)
     if result.returncode not in (0,):
@@ -95,7 +97,11 @@ signal_before_end = "0:01:00"
     while True:
         time.sleep(3)
         result = subprocess.run(
-            [*SERVATUS, "status", "state", "--json"], cwd=demo, text=True, capture_output=True
+            [*SERVATUS, "status", "state", "--json"],
+            cwd=demo,
+            text=True,
+            capture_output=True,
+            check=False,
         )
         if result.returncode == 0 and json.loads(result.stdout)["quiescent"]:
             break
@@ -110,7 +116,8 @@ signal_before_end = "0:01:00"
         for item in sorted((results / key).iterdir()):
             print(f"  {key}/{item.name}  {item.stat().st_size} bytes")
         print(f"    metrics: {(results / key / 'metrics.json').read_text().strip()}")
-    print(f"\ndemo: done. Go on with: cd {demo} && servatus status state", flush=True)
+    servatus = Path(sys.executable).parent / "servatus"
+    print(f"\ndemo: done. Go on with: cd {demo} && {servatus} status state", flush=True)
 
 
 if __name__ == "__main__":
