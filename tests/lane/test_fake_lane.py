@@ -68,6 +68,9 @@ def test_cancel_reads_ending_then_stopped(tmp_path: Path, profile: Profile) -> N
     campaign.submit(campaign.plan(profile))
     fake.start()
     assert campaign.cancel(tasks=["t0"]).allocations
+    job = fake.jobs[0]
+    ends = [name for name in fake.markers if f"{job.allocation_id}.{job.job}.end." in name]
+    assert [name.rsplit(".", 2)[-2:] for name in ends] == [["0", "143"]]
     assert states(campaign)["t0"] is Execution.ENDING
     fake.purge()
     report = campaign.status()

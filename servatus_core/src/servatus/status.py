@@ -157,8 +157,8 @@ class Report:
 
     @property
     def counts(self) -> dict[str, int]:
-        counted = Counter(task.execution.value for task in self.tasks)
-        return {state.value: counted[state.value] for state in Execution if counted[state.value]}
+        counted = Counter(task.execution for task in self.tasks)
+        return {state.value: counted[state] for state in Execution if counted[state]}
 
     @property
     def quiescent(self) -> bool:
@@ -195,6 +195,15 @@ def slot_execution(
 ) -> tuple[Execution, int | None, StopReason | None]:
     """A slot's execution from its job's queue entry (if listed) and its allocation's markers."""
     end = observation.ends[slot] if slot < len(observation.ends) else None
+    if (
+        end is not None
+        and end.exit_code != 0
+        and observation.stop is not None
+        and end.at >= observation.stop
+    ):
+        # The step returned nonzero because the job was told to end (scancel, the time limit):
+        # a stop, not a failure; ENDING while Slurm lists the job, STOPPED once it is purged.
+        end = None
     if end is not None:
         if end.exit_code == 0:
             return Execution.SUCCEEDED, 0, None
@@ -252,22 +261,31 @@ def project(
     accepted work reads ``ACCEPTED`` and run time is unknown."""
     attempts: list[Attempt] = []
     warnings: list[str] = []
-    online = all(
-        submission.target in evidence
-        and evidence[submission.target].queue is not None
-        and evidence[submission.target].markers is not None
-        for submission in submissions
-    ) and (bool(evidence) or not submissions)
+    listing = {  # whether both listings of a Target were fetched
+        target: item.queue is not None and item.markers is not None
+        for target, item in evidence.items()
+    }
+    targets = {submission.target for submission in submissions}
+    online = all(listing.get(target, False) for target in targets) and (
+        bool(evidence) or not submissions
+    )
     online = online and not offline
-    by_marker: dict[tuple[str, str], list[Marker]] = defaultdict(list)
-    by_queue: dict[tuple[str, str], QueueEntry] = {}
+    # Per Target: its markers by allocation id, its queue entries by job name.
+    by_marker: dict[str, dict[str, list[Marker]]] = {}
+    by_queue: dict[str, dict[str, QueueEntry]] = {}
     for target, item in evidence.items():
+        grouped: dict[str, list[Marker]] = defaultdict(list)
         for marker in item.markers or ():
-            by_marker[target, marker.allocation_id].append(marker)
-        for entry in item.queue or ():
-            by_queue[target, entry.name] = entry
+            grouped[marker.allocation_id].append(marker)
+        by_marker[target] = grouped
+        by_queue[target] = {entry.name: entry for entry in item.queue or ()}
     for submission in submissions:
-        attempts.extend(_attempts(submission, evidence, by_marker, by_queue, now, warnings))
+        target = submission.target
+        if listing.get(target, False):
+            markers, queue = by_marker[target], by_queue[target]
+            attempts.extend(_attempts(submission, markers, queue, now, warnings))
+        else:
+            attempts.extend(_attempts(submission, None, None, now, warnings))
     latest: dict[str, Attempt] = {}
     run_times: dict[str, RunTime] = {}
     unresolved: set[str] = set()
@@ -285,24 +303,40 @@ def project(
             accepted.add(key)
         latest[key] = attempt
         if attempt.run_time is not None:
-            run_times[key] = run_times.get(key, RunTime(0)) + attempt.run_time
+            earlier = run_times.get(key)  # RunTime(0) + run_time is run_time: built only to add
+            run_times[key] = attempt.run_time if earlier is None else earlier + attempt.run_time
     tasks = []
+    zero = RunTime(0)
     for key in keys:
         current = latest.get(key)
-        tasks.append(
-            TaskStatus(
+        run_time = run_times.get(key, zero) if online else None
+        if current is None:  # never submitted (every Task of a first plan): no attempt to read
+            status = TaskStatus(
                 key=key,
-                execution=current.execution if current else Execution.NOT_SUBMITTED,
-                exit_code=current.exit_code if current else None,
-                detail=current.detail if current else None,
-                run_time=run_times.get(key, RunTime(0)) if online else None,
-                allocation_id=current.allocation_id if current else None,
-                job=current.job if current else None,
+                execution=Execution.NOT_SUBMITTED,
+                exit_code=None,
+                detail=None,
+                run_time=run_time,
+                allocation_id=None,
+                job=None,
+                accepted=False,
+                unresolved=False,
+                listed=key in listed,
+            )
+        else:
+            status = TaskStatus(
+                key=key,
+                execution=current.execution,
+                exit_code=current.exit_code,
+                detail=current.detail,
+                run_time=run_time,
+                allocation_id=current.allocation_id,
+                job=current.job,
                 accepted=key in accepted,
                 unresolved=key in unresolved,
                 listed=key in listed,
             )
-        )
+        tasks.append(status)
     return Report(
         tasks=tuple(tasks), attempts=tuple(attempts), warnings=tuple(warnings), online=online
     )
@@ -310,17 +344,14 @@ def project(
 
 def _attempts(
     submission: Submission,
-    evidence: Mapping[str, Evidence],
-    by_marker: Mapping[tuple[str, str], list[Marker]],
-    by_queue: Mapping[tuple[str, str], QueueEntry],
+    by_marker: Mapping[str, list[Marker]] | None,
+    by_queue: Mapping[str, QueueEntry] | None,
     now: float,
     warnings: list[str],
 ) -> list[Attempt]:
-    item = evidence.get(submission.target)
-    online = item is not None and item.queue is not None and item.markers is not None
-    entry = (
-        by_queue.get((submission.target, job_name(submission.allocation_id))) if online else None
-    )
+    """The attempts of one submission; ``by_marker`` (its Target's markers by allocation) and
+    ``by_queue`` (its queue entries by job name) are None unless both listings were read."""
+    entry = by_queue.get(job_name(submission.allocation_id)) if by_queue is not None else None
     if entry is not None and submission.job is not None and entry.job != submission.job:
         entry = None  # same name, another job number: not this submission's job
     slots = len(submission.task_keys)
@@ -332,14 +363,11 @@ def _attempts(
         )
     result = []
     observation = (
-        observe(
-            submission.allocation_id,
-            slots,
-            by_marker.get((submission.target, submission.allocation_id), ()),
-        )
-        if online
+        observe(submission.allocation_id, slots, by_marker.get(submission.allocation_id, ()))
+        if by_marker is not None and by_queue is not None
         else None
     )
+    job = submission.job if submission.job is not None else (entry.job if entry else None)
     for slot, key in enumerate(submission.task_keys):
         exit_code: int | None = None
         detail: StopReason | None = None
@@ -360,9 +388,7 @@ def _attempts(
                 allocation_id=submission.allocation_id,
                 task_key=key,
                 slot=slot,
-                job=submission.job
-                if submission.job is not None
-                else (entry.job if entry else None),
+                job=job,
                 execution=execution,
                 exit_code=exit_code,
                 detail=detail,
@@ -391,6 +417,7 @@ def submissions(state: CampaignState) -> list[Submission]:
     """The campaign's submissions in recording order, each with its recorded outcome."""
     receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
     resolved = {item.allocation_id: item.job for item in state.resolutions}
+    identities = state.target_identities()  # an intent names its Target by key
     result = []
     for intent in state.intents:
         job = receipts.get(intent.allocation_id)
@@ -405,7 +432,7 @@ def submissions(state: CampaignState) -> list[Submission]:
             Submission(
                 allocation_id=intent.allocation_id,
                 task_keys=intent.task_keys,
-                target=intent.target,
+                target=identities[intent.target],
                 recorded_at=intent.created_at,
                 time_limit=intent.time_limit,
                 outcome=outcome,

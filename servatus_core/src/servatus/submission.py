@@ -130,15 +130,17 @@ def submit_allocations(
         for allocation in allocations
     ]
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
+    target = writer.target(target_identity) if allocations else ""  # recorded once per campaign
     accepted: list[SubmittedAllocation] = []
     for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
-        writer.commit(
+        writer.add(
             Intent(
                 allocation_id=allocation.allocation_id,
                 task_keys=allocation.task_keys,
                 plan_digest=plan_digest,
                 created_at=time.time(),
-                target=target_identity,
+                target=target,
+                time_limit=profile.resources.time_limit,
             )
         )
         done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
@@ -150,7 +152,7 @@ def submit_allocations(
                 f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
             ) from exc
         if result.returncode != 0:
-            writer.commit(Resolved(allocation_id=allocation.allocation_id, job=None))
+            writer.add(Resolved(allocation_id=allocation.allocation_id, job=None))
             reason = result.stderr.decode("utf-8", "replace").strip().splitlines()
             raise ShapeRejected(
                 f"sbatch refused allocation {allocation.allocation_id}: "
@@ -162,7 +164,7 @@ def submit_allocations(
                 f"sbatch answered allocation {allocation.allocation_id} with no job number; "
                 f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
             )
-        writer.commit(Receipt(allocation_id=allocation.allocation_id, job=job))
+        writer.add(Receipt(allocation_id=allocation.allocation_id, job=job))
         accepted.append(SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys))
         if progress is not None:
             progress(index, len(allocations), allocation.allocation_id, job)

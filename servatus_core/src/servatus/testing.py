@@ -215,7 +215,12 @@ class FakeScheduler:
         for job in self.jobs:
             if job.listed and job.name in names and job.state in ("PENDING", "RUNNING"):
                 if job.state == "RUNNING":
+                    # As on a real cluster: the batch shell marks the stop, then each step that
+                    # was still running returns 143 (SIGTERM) and gets its end marker.
                     self._mark(job, MarkerKind.STOP)
+                    for slot in range(job.slots):
+                        if not self._ended(job, slot):
+                            self._mark(job, MarkerKind.END, slot=slot, exit_code=143)
                 job.state = "CANCELLED"
         return CommandResult(argv, 0, b"", b"")
 
@@ -253,6 +258,13 @@ class FakeScheduler:
             if item.job == job:
                 return item
         raise KeyError(f"FakeScheduler has no job {job}")
+
+    def _ended(self, job: FakeJob, slot: int) -> bool:
+        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the plugin is optional
+
+        prefix = marker_name(job.allocation_id, job.job, MarkerKind.END, slot=slot, exit_code=0)
+        stem = prefix.rsplit(".", 1)[0] + "."
+        return any(name.startswith(stem) for name in self.markers)
 
     def _select(self, job: int | None, states: set[str]) -> list[FakeJob]:
         chosen = self.jobs if job is None else [self._job(job)]
