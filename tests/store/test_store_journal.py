@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,14 +18,17 @@ from servatus.campaign import Campaign, append_state, create_state, ensure_state
 from servatus.errors import Busy, ConfigurationError, CorruptState, TaskConflict, UnsafeFilesystem
 from servatus.tasks import Task
 
+LOCAL = store.target_key('{"host":null}')
+
 ALL_RECORDS = [
     store.Created("c1", 1.5, False, (Task("a", ["x"], stdin=b"\0\xff", env={"A": "1"}),)),
     store.Appended((Task("b", ["y", "é"]),)),
     store.Sealed(),
-    store.Intent("alloc1", ("a", "b"), "digest", 2.0, "local", time_limit=3600),
+    store.TargetSeen(LOCAL, '{"host":null}'),
+    store.Intent("alloc1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=3600),
     store.Receipt("alloc1", 41234),
     store.Resolved("alloc1", 41234),
-    store.Intent("alloc2", ("a",), "digest", 3.0, "local"),
+    store.Intent("alloc2", ("a",), "digest", 3.0, LOCAL),
     store.Resolved("alloc2", None),
 ]
 
@@ -64,14 +69,38 @@ def test_fold_is_the_state() -> None:
         [ALL_RECORDS[0], store.Sealed(), store.Appended((Task("n", ["x"]),))],
         [ALL_RECORDS[0], store.Sealed(), store.Sealed()],
         [ALL_RECORDS[0], store.Receipt("nope", 1)],
-        [ALL_RECORDS[0], store.Intent("i", ("zzz",), "d", 1.0, "t")],
-        [ALL_RECORDS[0], *[store.Intent("i", ("a",), "d", 1.0, "t")] * 2],
+        [ALL_RECORDS[0], ALL_RECORDS[3], store.Intent("i", ("zzz",), "d", 1.0, LOCAL)],
+        [ALL_RECORDS[0], ALL_RECORDS[3], *[store.Intent("i", ("a",), "d", 1.0, LOCAL)] * 2],
+        [ALL_RECORDS[0], store.Intent("i", ("a",), "d", 1.0, LOCAL)],
+        [ALL_RECORDS[0], ALL_RECORDS[3], ALL_RECORDS[3]],
+        [ALL_RECORDS[0], store.TargetSeen(LOCAL, '{"host":"elsewhere"}')],
         [],
     ],
 )
 def test_fold_rejects_impossible_histories(records: list[object]) -> None:
     with pytest.raises(store.Rejected):
         store.fold(records)
+
+
+def test_an_intent_names_its_target_by_key() -> None:
+    state = store.fold(ALL_RECORDS)
+    assert state.target_identities() == {LOCAL: '{"host":null}'}
+    assert len(LOCAL) == store.TARGET_KEY_HEX
+    assert {intent.target for intent in state.intents} == {LOCAL}
+    damaged = attrs.evolve(state, targets=())
+    with pytest.raises(store.Rejected, match="unrecorded targets"):
+        store.Fold(damaged)
+
+
+def test_the_writer_records_each_target_once(tmp_path: Path) -> None:
+    create_state(tmp_path / "state", make_tasks("t", 2))
+    with store.writing(tmp_path / "state") as writer:
+        key = writer.target('{"host":null}')
+        assert writer.target('{"host":null}') == key == LOCAL
+        writer.add(store.Intent("a1", ("t-0",), "d", 1.0, key))
+        state = writer.state
+    assert state is not None and state.revision == 3  # created, one target, one intent
+    assert store.read(tmp_path / "state") == state
 
 
 def test_a_rejected_record_changes_nothing() -> None:
@@ -93,9 +122,48 @@ def test_unknown_fields_and_types_are_refused() -> None:
         store.decode(b'{"type": "appended", "tasks": [{"key": "a", "args": ["x"], "z": 1}]}')
 
 
-def test_registering_a_record_type_is_the_extension_point() -> None:
-    import attrs
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'"created_at":1,"target":"t","time_limit":1,"extra":1}',
+        b'{"type":"intent","allocation_id":"a","task_keys":"k","plan_digest":"d",'
+        b'"created_at":1,"target":"t"}',
+        b'{"type":"intent","allocation_id":"a","task_keys":[1],"plan_digest":"d",'
+        b'"created_at":1,"target":"t"}',
+        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'"created_at":true,"target":"t"}',
+        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'"created_at":1,"target":"t","time_limit":1.5}',
+        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"created_at":1,"target":"t"}',
+        b'{"type":"receipt","allocation_id":"a","job":true}',
+        b'{"type":"receipt","allocation_id":"a","job":null}',
+        b'{"type":"receipt","allocation_id":"a"}',
+        b'{"type":"resolved","allocation_id":1,"job":null}',
+        b'{"type":"resolved","allocation_id":"a","job":"1"}',
+        b'{"type":"target","key":"k","identity":1}',
+    ],
+)
+def test_records_are_structured_strictly(payload: bytes) -> None:
+    with pytest.raises(TypeError):
+        store.decode(payload)
 
+
+def test_strict_snapshot_lists() -> None:
+    state = store.fold(ALL_RECORDS)
+    document = store._CONVERTER.unstructure(state)
+    document["receipts"] = {"not": "a list"}
+    with pytest.raises(TypeError):
+        store.decode(b'{"type":"snapshot","state":%s}' % json.dumps(document).encode())
+    minimal = store.decode(
+        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'"created_at":1,"target":"t"}'
+    )
+    assert minimal == store.Intent("a", ("k",), "d", 1.0, "t", 0)
+    assert isinstance(minimal, store.Intent) and type(minimal.created_at) is float
+
+
+def test_registering_a_record_type_is_the_extension_point() -> None:
     @attrs.frozen
     class Note:
         text: str

@@ -7,10 +7,11 @@ output; human output escapes every non-printable character (:func:`human`).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
@@ -33,6 +34,8 @@ pass_context = click.make_pass_decorator(Context)
 
 def human(text: str) -> str:
     """Escape every non-printable character (keeping newlines between lines) for a terminal."""
+    if text.replace("\n", "").isprintable():  # the usual case: one pass over a large table
+        return text
     return "\n".join(_escape_line(line) for line in text.split("\n"))
 
 
@@ -56,6 +59,24 @@ def echo(text: str) -> None:
 def emit_json(document: Any) -> None:
     """Print one exact JSON document."""
     click.echo(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def paused_gc(func: F) -> F:
+    """Run a short read-only command (``status``, ``plan``) with the cyclic GC paused.
+
+    At 100,000 Tasks they build over a million acyclic values (Tasks, records, the projection,
+    the table); every GC pass would scan them all. They are freed by reference counting when
+    the command returns, before the GC runs again.
+    """
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from servatus.tasks import bulk  # noqa: PLC0415 - loaded per command
+
+        with bulk():
+            return func(*args, **kwargs)
+
+    return cast(F, run)
 
 
 def json_option(func: F) -> F:
@@ -368,8 +389,13 @@ def plan_lines(plan: Plan) -> list[str]:
         f"selected: {_plural(len(decision.selected), 'Task')} in "
         f"{_plural(len(plan.allocations), 'allocation')}"
     )
+    shapes: dict[int, str] = {}  # one text per allocation size, not per allocation
     for allocation in plan.allocations:
-        lines.append(f"  {allocation.allocation_id}  {_shape(plan, len(allocation.task_keys))}")
+        size = len(allocation.task_keys)
+        shape = shapes.get(size)
+        if shape is None:
+            shape = shapes[size] = _shape(plan, size)
+        lines.append(f"  {allocation.allocation_id}  {shape}")
         lines.append(f"    {' '.join(allocation.task_keys)}")
     if decision.held:
         lines.append(f"held: {_plural(len(decision.held), 'Task')}")
@@ -414,6 +440,7 @@ def _save_plan(path: str, document: dict[str, Any]) -> None:
 @click.option("--tasks-per-allocation", type=click.IntRange(min=1), metavar="N")
 @click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
 @json_option
+@paused_gc
 def plan_command(
     state: str,
     config: str | None,
@@ -540,23 +567,31 @@ def status_lines(report: Report) -> list[str]:
     from servatus.status import execution_text, format_run_time, result_of  # noqa: PLC0415
 
     header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
-    rows = [
-        (
-            task.key,
-            result_of(task.key, None),
-            execution_text(task),
-            "-" if task.exit_code is None else str(task.exit_code),
-            format_run_time(task.run_time),
-            "-",
-            task.allocation_id or "-",
+    # 100,000 rows: each distinct cell text is computed once, and each line is one % format.
+    executions: dict[tuple[object, object], str] = {}
+    run_times: dict[object, str] = {}
+    rows = [header]
+    for task in report.tasks:
+        shown = executions.get((task.execution, task.detail))
+        if shown is None:
+            shown = executions[task.execution, task.detail] = execution_text(task)
+        run_time = run_times.get(task.run_time)
+        if run_time is None:
+            run_time = run_times[task.run_time] = format_run_time(task.run_time)
+        rows.append(
+            (
+                task.key,
+                result_of(task.key, None),
+                shown,
+                "-" if task.exit_code is None else str(task.exit_code),
+                run_time,
+                "-",
+                task.allocation_id or "-",
+            )
         )
-        for task in report.tasks
-    ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    lines = [
-        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
-        for row in [header, *rows]
-    ]
+    widths = [max(map(len, column)) for column in list(zip(*rows, strict=True))[:-1]]
+    line = "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
+    lines = [line % row for row in rows]
     counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
     lines.append(f"{_plural(len(report.tasks), 'Task')}: {counts or 'none'}")
     lines += [f"warning: {warning}" for warning in report.warnings]
@@ -567,6 +602,7 @@ def status_lines(report: Report) -> list[str]:
 @click.argument("state")
 @click.option("--offline", is_flag=True, help="Skip Slurm: show only what is recorded.")
 @json_option
+@paused_gc
 def status_command(state: str, offline: bool, as_json: bool) -> None:
     """Task and allocation status."""
     from servatus.status import report_to_document  # noqa: PLC0415

@@ -3,7 +3,7 @@
 Layout (``docs/adr/0001-campaign-store.md`` gives the reasons)::
 
     STATE/              0700, owned by the user
-    STATE/journal       0600: the line "servatus.campaign/1", then one frame per record
+    STATE/journal       0600: the line "servatus.campaign/2", then one frame per record
     STATE/lock          0600: writers hold a non-blocking flock on it
     STATE/journal.tmp   a compaction or creation in progress; removed by the next writer
 
@@ -25,6 +25,7 @@ import base64
 import binascii
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -52,8 +53,11 @@ from servatus.errors import (
 )
 from servatus.tasks import Task, bulk
 
-SCHEMA = "servatus.campaign/1"
-"""The journal's version tag, its first line. A future version upgrades older records as dicts."""
+SCHEMA = "servatus.campaign/2"
+"""The journal's version tag, its first line. A future version upgrades older records as dicts.
+
+Version 1 (before 0.14.1 was released) repeated the Target's canonical JSON in every intent; it
+is refused as an unknown version."""
 
 MAGIC = SCHEMA.encode("ascii") + b"\n"
 JOURNAL = "journal"
@@ -124,13 +128,36 @@ class Sealed:
     """Authoring ended; no Task is ever added again."""
 
 
+TARGET_KEY_HEX = 16
+"""A Target key is this many hex digits of the SHA-256 of the Target's identity."""
+
+
+def target_key(identity: str) -> str:
+    """The short key intents name a Target by: a digest of its identity (canonical JSON)."""
+    data = identity.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:TARGET_KEY_HEX]
+
+
+@record("target")
+@attrs.frozen
+class TargetSeen:
+    """A Target submitted to: its identity (canonical JSON) under ``key`` (:func:`target_key`).
+
+    Recorded once per campaign, before the first intent naming it, so an intent stays small.
+    """
+
+    key: str
+    identity: str
+
+
 @record("intent")
 @attrs.frozen
 class Intent:
     """Written before an ``sbatch``: the allocation about to be submitted and where.
 
-    ``target`` identifies the Target it goes to, so evidence is read from the original target:
-    the canonical JSON of that Target. ``time_limit`` (seconds) bounds the run time of a LOST run.
+    ``target`` is the key of a :class:`TargetSeen` recorded before: the Target it goes to, so
+    evidence is read from the original target. ``time_limit`` (seconds) bounds the run time of a
+    LOST run.
     """
 
     allocation_id: str
@@ -171,10 +198,15 @@ class CampaignState:
     receipts: tuple[Receipt, ...] = ()
     resolutions: tuple[Resolved, ...] = ()
     revision: int = 0
+    targets: tuple[TargetSeen, ...] = ()
 
     @property
     def appendable(self) -> bool:
         return not self.sealed
+
+    def target_identities(self) -> dict[str, str]:
+        """Each recorded Target's identity by its key (what an intent's ``target`` names)."""
+        return {item.key: item.identity for item in self.targets}
 
 
 @record("snapshot")
@@ -208,6 +240,7 @@ class Fold:
         self.intents: dict[str, Intent] = {}
         self.receipts: dict[str, Receipt] = {}
         self.resolutions: dict[str, Resolved] = {}
+        self.targets: dict[str, TargetSeen] = {}
         self.revision = 0
         if state is not None:
             self._load(state)
@@ -223,6 +256,13 @@ class Fold:
         self.intents = {intent.allocation_id: intent for intent in state.intents}
         self.receipts = {receipt.allocation_id: receipt for receipt in state.receipts}
         self.resolutions = {item.allocation_id: item for item in state.resolutions}
+        self.targets = {}
+        for item in state.targets:
+            self.add_target(item)
+        named = {intent.target for intent in self.intents.values()}
+        if not named <= self.targets.keys():
+            unknown = sorted(named - self.targets.keys())
+            raise Rejected(f"intents name unrecorded targets: {unknown}")
         self.revision = state.revision
 
     def apply(self, change: object) -> None:
@@ -248,6 +288,13 @@ class Fold:
         self.tasks.extend(tasks)
         self.keys.update(batch)
 
+    def add_target(self, target: TargetSeen) -> None:
+        if target.key in self.targets:
+            raise Rejected(f"target {target.key} is already recorded")
+        if target.key != target_key(target.identity):
+            raise Rejected(f"target {target.key} is not the key of its identity")
+        self.targets[target.key] = target
+
     def freeze(self) -> CampaignState:
         if not self.started:
             raise Rejected("the journal holds no campaign")
@@ -260,6 +307,7 @@ class Fold:
             receipts=tuple(self.receipts.values()),
             resolutions=tuple(self.resolutions.values()),
             revision=self.revision,
+            targets=tuple(self.targets.values()),
         )
 
 
@@ -304,10 +352,17 @@ def _sealed(into: Fold, change: Sealed) -> None:
     into.sealed = True
 
 
+@folds(TargetSeen)
+def _target(into: Fold, change: TargetSeen) -> None:
+    into.add_target(change)
+
+
 @folds(Intent)
 def _intent(into: Fold, change: Intent) -> None:
     if change.allocation_id in into.intents:
         raise Rejected(f"allocation {change.allocation_id} already has an intent")
+    if change.target not in into.targets:
+        raise Rejected(f"intent {change.allocation_id} names an unrecorded target {change.target}")
     unknown = [key for key in change.task_keys if key not in into.keys]
     if unknown or not change.task_keys:
         raise Rejected(f"intent {change.allocation_id} names unknown Tasks: {unknown}")
@@ -400,6 +455,72 @@ def _structure_float(value: Any, _: Any) -> float:
     return float(value)
 
 
+# Snapshots hold a record per allocation (an intent, a receipt): these hooks structure them as
+# strictly as the generated ones (exact keys, exact scalar types) at a fraction of the cost.
+
+_INTENT_FIELDS = frozenset(
+    {"allocation_id", "task_keys", "plan_digest", "created_at", "target", "time_limit"}
+)
+_INTENT_REQUIRED = _INTENT_FIELDS - {"time_limit"}
+_JOB_FIELDS = frozenset({"allocation_id", "job"})
+
+
+def _fields(value: Any, required: frozenset[str], allowed: frozenset[str], what: str) -> None:
+    if type(value) is not dict or not required <= value.keys() <= allowed:
+        raise TypeError(f"not {what} document: {value!r:.80}")
+
+
+def _wrong(what: str, value: Any) -> TypeError:
+    return TypeError(f"not {what} document: {value!r:.80}")
+
+
+def _structure_intent(value: Any, _: Any) -> Intent:
+    _fields(value, _INTENT_REQUIRED, _INTENT_FIELDS, "an intent")
+    allocation_id, keys, target = value["allocation_id"], value["task_keys"], value["target"]
+    digest, at, limit = value["plan_digest"], value["created_at"], value.get("time_limit", 0)
+    if (
+        type(allocation_id) is not str
+        or type(keys) is not list
+        or type(digest) is not str
+        or type(at) not in (float, int)
+        or type(target) is not str
+        or type(limit) is not int
+        or not all(type(key) is str for key in keys)
+    ):
+        raise _wrong("an intent", value)
+    return Intent(allocation_id, tuple(keys), digest, float(at), target, limit)
+
+
+def _structure_receipt(value: Any, _: Any) -> Receipt:
+    _fields(value, _JOB_FIELDS, _JOB_FIELDS, "a receipt")
+    allocation_id, job = value["allocation_id"], value["job"]
+    if type(allocation_id) is not str or type(job) is not int:
+        raise _wrong("a receipt", value)
+    return Receipt(allocation_id, job)
+
+
+def _structure_resolved(value: Any, _: Any) -> Resolved:
+    _fields(value, _JOB_FIELDS, _JOB_FIELDS, "a resolution")
+    allocation_id, job = value["allocation_id"], value["job"]
+    if type(allocation_id) is not str or (job is not None and type(job) is not int):
+        raise _wrong("a resolution", value)
+    return Resolved(allocation_id, job)
+
+
+def _many(one: Callable[[Any, Any], R]) -> Callable[[Any, Any], tuple[R, ...]]:
+    def structure(value: Any, _: Any) -> tuple[R, ...]:
+        if type(value) is not list:
+            raise TypeError(f"expected a JSON array, got {type(value).__name__}")
+        return tuple([one(item, None) for item in value])
+
+    return structure
+
+
+def _is_tuple_of(kind: type[Any]) -> Callable[[Any], bool]:
+    many = tuple[kind, ...]  # type: ignore[valid-type]
+    return lambda other: bool(other == many)
+
+
 def _converter() -> cattrs.Converter:
     converter = make_converter(forbid_extra_keys=True)
     converter.register_unstructure_hook(Task, _unstructure_task)
@@ -407,6 +528,14 @@ def _converter() -> cattrs.Converter:
     many = tuple[Task, ...]
     converter.register_unstructure_hook_func(lambda kind: kind == many, _unstructure_tasks)
     converter.register_structure_hook_func(lambda kind: kind == many, _structure_tasks)
+    fast: list[tuple[type[Any], Callable[[Any, Any], Any]]] = [
+        (Intent, _structure_intent),
+        (Receipt, _structure_receipt),
+        (Resolved, _structure_resolved),
+    ]
+    for kind, hook in fast:
+        converter.register_structure_hook(kind, hook)
+        converter.register_structure_hook_func(_is_tuple_of(kind), _many(hook))
     for kind in (str, int, bool):
         converter.register_structure_hook(kind, _strict(kind))
     converter.register_structure_hook(float, _structure_float)
@@ -718,6 +847,20 @@ class Writer:
         ):
             self.compact()
 
+    def target(self, identity: str) -> str:
+        """The key an intent names the Target ``identity`` by; the first time, a
+        :class:`TargetSeen` is recorded (appended and synced) first."""
+        self._usable()
+        if self._fold is None:
+            raise ConfigurationError(f"no campaign at {str(self.path)!r}")
+        key = target_key(identity)
+        known = self._fold.targets.get(key)
+        if known is None:
+            self.add(TargetSeen(key, identity))
+        elif known.identity != identity:
+            raise TaskConflict(f"two Targets share the key {key}")
+        return key
+
     def compact(self) -> None:
         """Replace the journal with one holding a single Snapshot of the current state."""
         self._usable()
@@ -860,6 +1003,7 @@ __all__ = [
     "Resolved",
     "Sealed",
     "Snapshot",
+    "TargetSeen",
     "Writer",
     "apply",
     "decode",
@@ -870,5 +1014,6 @@ __all__ = [
     "read",
     "record",
     "scan",
+    "target_key",
     "writing",
 ]

@@ -1,0 +1,82 @@
+"""The human status table and terminal escaping: the fast paths print what the plain ones did."""
+
+from __future__ import annotations
+
+from servatus.cli import human, status_lines
+from servatus.status import (
+    Execution,
+    Report,
+    RunTime,
+    StopReason,
+    TaskStatus,
+    execution_text,
+    format_run_time,
+)
+
+
+def task(key: str, execution: Execution, **fields: object) -> TaskStatus:
+    values: dict[str, object] = {
+        "exit_code": None,
+        "detail": None,
+        "run_time": None,
+        "allocation_id": None,
+        "job": None,
+        "accepted": False,
+        "unresolved": False,
+        "listed": False,
+    }
+    values.update(fields)
+    return TaskStatus(key=key, execution=execution, **values)  # type: ignore[arg-type]
+
+
+def plain_table(report: Report) -> list[str]:
+    """The table as it was built before (one ljust per cell)."""
+    header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
+    rows = [
+        (
+            t.key,
+            "UNOBSERVED",
+            execution_text(t),
+            "-" if t.exit_code is None else str(t.exit_code),
+            format_run_time(t.run_time),
+            "-",
+            t.allocation_id or "-",
+        )
+        for t in report.tasks
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    return [
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in [header, *rows]
+    ]
+
+
+def test_the_table_is_the_plain_one() -> None:
+    tasks = (
+        task("a", Execution.NOT_SUBMITTED),
+        task("b-long-key", Execution.SUCCEEDED, exit_code=0, run_time=RunTime(3725), job=7),
+        task("c", Execution.STOPPED, detail=StopReason.TIME_LIMIT, run_time=RunTime(90061)),
+        task("d", Execution.RUNNING, run_time=RunTime(5, complete=False), allocation_id="x" * 24),
+        task("e", Execution.FAILED, exit_code=137, run_time=RunTime(3725)),
+        task("f", Execution.STOPPED, detail=StopReason.TIME_LIMIT, run_time=RunTime(1)),
+    )
+    report = Report(tasks=tasks, attempts=(), warnings=("w1",), online=True)
+    lines = status_lines(report)
+    assert lines[: len(tasks) + 1] == plain_table(report)
+    assert lines[len(tasks) + 1 :] == [
+        "6 Tasks: 1 NOT_SUBMITTED, 1 RUNNING, 1 SUCCEEDED, 1 FAILED, 2 STOPPED",
+        "warning: w1",
+    ]
+
+
+def test_an_empty_table() -> None:
+    report = Report(tasks=(), attempts=(), warnings=(), online=False)
+    assert status_lines(report) == [*plain_table(report), "0 Tasks: none"]
+
+
+def test_human_escapes_each_line_and_keeps_newlines() -> None:
+    assert human("plain\ntext\n") == "plain\ntext\n"
+    assert human("tab\there\nbell\x07\nnul\x00") == "tab\\there\nbell\\x07\nnul\\x00"
+    assert human("carriage\r\nreturn") == "carriage\\r\nreturn"
+    assert human("é ü 漢字\n") == "é ü 漢字\n"
+    assert human("\u202e") == "\\u202e"
