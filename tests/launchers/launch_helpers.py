@@ -109,7 +109,13 @@ def run_step(
 
 
 def probe_args(out: Path, code: int = 0, *paths: str, python: str = PYTHON) -> list[str]:
-    return [python, str(PROBE), str(out), str(code), *paths]
+    """The probe's command line, with a copy of the probe beside ``out``: a sandbox sees that
+    directory, while the checkout may sit where it does not (under a private /tmp, say)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    probe = out.parent / PROBE.name
+    if not probe.exists():
+        shutil.copyfile(PROBE, probe)
+    return [python, str(probe), str(out), str(code), *paths]
 
 
 def read_probe(out: Path) -> dict[str, Any]:
