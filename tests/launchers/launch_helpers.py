@@ -30,6 +30,7 @@ from servatus.plugins import hooks
 from servatus.status import Execution
 from servatus.submission import RUNTIME_VARIABLES, script_spec
 from servatus.tasks import Task, read_jsonl
+from testkit import make_target
 
 HERE = Path(__file__).resolve().parent
 PYTHON = "/usr/bin/python3"
@@ -41,21 +42,6 @@ JOB = 4242
 END_TIME = "1900000000"
 SLURM = {"SLURM_JOB_ID": str(JOB), "SLURM_STEP_ID": "0", "SLURM_CPUS_ON_NODE": "2"}
 """What Slurm adds to every step, whatever ``--export`` says."""
-
-
-def make_target(root: Path, **changes: Any) -> Target:
-    fields: dict[str, Any] = {
-        "slurm_bin": str(root / "bin"),
-        "work_root": str(root / "work"),
-        "log_root": str(root / "logs"),
-        "partitions": ("debug",),
-        "max_tasks_per_allocation": 8,
-        "max_cpus_per_allocation": 64,
-        "max_memory_mib_per_allocation": 65536,
-        "max_time_limit": 86400,
-    }
-    fields.update(changes)
-    return Target(**fields)
 
 
 def install_stand_in(path: Path) -> Path:

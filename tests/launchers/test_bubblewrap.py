@@ -35,6 +35,7 @@ from launch_helpers import (
 from servatus.errors import ConfigurationError
 from servatus.submission import RUNTIME_VARIABLES, step_environment
 from servatus.tasks import Task
+from testkit import install_distribution
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "servatus-bubblewrap"
 sys.path.insert(0, str(EXAMPLE))
@@ -48,24 +49,7 @@ needs_bwrap = pytest.mark.skipif(not os.access(BWRAP, os.X_OK), reason="needs /u
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example distribution, built and installed into a private directory."""
-    target = tmp_path_factory.mktemp("bubblewrap-site")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(EXAMPLE),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return target
+    return install_distribution(EXAMPLE, tmp_path_factory.mktemp("bubblewrap-site"))
 
 
 def servatus(site: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ from launch_helpers import PROBE, install_stand_in, make_image, sweep
 
 from cluster.fixture import SlurmCluster
 from servatus.tasks import Task
+from testkit import install_distribution
 
 pytestmark = pytest.mark.cluster
 
@@ -176,10 +177,7 @@ def bwrap_refusal(cluster: SlurmCluster) -> str | None:
 def test_bubblewrap_plugin(area: Area, tmp_path: Path) -> None:
     refusal = bwrap_refusal(area.cluster)
     assert refusal is None, f"bwrap cannot make its namespaces in a job: {refusal}"
-    site = tmp_path / "site"
-    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
-    install += ["--no-build-isolation", "--target", str(site), str(EXAMPLE)]
-    subprocess.run(install, check=True, capture_output=True)
+    site = install_distribution(EXAMPLE, tmp_path / "site")
     config = area.config('launcher = "bubblewrap"\n')
     tasks = area.tasks([PYTHON, str(area.base / "probe.py")], str(area.base / "in"), "/etc/x")
     lines, state = tmp_path / "tasks.jsonl", area.local / "state"

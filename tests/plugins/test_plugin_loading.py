@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit import install_distribution
+
 PYPROJECT = """\
 [build-system]
 requires = ["hatchling"]
@@ -64,24 +66,7 @@ def install(tmp_path: Path, dist: str, module: str, source: str, *, entry: str =
     (project / "pyproject.toml").write_text(
         PYPROJECT.format(dist=dist, version="1.2.3", entry=entry or dist, module=module)
     )
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(project),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return target
+    return install_distribution(project, tmp_path / "site")
 
 
 def servatus(site: Path, *args: str) -> subprocess.CompletedProcess[str]:

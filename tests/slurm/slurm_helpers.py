@@ -16,27 +16,13 @@ import attrs
 from servatus.config import Target
 from servatus.launcher import DirectLauncher
 from servatus.script import ScriptSpec, ScriptStep
+from testkit import make_target
 
 HERE = Path(__file__).resolve().parent
 PYTHON = "/usr/bin/python3"
 STEP_PROGRAM = HERE / "step_program.py"
 ALLOCATION = "0123456789abcdef01234567"
 INHERIT = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
-
-
-def make_target(root: Path, **changes: object) -> Target:
-    fields: dict[str, object] = {
-        "slurm_bin": str(root / "bin"),
-        "work_root": str(root / "work"),
-        "log_root": str(root / "logs"),
-        "partitions": ("debug",),
-        "max_tasks_per_allocation": 8,
-        "max_cpus_per_allocation": 64,
-        "max_memory_mib_per_allocation": 65536,
-        "max_time_limit": 86400,
-    }
-    fields.update(changes)
-    return Target(**fields)  # type: ignore[arg-type]
 
 
 def direct_step(

@@ -1,0 +1,48 @@
+"""Helpers several test directories share (importable as ``testkit``: tests/ is on sys.path)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from servatus.config import Target
+
+
+def make_target(root: Path, **changes: Any) -> Target:
+    """A small Target whose Slurm commands, work_root and log_root live under ``root``."""
+    fields: dict[str, Any] = {
+        "slurm_bin": str(root / "bin"),
+        "work_root": str(root / "work"),
+        "log_root": str(root / "logs"),
+        "partitions": ("debug",),
+        "max_tasks_per_allocation": 8,
+        "max_cpus_per_allocation": 64,
+        "max_memory_mib_per_allocation": 65536,
+        "max_time_limit": 86400,
+    }
+    fields.update(changes)
+    return Target(**fields)
+
+
+def install_distribution(project: Path, target: Path) -> Path:
+    """Build ``project`` with hatchling (no build isolation, so no network) and pip-install it
+    into ``target``, a private directory to put on PYTHONPATH; returns ``target``."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(project),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return target
