@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from servatus.evidence import Marker, MarkerKind, QueueEntry
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.status import (
-    Evidence,
     Execution,
     Outcome,
     RunTime,

@@ -29,9 +29,6 @@ class Context:
         self.connect = connect
 
 
-pass_context = click.make_pass_decorator(Context)
-
-
 def human(text: str) -> str:
     """Escape every non-printable character (keeping newlines between lines) for a terminal."""
     if text.replace("\n", "").isprintable():  # the usual case: one pass over a large table

@@ -72,11 +72,11 @@ class EvidenceReader(Protocol):
 
 
 @attrs.frozen
-class Listings:
-    """One Target's two listings, fetched together."""
+class Evidence:
+    """One Target's two listings: ``None`` where a listing was not fetched (``--offline``)."""
 
-    queue: tuple[QueueEntry, ...]
-    markers: tuple[Marker, ...]
+    queue: tuple[QueueEntry, ...] | None
+    markers: tuple[Marker, ...] | None
 
 
 def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) -> list[QueueEntry]:
@@ -98,7 +98,7 @@ def fetch_markers(transport: Transport, reader: EvidenceReader, target: Target) 
     return reader.parse_markers(result)
 
 
-def fetch(transport: Transport, reader: EvidenceReader, target: Target) -> Listings:
+def fetch(transport: Transport, reader: EvidenceReader, target: Target) -> Evidence:
     """Both listings of one Target: exactly two remote commands, whatever the campaign size.
 
     The queue is read first: a job that leaves the queue between the two calls then has all its
@@ -106,7 +106,7 @@ def fetch(transport: Transport, reader: EvidenceReader, target: Target) -> Listi
     """
     queue = fetch_queue(transport, reader, target)
     markers = fetch_markers(transport, reader, target)
-    return Listings(queue=tuple(queue), markers=tuple(markers))
+    return Evidence(queue=tuple(queue), markers=tuple(markers))
 
 
 def _first_line(data: bytes) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from servatus.config import Target, target_from_identity
-from servatus.evidence import EvidenceReader, Marker, MarkerKind, QueueEntry, fetch
+from servatus.evidence import Evidence, EvidenceReader, Marker, MarkerKind, QueueEntry, fetch
 from servatus.script import job_name
 from servatus.store import CampaignState
 from servatus.transport import Transport
@@ -74,14 +74,6 @@ class Submission:
     time_limit: int
     outcome: Outcome
     job: int | None = None
-
-
-@attrs.frozen
-class Evidence:
-    """One Target's listings: ``None`` where the listing was not fetched (``--offline``)."""
-
-    queue: tuple[QueueEntry, ...] | None
-    markers: tuple[Marker, ...] | None
 
 
 @attrs.frozen
@@ -453,10 +445,9 @@ def gather(
         target = target_from_identity(identity)
         transport = connect(target)
         try:
-            listings = fetch(transport, reader, target)
+            evidence[identity] = fetch(transport, reader, target)
         finally:
             transport.close()
-        evidence[identity] = Evidence(listings.queue, listings.markers)
     return evidence
 
 

@@ -16,11 +16,12 @@ import attrs
 
 from servatus.config import Profile, Target
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
+from servatus.evidence import Evidence
 from servatus.launcher import Launcher
 from servatus.plan import Allocation
 from servatus.plugins import Hooks
 from servatus.script import ScriptSpec, ScriptStep, job_name
-from servatus.status import Evidence, Execution, Report, Submission
+from servatus.status import Execution, Report, Submission
 from servatus.store import Intent, Receipt, Resolved, Writer
 from servatus.tasks import Task
 from servatus.transport import Transport
