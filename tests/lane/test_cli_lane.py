@@ -216,3 +216,70 @@ def test_cancel_and_logs(
     code, _, _ = run(["logs", state, "--task", "k1", "--output", str(out_file)], fake, capsys)
     assert code == 0 and out_file.read_bytes() == b"step says \x1b[31mhi\n"
     assert stat.S_IMODE(out_file.stat().st_mode) == 0o600
+
+
+SLOW_SBATCH = """
+import signal, sys, time
+from servatus.cli import main
+
+# Python leaves SIGINT ignored if it started ignored (a background job of a script): undo that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from servatus.testing import FakeScheduler
+
+class Slow(FakeScheduler):
+    def run(self, argv, *, stdin=b"", timeout=30.0):
+        if argv[-1] == "--parsable":
+            print("in-sbatch", flush=True)
+            time.sleep(30)
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+sys.exit(main(sys.argv[1:], connect=Slow()))
+"""
+
+
+def test_ctrl_c_during_sbatch_exits_130_and_keeps_the_intent(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real SIGINT to a real process while sbatch is in flight."""
+    import signal
+    import subprocess
+    import sys
+
+    script = sweep / "slow.py"
+    script.write_text(SLOW_SBATCH)
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    planned = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "plan",
+            state,
+            "--config",
+            str(config_path),
+            "--output",
+            plan,
+        ],
+        capture_output=True,
+    )
+    assert planned.returncode == 0, planned.stderr
+    child = subprocess.Popen(
+        [sys.executable, str(script), "submit", state, plan],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "in-sbatch"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=20)
+    assert child.returncode == 130
+    assert err.strip() == "servatus: interrupted; recorded intent survives; run status"
+    capsys.readouterr()
+    assert main(["status", state, "--offline", "--json"]) == 0
+    tasks = json.loads(capsys.readouterr().out)["tasks"]
+    # The first allocation's intent survives; the second was never reached.
+    assert {t["key"]: t["execution"] for t in tasks} == {
+        "k0": "UNRESOLVED",
+        "k1": "UNRESOLVED",
+        "k2": "NOT_SUBMITTED",
+    }

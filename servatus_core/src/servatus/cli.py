@@ -131,8 +131,8 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
             return returned
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("servatus: interrupted", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("servatus: interrupted; recorded intent survives; run status", err=True)
         return EXIT_CTRL_C
     except click.ClickException as exc:
         _fail(f"{exc.format_message()}" if not isinstance(exc, click.UsageError) else _usage(exc))
@@ -140,9 +140,6 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
     except ServatusError as exc:
         _fail(f"{type(exc).__name__}: {exc}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("servatus: interrupted; recorded intent survives; run status", err=True)
-        return EXIT_CTRL_C
     except BrokenPipeError:
         return EXIT_ERROR
     except Exception as exc:  # a bug: still one line, never a traceback
