@@ -65,6 +65,23 @@ class Launcher(Protocol):
     ) -> StepCommand: ...
 
 
+def check_program(args: Sequence[str], launcher: str) -> None:
+    """Refuse what a launcher that runs ``args[0]`` through ``env`` cannot run: no program, a
+    relative one (steps have no PATH), or one whose path ``env`` would read as NAME=VALUE."""
+    if not args:
+        raise ConfigurationError("a Task needs at least one argument")
+    if not args[0].startswith("/"):
+        raise ConfigurationError(
+            f"the {launcher} launcher needs an absolute args[0], got {args[0]!r}; "
+            "give the full path of the program (for example /usr/bin/python3)"
+        )
+    if "=" in args[0]:
+        raise ConfigurationError(
+            f"the {launcher} launcher cannot run a program whose path contains '=', "
+            f"got {args[0]!r}; env would read it as a variable"
+        )
+
+
 @attrs.frozen
 class DirectLauncher:
     """Runs the Task's absolute ``args[0]`` under ``env -i`` with its variables as arguments."""
@@ -72,19 +89,7 @@ class DirectLauncher:
     name: str = "direct"
 
     def check(self, target: Target, args: Sequence[str]) -> None:
-        if not args:
-            raise ConfigurationError("a Task needs at least one argument")
-        if not args[0].startswith("/"):
-            raise ConfigurationError(
-                f"the direct launcher needs an absolute args[0], got {args[0]!r}; "
-                "give the full path of the program (for example /usr/bin/python3)"
-            )
-        if "=" in args[0]:
-            # env reads a NAME=VALUE word as a variable, not as the program to run.
-            raise ConfigurationError(
-                f"the direct launcher cannot run a program whose path contains '=', "
-                f"got {args[0]!r}; env would read it as a variable"
-            )
+        check_program(args, self.name)
 
     def command(
         self,

@@ -40,7 +40,7 @@ import attrs
 from servatus.config import Target
 from servatus.errors import ConfigurationError
 from servatus.hookspecs import hookimpl
-from servatus.launcher import SHELL, Launcher, StepCommand
+from servatus.launcher import SHELL, Launcher, StepCommand, check_program
 
 NAME = "bubblewrap"
 BWRAP = "/usr/bin/bwrap"
@@ -123,17 +123,7 @@ class BubblewrapLauncher:
     name: str = NAME
 
     def check(self, target: Target, args: Sequence[str]) -> None:
-        if not args:
-            raise ConfigurationError("a Task needs at least one argument")
-        if not args[0].startswith("/"):
-            raise ConfigurationError(
-                f"the bubblewrap launcher needs an absolute args[0], got {args[0]!r}"
-            )
-        if "=" in args[0]:
-            raise ConfigurationError(
-                f"the bubblewrap launcher cannot run a program whose path contains '=', "
-                f"got {args[0]!r}; env would read it as a variable"
-            )
+        check_program(args, self.name)
         settings(target)
 
     def command(
