@@ -9,6 +9,26 @@ from typing import Any
 
 from servatus.config import Target
 
+CPU_PROFILE = """\
+default_profile = "cpu"
+
+[target]
+slurm_bin = "/usr/bin"
+work_root = "/scratch/alice/sweep"
+log_root = "/scratch/alice/sweep/logs"
+partitions = ["debug"]
+max_tasks_per_allocation = 2
+max_cpus_per_allocation = 2
+max_memory_mib_per_allocation = 2000
+max_time_limit = "01:00:00"
+
+[profiles.cpu.resources]
+cpus = 1
+memory_mib = 500
+time_limit = "00:05:00"
+"""
+"""A SERVATUS.toml for a small local CPU profile, for FakeScheduler tests of the lane."""
+
 
 def make_target(root: Path, **changes: Any) -> Target:
     """A small Target whose Slurm commands, work_root and log_root live under ``root``."""

@@ -7,36 +7,18 @@ from pathlib import Path
 import pytest
 
 from servatus.config import Profile
-
-PROFILE = """\
-default_profile = "cpu"
-
-[target]
-slurm_bin = "/usr/bin"
-work_root = "/scratch/alice/sweep"
-log_root = "/scratch/alice/sweep/logs"
-partitions = ["debug"]
-max_tasks_per_allocation = 2
-max_cpus_per_allocation = 2
-max_memory_mib_per_allocation = 2000
-max_time_limit = "01:00:00"
-
-[profiles.cpu.resources]
-cpus = 1
-memory_mib = 500
-time_limit = "00:05:00"
-"""
+from testkit import CPU_PROFILE
 
 
 @pytest.fixture
 def profile(tmp_path: Path) -> Profile:
     path = tmp_path / "SERVATUS.toml"
-    path.write_text(PROFILE)
+    path.write_text(CPU_PROFILE)
     return Profile.load(path)
 
 
 @pytest.fixture
 def config_path(tmp_path: Path) -> Path:
     path = tmp_path / "SERVATUS.toml"
-    path.write_text(PROFILE)
+    path.write_text(CPU_PROFILE)
     return path

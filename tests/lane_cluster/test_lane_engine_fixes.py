@@ -19,25 +19,9 @@ from servatus.config import Profile
 from servatus.evidence import QueueEntry
 from servatus.status import Execution, Observation, SlotEnd, slot_execution
 from servatus.testing import FakeScheduler
+from testkit import CPU_PROFILE
 
 pytestmark = pytest.mark.cluster
-
-PROFILE = """\
-[target]
-slurm_bin = "/usr/bin"
-work_root = "/scratch/alice/sweep"
-log_root = "/scratch/alice/sweep/logs"
-partitions = ["debug"]
-max_tasks_per_allocation = 2
-max_cpus_per_allocation = 2
-max_memory_mib_per_allocation = 2000
-max_time_limit = "01:00:00"
-
-[profiles.cpu.resources]
-cpus = 1
-memory_mib = 500
-time_limit = "00:05:00"
-"""
 
 
 def observed(end: SlotEnd | None, *, stop: float | None) -> Observation:
@@ -70,7 +54,7 @@ def test_end_markers_that_decide_stay_decisive() -> None:
 
 def test_an_intent_records_the_time_limit(tmp_path: Path) -> None:
     config = tmp_path / "SERVATUS.toml"
-    config.write_text(PROFILE)
+    config.write_text(CPU_PROFILE)
     fake = FakeScheduler()
     campaign = Campaign.ensure(tmp_path / "state", [Task("a", ["/bin/true"])], connect=fake)
     campaign.submit(campaign.plan(Profile.load(config)))
