@@ -44,7 +44,7 @@ def test_commands(tmp_path: Path) -> None:
         "-maxdepth",
         "1",
         "-name",
-        "servatus-*",
+        "servatus-" + "?" * 24 + ".*",
         "-printf",
         "%f %T@ %s\\n",
     ]
@@ -174,6 +174,39 @@ def test_real_find_listing(tmp_path: Path) -> None:
         ]
         start = next(m for m in found if m.kind is MarkerKind.START)
         assert start.at == 1000.5
+
+
+def test_real_find_lists_markers_but_not_logs(tmp_path: Path) -> None:
+    """Logs are as many as markers; leaving them out keeps a large campaign's listing in bound."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    markers = [
+        marker_name(ALLOCATION, 9, MarkerKind.START),
+        marker_name(ALLOCATION, 9, MarkerKind.END, slot=0, exit_code=0),
+        marker_name(ALLOCATION, 9, MarkerKind.HANDOFF, slot=2),
+    ]
+    for name in [*markers, f"servatus-{ALLOCATION}-9.out", step_log_name(ALLOCATION, 9, 0)]:
+        (logs / name).touch()
+    result = LocalTransport().run(READER.marker_command(make_target(tmp_path, log_root=str(logs))))
+    listed = sorted(line.split(b" ")[0].decode() for line in result.stdout.splitlines())
+    assert listed == sorted(markers)
+    assert len(READER.parse_markers(result)) == len(markers)
+
+
+def test_listing_of_many_markers_fits_the_output_bound(tmp_path: Path) -> None:
+    """The markers of 120,000 one-Task allocations with 8-digit job numbers (18 MB, over the
+    16 MiB the transports used to read) are read whole."""
+    names = []
+    for index in range(120_000):
+        allocation, job = f"{index:024x}", 10_000_000 + index
+        names.append(marker_name(allocation, job, MarkerKind.START))
+        names.append(marker_name(allocation, job, MarkerKind.END, slot=0, exit_code=0))
+    rows = "".join(f"{name} 1795957376.7304720000 0\n" for name in names).encode()
+    listing = tmp_path / "listing"
+    listing.write_bytes(rows)
+    result = LocalTransport().run(["/bin/cat", str(listing)])
+    assert not result.truncated and len(result.stdout) == len(rows) > 16 * 1024 * 1024
+    assert len(READER.parse_markers(result)) == 240_000
 
 
 def test_missing_log_root_is_unavailable(tmp_path: Path) -> None:

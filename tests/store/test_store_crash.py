@@ -63,7 +63,7 @@ VERIFIER = textwrap.dedent(
 
     state, key = sys.argv[1:3]
     campaign = Campaign.open(state)
-    seen = hashlib.sha256(repr(campaign.tasks).encode()).hexdigest()
+    seen = hashlib.sha256(repr(tuple(campaign.tasks)).encode()).hexdigest()
     count = len(campaign.tasks)
     campaign.append([Task(key, ["python", "after.py"])])
     again = Campaign.open(state)

@@ -40,7 +40,7 @@ from servatus.submission import (
     script_spec,
     submit_allocations,
 )
-from servatus.tasks import Task, bulk, check_unique
+from servatus.tasks import Roster, Task, bulk, check_unique
 from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class Authoring:
 
 def _split(state: store.CampaignState, batch: tuple[Task, ...]) -> tuple[tuple[Task, ...], int]:
     """New Tasks in order, and how many are already present identically; refuse changed ones."""
-    present = {task.key: task for task in state.tasks}
+    present = state.tasks.by_key()
     new: list[Task] = []
     changed: list[str] = []
     for task in batch:
@@ -197,7 +197,6 @@ class Campaign:
         self.connect = connect
         self._version = None if _state is not None else store.journal_version(self.path)
         self._state = store.read(self.path) if _state is None else _state
-        self._index: dict[str, Task] | None = None
 
     @classmethod
     def create(
@@ -239,7 +238,7 @@ class Campaign:
         return self._state
 
     @property
-    def tasks(self) -> tuple[Task, ...]:
+    def tasks(self) -> Roster:
         """The roster, in the order Tasks were added."""
         return self._state.tasks
 
@@ -253,14 +252,11 @@ class Campaign:
 
     def task(self, key: str) -> Task:
         """The Task under ``key``; KeyError if there is none."""
-        if self._index is None:
-            self._index = {task.key: task for task in self._state.tasks}
-        return self._index[key]
+        return self._state.tasks.by_key()[key]
 
     def append(self, tasks: Iterable[Task]) -> Authoring:
         """Append new Tasks (identical existing ones are skipped); refused once sealed."""
         self._state, done = append_state(self.path, tasks)
-        self._index = None
         return done
 
     def seal(self) -> Authoring:
@@ -276,7 +272,6 @@ class Campaign:
             return
         self._state = store.read(self.path)
         self._version = version
-        self._index = None
 
     # -- the Slurm lane ----------------------------------------------------------------------
 
@@ -305,7 +300,7 @@ class Campaign:
                     self._hooks().evidence_reader(),
                 )
             )
-            keys = [task.key for task in state.tasks]
+            keys = state.tasks.keys
             return project(keys, recorded, evidence, now=time.time(), offline=offline)
 
     def status(self, *, offline: bool = False) -> Report:
@@ -328,7 +323,7 @@ class Campaign:
         made = make_plan(
             campaign_id=state.campaign_id,
             revision=state.revision,
-            keys=[task.key for task in state.tasks],
+            keys=state.tasks.keys,
             profile=profile,
             request=request,
             report=report,
@@ -336,13 +331,18 @@ class Campaign:
             probe=self.probe is not None,
             now=time.time(),
         )
-        index = {task.key: task for task in state.tasks}
         problems = []
+        checked: set[tuple[str, ...]] = set()  # a sweep repeats its args: check each once
         for key in made.decision.selected:
+            args = state.tasks.args(key)
+            if args in checked:
+                continue
             try:
-                launcher.check(profile.target, index[key].args)
+                launcher.check(profile.target, args)
             except ConfigurationError as exc:
                 problems.append(f"{key}: {exc}")
+            else:
+                checked.add(args)
         if problems:
             raise ConfigurationError("; ".join(problems))
         return made
@@ -372,7 +372,7 @@ class Campaign:
         """The batch script of each planned allocation, exactly as ``submit`` sends it."""
         registry = self._hooks()
         launcher = registry.launcher(plan.profile.target.launcher)
-        index = {task.key: task for task in self._state.tasks}
+        index = self._state.tasks.by_key()
         return [
             registry.batch_script(script_spec(plan.profile, allocation, index, launcher))
             for allocation in plan.allocations
@@ -408,7 +408,7 @@ class Campaign:
                 rebuilt = self._make_plan(state, plan.profile, plan.request)
                 if not rebuilt.same_as(plan):
                     raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
-                index = {task.key: task for task in state.tasks}
+                index = state.tasks.by_key()
                 receipts = submit_allocations(
                     writer,
                     transport,
@@ -531,7 +531,7 @@ class Campaign:
         for allocation_id in allocations:
             if allocation_id not in recorded:
                 raise ConfigurationError(f"no allocation {allocation_id} in this campaign")
-        keys = {task.key for task in self._state.tasks}
+        keys = self._state.tasks.by_key()
         for key in tasks:
             if key not in keys:
                 raise ConfigurationError(f"no Task {key} in this campaign")

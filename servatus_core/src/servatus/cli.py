@@ -53,9 +53,24 @@ def echo(text: str) -> None:
     click.echo(human(text))
 
 
+def json_text(document: Any, *, ensure_ascii: bool = False) -> str:
+    """A JSON document with each top-level field on its own line and every value on one line.
+
+    Python's indenting encoder is pure Python (0.4 s for a plan of 100,000 allocations); this
+    layout uses the C encoder throughout and still reads well in a pager or a diff.
+    """
+    dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=ensure_ascii).encode
+    if not isinstance(document, dict) or not document:
+        return dumps(document)
+    fields = ",\n".join(
+        f"  {dumps(name)}: {dumps(value)}" for name, value in sorted(document.items())
+    )
+    return "{\n" + fields + "\n}"
+
+
 def emit_json(document: Any) -> None:
     """Print one exact JSON document."""
-    click.echo(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False))
+    click.echo(json_text(document))
 
 
 def paused_gc(func: F) -> F:
@@ -409,7 +424,7 @@ def _save_plan(path: str, document: dict[str, Any]) -> None:
 
     from servatus.errors import ConfigurationError  # noqa: PLC0415
 
-    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    data = (json_text(document, ensure_ascii=True) + "\n").encode()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:

@@ -8,7 +8,7 @@ Readers bound what they accept and drop rows that fail the identity check instea
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import attrs
 
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from servatus.transport import CommandResult, Transport
 
 
-@attrs.frozen
-class QueueEntry:
-    """One job ``squeue`` lists for the user: its number, name and Slurm state word."""
+class QueueEntry(NamedTuple):
+    """One job ``squeue`` lists for the user: its number, name and Slurm state word (a named
+    tuple, like :class:`Marker`: a listing holds one per job, and they are cheap to build)."""
 
     job: int
     name: str
@@ -42,8 +42,7 @@ class MarkerKind(enum.Enum):
     STEP_START = "step-start"
 
 
-@attrs.frozen
-class Marker:
+class Marker(NamedTuple):
     """One run marker: which allocation and job wrote it, what it says, and its mtime (the file
     server's clock, so spans between markers never mix clocks)."""
 

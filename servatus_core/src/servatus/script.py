@@ -47,6 +47,9 @@ class ScriptSpec:
     depends_on: str | None = None
 
 
+JOB_NAME_PREFIX = "servatus-"
+
+
 def job_name(allocation_id: str) -> str:
     """Slurm job name of an allocation: how ``cancel`` and ``reconcile`` find it by identity."""
-    return f"servatus-{allocation_id}"
+    return JOB_NAME_PREFIX + allocation_id

@@ -11,13 +11,13 @@ from __future__ import annotations
 import enum
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
 from servatus.config import Target, target_from_identity
 from servatus.evidence import Evidence, EvidenceReader, Marker, MarkerKind, QueueEntry, fetch
-from servatus.script import job_name
+from servatus.script import JOB_NAME_PREFIX
 from servatus.store import CampaignState
 from servatus.transport import Transport
 
@@ -63,9 +63,12 @@ _RUNNING_STATES = frozenset(
 )
 
 
-@attrs.frozen
-class Submission:
-    """One allocation as the campaign recorded it, with the evidence key of its Target."""
+class Submission(NamedTuple):
+    """One allocation as the campaign recorded it, with the evidence key of its Target.
+
+    This and the other per-Task values of a projection are named tuples, not attrs classes:
+    ``status`` builds several per Task, and a frozen attrs instance costs three times as much.
+    """
 
     allocation_id: str
     task_keys: tuple[str, ...]
@@ -76,16 +79,14 @@ class Submission:
     job: int | None = None
 
 
-@attrs.frozen
-class SlotEnd:
+class SlotEnd(NamedTuple):
     """A step's end marker: its exit code and mtime."""
 
     exit_code: int
     at: float
 
 
-@attrs.frozen
-class Observation:
+class Observation(NamedTuple):
     """What the markers of one allocation show, timed by the file server."""
 
     start: float | None = None
@@ -106,8 +107,7 @@ class RunTime:
         return RunTime(self.total + other.total, self.complete and other.complete)
 
 
-@attrs.frozen
-class Attempt:
+class Attempt(NamedTuple):
     """One Task's slot in one allocation, projected."""
 
     allocation_id: str
@@ -122,8 +122,7 @@ class Attempt:
     observation: Observation | None
 
 
-@attrs.frozen
-class TaskStatus:
+class TaskStatus(NamedTuple):
     """One Task's current state: its latest submission decides; run time sums every attempt."""
 
     key: str
@@ -159,27 +158,26 @@ class Report:
         return self.online and not any(task.execution in moving for task in self.tasks)
 
 
+_START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
+
+
 def observe(allocation_id: str, slots: int, markers: Iterable[Marker]) -> Observation:
     """Fold one allocation's markers into an Observation (first start, last stop/limit)."""
     start = stop = limit = None
     ends: list[SlotEnd | None] = [None] * slots
-    for marker in markers:
-        if marker.allocation_id != allocation_id:
+    for marker_allocation, _, kind, at, slot, exit_code in markers:
+        if marker_allocation != allocation_id:
             continue
-        if marker.kind is MarkerKind.START:
-            start = marker.at if start is None else min(start, marker.at)
-        elif marker.kind is MarkerKind.STOP:
-            stop = marker.at if stop is None else max(stop, marker.at)
-        elif marker.kind is MarkerKind.LIMIT:
-            limit = marker.at if limit is None else min(limit, marker.at)
-        elif (
-            marker.kind is MarkerKind.END
-            and marker.slot is not None
-            and 0 <= marker.slot < slots
-            and marker.exit_code is not None
-        ):
-            ends[marker.slot] = SlotEnd(marker.exit_code, marker.at)
-    return Observation(start=start, stop=stop, limit=limit, ends=tuple(ends))
+        if kind is _END:
+            if slot is not None and 0 <= slot < slots and exit_code is not None:
+                ends[slot] = SlotEnd(exit_code, at)
+        elif kind is _START:
+            start = at if start is None else min(start, at)
+        elif kind is _STOP:
+            stop = at if stop is None else max(stop, at)
+        elif kind is _LIMIT:
+            limit = at if limit is None else min(limit, at)
+    return Observation(start, stop, limit, tuple(ends))
 
 
 def slot_execution(
@@ -217,12 +215,7 @@ def slot_execution(
 
 
 def slot_run_time(
-    execution: Execution,
-    observation: Observation,
-    slot: int,
-    *,
-    time_limit: int,
-    now: float,
+    execution: Execution, observation: Observation, slot: int, time_limit: int, now: float
 ) -> RunTime:
     """Seconds between the start marker and the slot's end (or stop); still growing while the
     job runs, and a LOST run counted at its whole limit, both marked incomplete."""
@@ -250,9 +243,11 @@ def project(
 ) -> Report:
     """Project every Task's status. ``submissions`` are in recording order; ``evidence`` is keyed
     by each submission's ``target``. ``offline`` (or a missing listing) projects without Slurm:
-    accepted work reads ``ACCEPTED`` and run time is unknown."""
-    attempts: list[Attempt] = []
-    warnings: list[str] = []
+    accepted work reads ``ACCEPTED`` and run time is unknown.
+
+    One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
+    attempt per slot and a status per Task, and nothing else per Task.
+    """
     listing = {  # whether both listings of a Target were fetched
         target: item.queue is not None and item.markers is not None
         for target, item in evidence.items()
@@ -266,72 +261,66 @@ def project(
     by_marker: dict[str, dict[str, list[Marker]]] = {}
     by_queue: dict[str, dict[str, QueueEntry]] = {}
     for target, item in evidence.items():
+        if not listing[target]:
+            continue
         grouped: dict[str, list[Marker]] = defaultdict(list)
         for marker in item.markers or ():
             grouped[marker.allocation_id].append(marker)
         by_marker[target] = grouped
         by_queue[target] = {entry.name: entry for entry in item.queue or ()}
-    for submission in submissions:
-        target = submission.target
-        if listing.get(target, False):
-            markers, queue = by_marker[target], by_queue[target]
-            attempts.extend(_attempts(submission, markers, queue, now, warnings))
-        else:
-            attempts.extend(_attempts(submission, None, None, now, warnings))
+    attempts: list[Attempt] = []
+    warnings: list[str] = []
     latest: dict[str, Attempt] = {}
     run_times: dict[str, RunTime] = {}
     unresolved: set[str] = set()
-    listed: set[str] = set()
     accepted: set[str] = set()
-    for attempt in attempts:
-        key = attempt.task_key
-        if attempt.listed:
-            listed.add(key)
-        if attempt.execution is Execution.NOT_SUBMITTED:
-            continue
-        if attempt.execution is Execution.UNRESOLVED:
-            unresolved.add(key)
-        else:
-            accepted.add(key)
-        latest[key] = attempt
-        if attempt.run_time is not None:
-            earlier = run_times.get(key)  # RunTime(0) + run_time is run_time: built only to add
-            run_times[key] = attempt.run_time if earlier is None else earlier + attempt.run_time
-    tasks = []
-    zero = RunTime(0)
+    listed: set[str] = set()
+    for submission in submissions:
+        markers = by_marker.get(submission.target)
+        queue = by_queue.get(submission.target)
+        for attempt in _attempts(submission, markers, queue, now, warnings):
+            attempts.append(attempt)
+            key = attempt.task_key
+            if attempt.listed:
+                listed.add(key)
+            execution = attempt.execution
+            if execution is Execution.NOT_SUBMITTED:
+                continue
+            if execution is Execution.UNRESOLVED:
+                unresolved.add(key)
+            else:
+                accepted.add(key)
+            latest[key] = attempt
+            run_time = attempt.run_time
+            if run_time is not None:
+                earlier = run_times.get(key)
+                run_times[key] = run_time if earlier is None else earlier + run_time
+    tasks: list[TaskStatus] = []
+    append = tasks.append
+    zero = RunTime(0) if online else None
     for key in keys:
         current = latest.get(key)
         run_time = run_times.get(key, zero) if online else None
         if current is None:  # never submitted (every Task of a first plan): no attempt to read
-            status = TaskStatus(
-                key=key,
-                execution=Execution.NOT_SUBMITTED,
-                exit_code=None,
-                detail=None,
-                run_time=run_time,
-                allocation_id=None,
-                job=None,
-                accepted=False,
-                unresolved=False,
-                listed=key in listed,
-            )
+            append(
+                TaskStatus(
+                    key, _NOT_SUBMITTED, None, None, run_time, None, None, False, False,
+                    key in listed,
+                )
+            )  # fmt: skip
         else:
-            status = TaskStatus(
-                key=key,
-                execution=current.execution,
-                exit_code=current.exit_code,
-                detail=current.detail,
-                run_time=run_time,
-                allocation_id=current.allocation_id,
-                job=current.job,
-                accepted=key in accepted,
-                unresolved=key in unresolved,
-                listed=key in listed,
-            )
-        tasks.append(status)
-    return Report(
-        tasks=tuple(tasks), attempts=tuple(attempts), warnings=tuple(warnings), online=online
-    )
+            append(
+                TaskStatus(
+                    key, current.execution, current.exit_code, current.detail, run_time,
+                    current.allocation_id, current.job, key in accepted, key in unresolved,
+                    key in listed,
+                )
+            )  # fmt: skip
+    return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
+
+
+_NOT_SUBMITTED = Execution.NOT_SUBMITTED
+_ZERO = RunTime(0)
 
 
 def _attempts(
@@ -343,52 +332,47 @@ def _attempts(
 ) -> list[Attempt]:
     """The attempts of one submission; ``by_marker`` (its Target's markers by allocation) and
     ``by_queue`` (its queue entries by job name) are None unless both listings were read."""
-    entry = by_queue.get(job_name(submission.allocation_id)) if by_queue is not None else None
+    allocation_id = submission.allocation_id
+    entry = by_queue.get(JOB_NAME_PREFIX + allocation_id) if by_queue is not None else None
     if entry is not None and submission.job is not None and entry.job != submission.job:
         entry = None  # same name, another job number: not this submission's job
-    slots = len(submission.task_keys)
-    if submission.outcome is Outcome.NOT_SUBMITTED and entry is not None:
+    outcome = submission.outcome
+    if outcome is Outcome.NOT_SUBMITTED and entry is not None:
         warnings.append(
-            f"allocation {submission.allocation_id} was recorded as not submitted, but Slurm "
+            f"allocation {allocation_id} was recorded as not submitted, but Slurm "
             f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves the queue "
-            f"(servatus cancel STATE --allocation {submission.allocation_id} stops it)"
+            f"(servatus cancel STATE --allocation {allocation_id} stops it)"
         )
-    result = []
-    observation = (
-        observe(submission.allocation_id, slots, by_marker.get(submission.allocation_id, ()))
-        if by_marker is not None and by_queue is not None
-        else None
-    )
     job = submission.job if submission.job is not None else (entry.job if entry else None)
+    listed = entry is not None
+    if outcome is not Outcome.ACCEPTED or by_marker is None:
+        execution = (
+            Execution.UNRESOLVED
+            if outcome is Outcome.PENDING
+            else Execution.NOT_SUBMITTED
+            if outcome is Outcome.NOT_SUBMITTED
+            else Execution.ACCEPTED
+        )
+        return [
+            Attempt(allocation_id, key, slot, job, execution, None, None, None, listed, None)
+            for slot, key in enumerate(submission.task_keys)
+        ]
+    slots = len(submission.task_keys)
+    observation = observe(allocation_id, slots, by_marker.get(allocation_id, ()))
+    result = []
     for slot, key in enumerate(submission.task_keys):
-        exit_code: int | None = None
-        detail: StopReason | None = None
-        run_time: RunTime | None = None
-        if submission.outcome is Outcome.PENDING:
-            execution = Execution.UNRESOLVED
-        elif submission.outcome is Outcome.NOT_SUBMITTED:
-            execution = Execution.NOT_SUBMITTED
-        elif observation is None:
-            execution = Execution.ACCEPTED
-        else:
-            execution, exit_code, detail = slot_execution(entry, observation, slot)
-            run_time = slot_run_time(
-                execution, observation, slot, time_limit=submission.time_limit, now=now
-            )
+        execution, exit_code, detail = slot_execution(entry, observation, slot)
+        run_time = (
+            _ZERO
+            if observation.start is None
+            else slot_run_time(execution, observation, slot, submission.time_limit, now)
+        )
         result.append(
             Attempt(
-                allocation_id=submission.allocation_id,
-                task_key=key,
-                slot=slot,
-                job=job,
-                execution=execution,
-                exit_code=exit_code,
-                detail=detail,
-                run_time=run_time,
-                listed=entry is not None,
-                observation=observation,
+                allocation_id, key, slot, job, execution, exit_code, detail, run_time, listed,
+                observation,
             )
-        )
+        )  # fmt: skip
     return result
 
 

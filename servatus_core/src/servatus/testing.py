@@ -12,6 +12,7 @@ models is also proven against a real Slurm in Servatus' own test suite.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import time
@@ -232,9 +233,11 @@ class FakeScheduler:
         return CommandResult(argv, 0, text.encode(), b"")
 
     def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
         rows = [f"{name} {at:.10f} 0\n" for name, at in sorted(self.markers.items())]
         rows += [f"{name} {self.clock():.10f} {len(data)}\n" for name, data in self.logs.items()]
-        return CommandResult(argv, 0, "".join(rows).encode(), b"")
+        listed = [row for row in rows if fnmatch.fnmatchcase(row.split(" ", 1)[0], pattern)]
+        return CommandResult(argv, 0, "".join(listed).encode(), b"")
 
     def _cmd_tail(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         name = os.path.basename(argv[-1])

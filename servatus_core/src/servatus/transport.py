@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 COMMAND_TIMEOUT = 30.0
 """Seconds one remote command may take, connecting included; commands are never retried."""
 
-OUTPUT_LIMIT = 16 * 1024 * 1024
-"""Bytes read at most from one command's stdout (and separately its stderr)."""
+OUTPUT_LIMIT = 64 * 1024 * 1024
+"""Bytes read at most from one command's stdout (and separately its stderr): room for the run
+markers of several hundred thousand allocations (about 75 bytes each listed), still bounded."""
 
 
 @attrs.frozen

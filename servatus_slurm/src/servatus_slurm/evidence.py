@@ -9,19 +9,21 @@ ours (other jobs, foreign files, lines too long, malformed lines) are dropped, n
 
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING
 
 import attrs
 
 from servatus.errors import Unavailable
-from servatus.evidence import Marker, QueueEntry
+from servatus.evidence import Marker, MarkerKind, QueueEntry
 from servatus_slurm.markers import (
     ID_LENGTH,
+    MARKER_GLOB,
+    MARKER_NAME,
+    MAX_EXIT,
     MAX_JOB,
+    MAX_SLOT,
     allocation_log_name,
-    parse_marker_name,
     step_log_name,
 )
 
@@ -37,28 +39,48 @@ MAX_ROWS = 1_000_000
 MAX_LINE = 512
 """Longer lines are not ours: our names are under 80 bytes."""
 
-_QUEUE_LINE = re.compile(
-    rb"(?P<job>[1-9][0-9]{0,9})\|(?P<name>servatus-[0-9a-f]{%d})\|(?P<state>[A-Z][A-Z_]{0,31})"
-    % ID_LENGTH
+_PADDING = r"[ \t\r\v\f]*"
+"""What ``bytes.strip`` removes from a line (squeue pads some fields)."""
+_QUEUE_ROW = re.compile(
+    rf"\n({_PADDING})([1-9][0-9]{{0,9}})\|(servatus-[0-9a-f]{{{ID_LENGTH}}})"
+    rf"\|([A-Z][A-Z_]{{0,31}})({_PADDING})$",
+    re.MULTILINE | re.ASCII,
 )
-_MARKER_LINE = re.compile(
-    rb"(?P<name>servatus-[!-~]+) (?P<at>[0-9]{1,12}(?:\.[0-9]{1,10})?) (?P<size>[0-9]{1,20})"
+"""One squeue row: padding, job, name, state, padding."""
+_MARKER_ROW = re.compile(
+    rf"\n{MARKER_NAME.pattern} ([0-9]{{1,12}}(?:\.[0-9]{{1,10}})?) [0-9]{{1,20}}$",
+    re.MULTILINE | re.ASCII,
 )
+"""One marker row: the groups of :data:`~servatus_slurm.markers.MARKER_NAME`, then the mtime.
+
+At most 12 integer digits keep every mtime finite, and the longest row the grammar admits is
+115 bytes, so no row it matches is over :data:`MAX_LINE`.
+"""
+_KINDS = {kind.value: kind for kind in MarkerKind}
+_END = MarkerKind.END
+_HANDOFF = MarkerKind.HANDOFF
 
 
-def _lines(result: CommandResult, what: str) -> list[bytes]:
+def _listing(result: CommandResult, what: str) -> str:
+    """The checked output as text with a newline before every row: the row patterns start with
+    that literal, so one scan jumps from row to row instead of trying a match at every byte.
+
+    Latin-1 maps each byte to one character, so rows and lengths are kept; our grammars are
+    ASCII, so no other byte can be part of a match.
+    """
     if result.returncode != 0:
         said = result.stderr.decode(errors="replace").strip().splitlines()
         reason = said[-1] if said else "no message"
         raise Unavailable(f"{what} exited {result.returncode}: {reason}")
     if result.truncated:
         raise Unavailable(f"{what} printed more than can be read; the listing would be partial")
-    lines = result.stdout.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    if len(lines) > MAX_ROWS:
+    stdout = result.stdout
+    rows = stdout.count(b"\n")
+    if stdout and not stdout.endswith(b"\n"):
+        rows += 1
+    if rows > MAX_ROWS:
         raise Unavailable(f"{what} listed more than {MAX_ROWS} rows; the listing would be partial")
-    return lines
+    return "\n" + stdout.decode("latin-1")
 
 
 @attrs.frozen
@@ -77,17 +99,16 @@ class SlurmEvidenceReader:
         ]
 
     def parse_queue(self, result: CommandResult) -> list[QueueEntry]:
+        """Only padding can stretch a row of ours past :data:`MAX_LINE`, so only padded rows are
+        measured."""
         entries = []
-        for line in _lines(result, "squeue"):
-            if len(line) > MAX_LINE:
+        for match in _QUEUE_ROW.finditer(_listing(result, "squeue")):
+            lead, job, name, state, trail = match.groups()
+            if (lead or trail) and len(f"{lead}{job}|{name}|{state}{trail}") > MAX_LINE:
                 continue
-            match = _QUEUE_LINE.fullmatch(line.strip())
-            if match is None:
-                continue
-            job = int(match["job"])
-            if job > MAX_JOB:
-                continue
-            entries.append(QueueEntry(job, match["name"].decode(), match["state"].decode()))
+            number = int(job)
+            if number <= MAX_JOB:
+                entries.append(QueueEntry(number, name, state))
         return entries
 
     def marker_command(self, target: Target) -> list[str]:
@@ -101,25 +122,29 @@ class SlurmEvidenceReader:
             "-maxdepth",
             "1",
             "-name",
-            "servatus-*",
+            MARKER_GLOB,
             "-printf",
             MARKER_FORMAT,
         ]
 
     def parse_markers(self, result: CommandResult) -> list[Marker]:
-        markers = []
-        for line in _lines(result, "find"):
-            if len(line) > MAX_LINE:
+        markers: list[Marker] = []
+        append = markers.append
+        for match in _MARKER_ROW.finditer(_listing(result, "find")):
+            identity, job, plain, end_slot, code, handoff_slot, at = match.groups()
+            number = int(job)
+            if number > MAX_JOB:
                 continue
-            match = _MARKER_LINE.fullmatch(line)
-            if match is None:
-                continue
-            at = float(match["at"])
-            if not math.isfinite(at):
-                continue
-            marker = parse_marker_name(match["name"].decode("ascii"), at)
-            if marker is not None:
-                markers.append(marker)
+            if plain:
+                append(Marker(identity, number, _KINDS[plain], float(at)))
+            elif end_slot:
+                slot, exit_code = int(end_slot), int(code)
+                if slot <= MAX_SLOT and exit_code <= MAX_EXIT:
+                    append(Marker(identity, number, _END, float(at), slot, exit_code))
+            else:
+                slot = int(handoff_slot)
+                if slot <= MAX_SLOT:
+                    append(Marker(identity, number, _HANDOFF, float(at), slot))
         return markers
 
     def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:

@@ -1,0 +1,170 @@
+"""The lean read path: stored Tasks built on use, one check per record for NUL and surrogates,
+and a snapshot's intents, receipts and resolutions stored as columns, all as strict as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_helpers import make_tasks
+
+from servatus import store
+from servatus.campaign import Campaign, create_state
+from servatus.errors import CorruptState
+from servatus.tasks import Roster, Task
+
+LOCAL = store.target_key('{"host":null}')
+
+
+def created(*tasks: dict[str, Any]) -> bytes:
+    record = {"type": "created", "campaign_id": "c", "created_at": 1, "sealed": True}
+    return json.dumps({**record, "tasks": list(tasks)}, ensure_ascii=False).encode()
+
+
+def journal(*payloads: bytes) -> bytes:
+    return store.MAGIC + b"".join(store.frame(payload) for payload in payloads)
+
+
+def test_stored_tasks_are_built_when_used_and_equal_the_originals(tmp_path: Path) -> None:
+    tasks = [
+        Task("a", ["/bin/x", "é"], stdin=b"\0\xff", env={"A": "1"}),
+        Task("b", ["/bin/y"]),
+    ]
+    create_state(tmp_path / "s", tasks)
+    roster = Campaign.open(tmp_path / "s").tasks
+    assert isinstance(roster, Roster) and roster.keys == ("a", "b")
+    assert all(type(item) is dict for item in roster.stored())  # nothing built by reading
+    assert roster.args("b") == ("/bin/y",)
+    assert type(list(roster.stored())[1]) is dict  # args read off the document
+    assert roster.get("a") == tasks[0] and roster[1] == tasks[1] and roster[-1] == tasks[1]
+    assert roster == tuple(tasks) and list(roster) == tasks and roster[0:1] == (tasks[0],)
+    assert roster.get("c") is None
+    with pytest.raises(KeyError):
+        roster.args("c")
+    with pytest.raises(IndexError):
+        roster[2]
+
+
+def test_a_bad_stored_task_is_corrupt_when_built() -> None:
+    state = store.load(journal(created({"key": "a", "args": ["/bin/x", 3]})), "j")[0].freeze()
+    assert state.tasks.keys == ("a",)
+    with pytest.raises(CorruptState, match="stored Task is invalid"):
+        state.tasks[0]
+    with pytest.raises(CorruptState, match="stored Task is invalid"):
+        state.tasks.args("a")
+    for document in (
+        {"key": "a", "args": []},
+        {"key": "a", "args": ["/bin/x"], "env": {"SERVATUS_X": "1"}},
+        {"key": "a", "args": ["/bin/x"], "stdin": "not base64!"},
+    ):
+        state = store.load(journal(created(document)), "j")[0].freeze()
+        with pytest.raises(CorruptState):
+            state.tasks[0]
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        {"key": "../a", "args": ["/bin/x"]},
+        {"key": 7, "args": ["/bin/x"]},
+        {"args": ["/bin/x"]},
+        {"key": "a", "args": ["/bin/x"], "extra": 1},
+    ],
+)
+def test_stored_keys_and_fields_are_checked_when_read(task: dict[str, Any]) -> None:
+    with pytest.raises(CorruptState, match="invalid"):
+        store.load(journal(created(task)), "j")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        created({"key": "a", "args": ["/bin/x", "a\u0000b"]}),  # escaped NUL
+        created({"key": "a", "args": ["/bin/x"], "env": {"A": "\u0000"}}),
+        created({"key": "a", "args": ["/bin/x"]}).replace(b'"/bin/x"', b'"\\ud800"'),
+        created({"key": "a", "args": ["/bin/x"]}).replace(b'"/bin/x"', b'"\\uDBFF"'),
+        created({"key": "a", "args": ["/bin/x"]}).replace(b"/bin/x", b"/bin/\xed\xa0\x80"),
+    ],
+    ids=["nul-arg", "nul-env", "surrogate", "surrogate-upper", "encoded-surrogate"],
+)
+def test_nul_and_lone_surrogates_are_corrupt_at_once(payload: bytes) -> None:
+    """The one-pass check sends these records to the full Task check, which refuses them."""
+    with pytest.raises(CorruptState, match="invalid"):
+        store.load(journal(payload), "j")
+
+
+def test_a_harmless_escape_still_reads() -> None:
+    payload = created({"key": "a", "args": ["/bin/x", "tab\there", "\u00e9\u2603"]})
+    state = store.load(journal(payload), "j")[0].freeze()
+    assert state.tasks[0].args == ("/bin/x", "tab\there", "é☃")
+
+
+def state_document() -> dict[str, Any]:
+    state = store.fold(
+        [
+            store.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
+            store.TargetSeen(LOCAL, '{"host":null}'),
+            store.Intent("alloc1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=60),
+            store.Receipt("alloc1", 41234),
+            store.Intent("alloc2", ("a",), "digest", 3.0, LOCAL),
+            store.Resolved("alloc2", None),
+        ]
+    )
+    document: dict[str, Any] = json.loads(store.encode(store.Snapshot(state)))
+    return document
+
+
+def test_a_snapshot_stores_columns() -> None:
+    document = state_document()
+    assert document["state"]["intents"] == {
+        "allocation_id": ["alloc1", "alloc2"],
+        "task_keys": [["a", "b"], ["a"]],
+        "plan_digest": ["digest", "digest"],
+        "created_at": [2.0, 3.0],
+        "target": [LOCAL, LOCAL],
+        "time_limit": [60, 0],
+    }
+    assert document["state"]["receipts"] == {"allocation_id": ["alloc1"], "job": [41234]}
+    assert document["state"]["resolutions"] == {"allocation_id": ["alloc2"], "job": [None]}
+    state = store.decode(json.dumps(document).encode())
+    assert isinstance(state, store.Snapshot)
+    assert state.state.intents[0] == store.Intent("alloc1", ("a", "b"), "digest", 2.0, LOCAL, 60)
+
+
+@pytest.mark.parametrize(
+    ("column", "change"),
+    [
+        ("intents", lambda c: c.pop("time_limit")),
+        ("intents", lambda c: c.update(extra=[1, 2])),
+        ("intents", lambda c: c["allocation_id"].pop()),
+        ("intents", lambda c: c.update(task_keys=[["a", 1], ["a"]])),
+        ("intents", lambda c: c.update(task_keys=["ab", ["a"]])),
+        ("intents", lambda c: c.update(created_at=[True, 3.0])),
+        ("intents", lambda c: c.update(time_limit=[60, 1.5])),
+        ("intents", lambda c: c.update(target="not a list")),
+        ("receipts", lambda c: c.update(job=["41234"])),
+        ("receipts", lambda c: c.update(job=[None])),
+        ("resolutions", lambda c: c.update(job=[False])),
+        ("resolutions", lambda c: c.update(allocation_id=[7])),
+    ],
+)
+def test_snapshot_columns_are_structured_strictly(column: str, change: Any) -> None:
+    document = state_document()
+    change(document["state"][column])
+    with pytest.raises(TypeError):
+        store.decode(json.dumps(document).encode())
+
+
+def test_compaction_writes_stored_tasks_back_unbuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_state(tmp_path / "s", make_tasks("t", 50))
+    built = []
+    original = store._build_task
+    monkeypatch.setattr(store, "_build_task", lambda doc: built.append(doc) or original(doc))
+    with store.writing(tmp_path / "s") as writer:
+        writer.compact()
+    assert built == []
+    assert list(Campaign.open(tmp_path / "s").tasks) == make_tasks("t", 50)
