@@ -95,15 +95,14 @@ class Observation(NamedTuple):
     ends: tuple[SlotEnd | None, ...] = ()
 
 
-@attrs.frozen
-class RunTime:
+class RunTime(NamedTuple):
     """Seconds a Task has run; ``complete`` is False while growing or when a LOST run is counted
-    at its whole time limit (shown with ``~``)."""
+    at its whole time limit (shown with ``~``). ``+`` adds two run times (not tuple joining)."""
 
     total: int
     complete: bool = True
 
-    def __add__(self, other: RunTime) -> RunTime:
+    def __add__(self, other: RunTime) -> RunTime:  # type: ignore[override]
         return RunTime(self.total + other.total, self.complete and other.complete)
 
 
