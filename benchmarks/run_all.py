@@ -17,7 +17,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("bench_store.py", "bench_lane.py", "bench_publish.py")
+BENCHMARKS = (
+    ("bench_store.py",),
+    ("bench_lane.py",),  # one Task per allocation: the worst case for status
+    ("bench_lane.py", "--per-allocation", "8"),
+    ("bench_publish.py",),
+)
 CLUSTER = "bench_submit_cluster.py"
 
 
@@ -38,19 +43,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--skip-cluster", action="store_true", help="skip " + CLUSTER)
     options = parser.parse_args()
-    names = list(BENCHMARKS)
+    runs = list(BENCHMARKS)
     reason = "--skip-cluster" if options.skip_cluster else cluster_unavailable()
     if reason is None:
-        names.append(CLUSTER)
+        runs.append((CLUSTER,))
     failed = []
-    for name in names:
-        print(f"=== {name} ===", flush=True)
+    for name, *arguments in runs:
+        shown = " ".join([name, *arguments])
+        print(f"=== {shown} ===", flush=True)
         began = time.perf_counter()
-        code = subprocess.run([sys.executable, str(HERE / name)], check=False).returncode
+        command = [sys.executable, str(HERE / name), *arguments]
+        code = subprocess.run(command, check=False).returncode
         elapsed = time.perf_counter() - began
-        print(f"=== {name}: exit {code} after {elapsed:.0f} s ===\n", flush=True)
+        print(f"=== {shown}: exit {code} after {elapsed:.0f} s ===\n", flush=True)
         if code != 0:
-            failed.append(name)
+            failed.append(shown)
     if reason is not None:
         print(f"=== {CLUSTER}: skipped: {reason} ===")
     if failed:

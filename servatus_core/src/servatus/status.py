@@ -9,7 +9,7 @@ is every marker the job wrote visible on the login node.
 from __future__ import annotations
 
 import enum
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -159,58 +159,135 @@ class Report:
 
 _START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
 
+_new = tuple.__new__
+"""Builds a named tuple from a tuple of its fields, skipping the generated Python ``__new__``,
+which doubles the cost of each of the Attempt per slot and TaskStatus per Task a status builds."""
+
+
+class _Record:
+    """One allocation's markers folded: first start, last stop, first limit, and each slot's last
+    end. Slot 0's end is kept apart from the other slots' dict because most allocations hold one
+    Task: ``project`` reads one record per submission, in an order unrelated to the listing's,
+    and each object it follows costs a cache miss."""
+
+    __slots__ = ("ends", "first", "limit", "start", "stop")
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.stop: float | None = None
+        self.limit: float | None = None
+        self.first: SlotEnd | None = None
+        self.ends: dict[int, SlotEnd] | None = None
+
+
+def _fold(markers: Iterable[Marker]) -> dict[str, _Record]:
+    """Fold a listing's markers by allocation id in one pass. A listing keeps an allocation's
+    markers together, so a run of markers of one allocation costs one dict lookup."""
+    folded: dict[str, _Record] = {}
+    current: str | None = None
+    record = _Record()
+    for allocation_id, _, kind, at, slot, exit_code in markers:
+        if allocation_id != current:
+            current = allocation_id
+            found = folded.get(allocation_id)
+            if found is None:
+                found = folded[allocation_id] = _Record()
+            record = found
+        if kind is _END:
+            if slot is not None and exit_code is not None:
+                if slot == 0:
+                    record.first = _new(SlotEnd, (exit_code, at))
+                else:
+                    ends = record.ends
+                    if ends is None:
+                        ends = record.ends = {}
+                    ends[slot] = _new(SlotEnd, (exit_code, at))
+        elif kind is _START:
+            earlier = record.start
+            if earlier is None or at < earlier:
+                record.start = at
+        elif kind is _STOP:
+            earlier = record.stop
+            if earlier is None or at > earlier:
+                record.stop = at
+        elif kind is _LIMIT:
+            earlier = record.limit
+            if earlier is None or at < earlier:
+                record.limit = at
+    return folded
+
+
+def _observation(record: _Record | None, slots: int) -> Observation:
+    if record is None:
+        return _new(Observation, (None, None, None, (None,) * slots))
+    ends = record.ends
+    found: tuple[SlotEnd | None, ...]
+    if slots == 1:
+        found = (record.first,)
+    elif slots == 0:
+        found = ()
+    elif ends is None:
+        found = (record.first, *(None,) * (slots - 1))
+    else:
+        found = (record.first, *map(ends.get, range(1, slots)))
+    return _new(Observation, (record.start, record.stop, record.limit, found))
+
 
 def observe(allocation_id: str, slots: int, markers: Iterable[Marker]) -> Observation:
-    """Fold one allocation's markers into an Observation (first start, last stop/limit)."""
-    start = stop = limit = None
-    ends: list[SlotEnd | None] = [None] * slots
-    for marker_allocation, _, kind, at, slot, exit_code in markers:
-        if marker_allocation != allocation_id:
-            continue
-        if kind is _END:
-            if slot is not None and 0 <= slot < slots and exit_code is not None:
-                ends[slot] = SlotEnd(exit_code, at)
-        elif kind is _START:
-            start = at if start is None else min(start, at)
-        elif kind is _STOP:
-            stop = at if stop is None else max(stop, at)
-        elif kind is _LIMIT:
-            limit = at if limit is None else min(limit, at)
-    return Observation(start, stop, limit, tuple(ends))
+    """Fold one allocation's markers into an Observation (first start, last stop, first limit)."""
+    return _observation(_fold(markers).get(allocation_id), slots)
+
+
+_Decision = tuple[Execution, int | None, StopReason | None]
+_SUCCEEDED: _Decision = (Execution.SUCCEEDED, 0, None)
+_QUEUED: _Decision = (Execution.QUEUED, None, None)
+_RUNNING: _Decision = (Execution.RUNNING, None, None)
+_ENDING: _Decision = (Execution.ENDING, None, None)
+_NEVER_STARTED: _Decision = (Execution.STOPPED, None, StopReason.NEVER_STARTED)
+_TIME_LIMIT: _Decision = (Execution.STOPPED, None, StopReason.TIME_LIMIT)
+_STOPPED: _Decision = (Execution.STOPPED, None, None)
+_LOST: _Decision = (Execution.LOST, None, None)
 
 
 def slot_execution(
     entry: QueueEntry | None, observation: Observation, slot: int
 ) -> tuple[Execution, int | None, StopReason | None]:
     """A slot's execution from its job's queue entry (if listed) and its allocation's markers."""
-    end = observation.ends[slot] if slot < len(observation.ends) else None
-    if (
-        end is not None
-        and end.exit_code != 0
-        and observation.stop is not None
-        and end.at >= observation.stop
-    ):
-        # The step returned nonzero because the job was told to end (scancel, the time limit):
-        # a stop, not a failure; ENDING while Slurm lists the job, STOPPED once it is purged.
-        end = None
+    start, stop, limit, ends = observation
+    return _execution(entry, start, stop, limit, ends[slot] if slot < len(ends) else None)
+
+
+def _execution(
+    entry: QueueEntry | None,
+    start: float | None,
+    stop: float | None,
+    limit: float | None,
+    end: SlotEnd | None,
+) -> _Decision:
+    """:func:`slot_execution` over an Observation's fields, so ``project`` unpacks it once."""
     if end is not None:
-        if end.exit_code == 0:
-            return Execution.SUCCEEDED, 0, None
-        if end.exit_code == YIELD_EXIT:
-            return Execution.STOPPED, end.exit_code, StopReason.YIELDED
-        return Execution.FAILED, end.exit_code, None
+        exit_code = end.exit_code
+        if exit_code == 0:
+            return _SUCCEEDED
+        # A nonzero return at or after the stop marker came from the job being told to end
+        # (scancel, the time limit): a stop, not a failure; ENDING while Slurm lists the job,
+        # STOPPED once it is purged.
+        if stop is None or not end.at >= stop:
+            if exit_code == YIELD_EXIT:
+                return Execution.STOPPED, exit_code, StopReason.YIELDED
+            return Execution.FAILED, exit_code, None
     if entry is not None:
-        if entry.state in _QUEUED_STATES:
-            return Execution.QUEUED, None, None
-        if entry.state in _RUNNING_STATES:
-            return Execution.RUNNING, None, None
-        return Execution.ENDING, None, None
-    if observation.start is None:
-        return Execution.STOPPED, None, StopReason.NEVER_STARTED
-    if observation.stop is not None:
-        reason = StopReason.TIME_LIMIT if observation.limit is not None else None
-        return Execution.STOPPED, None, reason
-    return Execution.LOST, None, None
+        state = entry.state
+        if state in _QUEUED_STATES:
+            return _QUEUED
+        if state in _RUNNING_STATES:
+            return _RUNNING
+        return _ENDING
+    if start is None:
+        return _NEVER_STARTED
+    if stop is not None:
+        return _TIME_LIMIT if limit is not None else _STOPPED
+    return _LOST
 
 
 def slot_run_time(
@@ -218,18 +295,47 @@ def slot_run_time(
 ) -> RunTime:
     """Seconds between the start marker and the slot's end (or stop); still growing while the
     job runs, and a LOST run counted at its whole limit, both marked incomplete."""
-    if observation.start is None:
-        return RunTime(0)
-    end = observation.ends[slot] if slot < len(observation.ends) else None
+    start, stop, _, ends = observation
+    return _run_time(execution, start, stop, ends, slot, time_limit, now)
+
+
+def _run_time(
+    execution: Execution,
+    start: float | None,
+    stop: float | None,
+    ends: tuple[SlotEnd | None, ...],
+    slot: int,
+    time_limit: int,
+    now: float,
+) -> RunTime:
+    """:func:`slot_run_time` over an Observation's fields, so ``project`` unpacks it once."""
+    if start is None:
+        return _ZERO
+    end = ends[slot] if slot < len(ends) else None
     if end is not None:
-        return RunTime(max(0, round(end.at - observation.start)))
-    if observation.stop is not None:
-        return RunTime(max(0, round(observation.stop - observation.start)))
-    if execution is Execution.LOST:
+        total = round(end.at - start)
+    elif stop is not None:
+        total = round(stop - start)
+    elif execution is Execution.LOST:
         return RunTime(time_limit, complete=False)
-    if execution in (Execution.RUNNING, Execution.ENDING):
-        return RunTime(max(0, min(time_limit, round(now - observation.start))), complete=False)
-    return RunTime(0)
+    elif execution is Execution.RUNNING or execution is Execution.ENDING:
+        total = round(now - start)
+        total = total if total < time_limit else time_limit
+        return RunTime(total if total > 0 else 0, complete=False)
+    else:
+        return _ZERO
+    return _new(RunTime, (total if total > 0 else 0, True))
+
+
+_Context = tuple[dict[str, QueueEntry], dict[str, _Record]]
+
+
+def _context(evidence: Evidence | None) -> _Context | None:
+    """A Target's queue entries by job name and its folded markers; None unless both listings
+    were read."""
+    if evidence is None or evidence.queue is None or evidence.markers is None:
+        return None
+    return {entry.name: entry for entry in evidence.queue}, _fold(evidence.markers)
 
 
 def project(
@@ -245,134 +351,158 @@ def project(
     accepted work reads ``ACCEPTED`` and run time is unknown.
 
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
-    attempt per slot and a status per Task, and nothing else per Task.
+    attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
+    reads its flags and run time off its one attempt; only a Task submitted again keeps its
+    attempts aside, to sum their run times.
     """
-    listing = {  # whether both listings of a Target were fetched
-        target: item.queue is not None and item.markers is not None
-        for target, item in evidence.items()
-    }
-    targets = {submission.target for submission in submissions}
-    online = all(listing.get(target, False) for target in targets) and (
-        bool(evidence) or not submissions
-    )
-    online = online and not offline
-    # Per Target: its markers by allocation id, its queue entries by job name.
-    by_marker: dict[str, dict[str, list[Marker]]] = {}
-    by_queue: dict[str, dict[str, QueueEntry]] = {}
-    for target, item in evidence.items():
-        if not listing[target]:
-            continue
-        grouped: dict[str, list[Marker]] = defaultdict(list)
-        for marker in item.markers or ():
-            grouped[marker.allocation_id].append(marker)
-        by_marker[target] = grouped
-        by_queue[target] = {entry.name: entry for entry in item.queue or ()}
+    contexts: dict[str, _Context | None] = {}
+    online = not offline
     attempts: list[Attempt] = []
+    append = attempts.append
     warnings: list[str] = []
     latest: dict[str, Attempt] = {}
-    run_times: dict[str, RunTime] = {}
-    unresolved: set[str] = set()
-    accepted: set[str] = set()
-    listed: set[str] = set()
-    for submission in submissions:
-        markers = by_marker.get(submission.target)
-        queue = by_queue.get(submission.target)
-        for attempt in _attempts(submission, markers, queue, now, warnings):
-            attempts.append(attempt)
-            key = attempt.task_key
-            if attempt.listed:
-                listed.add(key)
-            execution = attempt.execution
-            if execution is Execution.NOT_SUBMITTED:
-                continue
-            if execution is Execution.UNRESOLVED:
-                unresolved.add(key)
+    remember = latest.setdefault
+    history: dict[str, list[Attempt]] = {}
+    listed_unsubmitted: set[str] = set()
+    last_target: str | None = None
+    queue: dict[str, QueueEntry] | None = None
+    folded: dict[str, _Record] | None = None
+    for allocation_id, task_keys, target, _, time_limit, outcome, recorded in submissions:
+        if target is not last_target:
+            last_target = target
+            if target in contexts:
+                context = contexts[target]
             else:
-                accepted.add(key)
-            latest[key] = attempt
-            run_time = attempt.run_time
-            if run_time is not None:
-                earlier = run_times.get(key)
-                run_times[key] = run_time if earlier is None else earlier + run_time
+                context = contexts[target] = _context(evidence.get(target))
+            if context is None:
+                online = False
+                queue = folded = None
+            else:
+                queue, folded = context
+        entry = None if queue is None else queue.get(JOB_NAME_PREFIX + allocation_id)
+        job = recorded
+        if entry is not None:
+            if recorded is None:
+                job = entry.job
+            elif entry.job != recorded:
+                entry = None  # same name, another job number: not this submission's job
+            if entry is not None and outcome is Outcome.NOT_SUBMITTED:
+                warnings.append(
+                    f"allocation {allocation_id} was recorded as not submitted, but Slurm "
+                    f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
+                    f"the queue (servatus cancel STATE --allocation {allocation_id} stops it)"
+                )
+        listed = entry is not None
+        if outcome is not _ACCEPTED or folded is None:
+            execution = _UNOBSERVED[outcome]
+            for slot, key in enumerate(task_keys):
+                attempt = _new(
+                    Attempt,
+                    (allocation_id, key, slot, job, execution, None, None, None, listed, None),
+                )
+                append(attempt)
+                if execution is _NOT_SUBMITTED:
+                    if listed:
+                        listed_unsubmitted.add(key)
+                    continue
+                earlier = remember(key, attempt)
+                if earlier is not attempt:
+                    _again(latest, history, key, earlier, attempt)
+            continue
+        observation = _observation(folded.get(allocation_id), len(task_keys))
+        start, stop, limit, ends = observation
+        for slot, key in enumerate(task_keys):
+            end = ends[slot]
+            execution, exit_code, detail = _execution(entry, start, stop, limit, end)
+            run_time = _run_time(execution, start, stop, ends, slot, time_limit, now)
+            attempt = _new(
+                Attempt,
+                (
+                    allocation_id, key, slot, job, execution, exit_code, detail, run_time,
+                    listed, observation,
+                ),
+            )  # fmt: skip
+            append(attempt)
+            earlier = remember(key, attempt)
+            if earlier is not attempt:
+                _again(latest, history, key, earlier, attempt)
     tasks: list[TaskStatus] = []
-    append = tasks.append
-    zero = RunTime(0) if online else None
+    add = tasks.append
+    zero = _ZERO if online else None
+    total: RunTime | None
     for key in keys:
         current = latest.get(key)
-        run_time = run_times.get(key, zero) if online else None
         if current is None:  # never submitted (every Task of a first plan): no attempt to read
-            append(
-                TaskStatus(
-                    key, _NOT_SUBMITTED, None, None, run_time, None, None, False, False,
-                    key in listed,
+            add(
+                _new(
+                    TaskStatus,
+                    (key, _NOT_SUBMITTED, None, None, zero, None, None, False, False,
+                     key in listed_unsubmitted),
                 )
             )  # fmt: skip
+            continue
+        allocation_id, _, _, job, execution, exit_code, detail, total, listed, _ = current
+        if history and key in history:
+            total, accepted, unresolved, listed = _summary(history[key])
         else:
-            append(
-                TaskStatus(
-                    key, current.execution, current.exit_code, current.detail, run_time,
-                    current.allocation_id, current.job, key in accepted, key in unresolved,
-                    key in listed,
-                )
-            )  # fmt: skip
+            unresolved = execution is _UNRESOLVED
+            accepted = not unresolved
+        if not online:
+            total = None
+        elif total is None:
+            total = _ZERO
+        add(
+            _new(
+                TaskStatus,
+                (key, execution, exit_code, detail, total, allocation_id, job, accepted,
+                 unresolved, listed or key in listed_unsubmitted),
+            )
+        )  # fmt: skip
     return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
 
 
 _NOT_SUBMITTED = Execution.NOT_SUBMITTED
+_UNRESOLVED = Execution.UNRESOLVED
 _ZERO = RunTime(0)
+_ACCEPTED = Outcome.ACCEPTED
+_UNOBSERVED = {
+    Outcome.PENDING: Execution.UNRESOLVED,
+    Outcome.NOT_SUBMITTED: Execution.NOT_SUBMITTED,
+    Outcome.ACCEPTED: Execution.ACCEPTED,
+}
+"""A submission's execution without markers to read (not accepted, or its Target unlisted)."""
 
 
-def _attempts(
-    submission: Submission,
-    by_marker: Mapping[str, list[Marker]] | None,
-    by_queue: Mapping[str, QueueEntry] | None,
-    now: float,
-    warnings: list[str],
-) -> list[Attempt]:
-    """The attempts of one submission; ``by_marker`` (its Target's markers by allocation) and
-    ``by_queue`` (its queue entries by job name) are None unless both listings were read."""
-    allocation_id = submission.allocation_id
-    entry = by_queue.get(JOB_NAME_PREFIX + allocation_id) if by_queue is not None else None
-    if entry is not None and submission.job is not None and entry.job != submission.job:
-        entry = None  # same name, another job number: not this submission's job
-    outcome = submission.outcome
-    if outcome is Outcome.NOT_SUBMITTED and entry is not None:
-        warnings.append(
-            f"allocation {allocation_id} was recorded as not submitted, but Slurm "
-            f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves the queue "
-            f"(servatus cancel STATE --allocation {allocation_id} stops it)"
-        )
-    job = submission.job if submission.job is not None else (entry.job if entry else None)
-    listed = entry is not None
-    if outcome is not Outcome.ACCEPTED or by_marker is None:
-        execution = (
-            Execution.UNRESOLVED
-            if outcome is Outcome.PENDING
-            else Execution.NOT_SUBMITTED
-            if outcome is Outcome.NOT_SUBMITTED
-            else Execution.ACCEPTED
-        )
-        return [
-            Attempt(allocation_id, key, slot, job, execution, None, None, None, listed, None)
-            for slot, key in enumerate(submission.task_keys)
-        ]
-    slots = len(submission.task_keys)
-    observation = observe(allocation_id, slots, by_marker.get(allocation_id, ()))
-    result = []
-    for slot, key in enumerate(submission.task_keys):
-        execution, exit_code, detail = slot_execution(entry, observation, slot)
-        run_time = (
-            _ZERO
-            if observation.start is None
-            else slot_run_time(execution, observation, slot, submission.time_limit, now)
-        )
-        result.append(
-            Attempt(
-                allocation_id, key, slot, job, execution, exit_code, detail, run_time, listed,
-                observation,
-            )
-        )  # fmt: skip
-    return result
+def _again(
+    latest: dict[str, Attempt],
+    history: dict[str, list[Attempt]],
+    key: str,
+    earlier: Attempt,
+    attempt: Attempt,
+) -> None:
+    """A Task submitted again: its latest attempt decides, and its attempts are kept."""
+    latest[key] = attempt
+    kept = history.get(key)
+    if kept is None:
+        history[key] = [earlier, attempt]
+    else:
+        kept.append(attempt)
+
+
+def _summary(attempts: list[Attempt]) -> tuple[RunTime | None, bool, bool, bool]:
+    """Run time summed over a Task's attempts, and whether any was accepted, unresolved, listed."""
+    total: RunTime | None = None
+    accepted = unresolved = listed = False
+    for attempt in attempts:
+        run_time = attempt.run_time
+        if run_time is not None:
+            total = run_time if total is None else total + run_time
+        if attempt.execution is _UNRESOLVED:
+            unresolved = True
+        else:
+            accepted = True
+        listed = listed or attempt.listed
+    return total, accepted, unresolved, listed
 
 
 def format_run_time(value: RunTime | None) -> str:
