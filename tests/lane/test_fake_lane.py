@@ -145,3 +145,16 @@ def test_refused_sbatch_records_not_submitted(tmp_path: Path, profile: Profile) 
         campaign.submit(campaign.plan(profile))
     assert states(campaign)["t0"] is Execution.NOT_SUBMITTED
     assert campaign.plan(profile).decision.selected == ("t0",)
+
+
+def test_fake_find_honours_the_name_pattern() -> None:
+    """Like GNU find, the fake lists only names matching ``-name``: markers, not logs."""
+    fake = FakeScheduler()
+    fake.markers["servatus-" + "a" * 24 + ".1000.start"] = 100.0
+    fake.logs["servatus-" + "a" * 24 + "-1000.out"] = b"log\n"
+    glob = "servatus-" + "?" * 24 + ".*"
+    markers_only = fake.run(["find", "-H", "/logs", "-name", glob, "-printf", "%f %T@ %s\\n"])
+    assert markers_only.stdout.decode().split(" ")[0] == "servatus-" + "a" * 24 + ".1000.start"
+    assert len(markers_only.stdout.splitlines()) == 1
+    everything = fake.run(["find", "-H", "/logs", "-name", "servatus-*", "-printf", "x"])
+    assert len(everything.stdout.splitlines()) == 2

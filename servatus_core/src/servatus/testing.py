@@ -234,10 +234,15 @@ class FakeScheduler:
 
     def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
-        rows = [f"{name} {at:.10f} 0\n" for name, at in sorted(self.markers.items())]
-        rows += [f"{name} {self.clock():.10f} {len(data)}\n" for name, data in self.logs.items()]
-        listed = [row for row in rows if fnmatch.fnmatchcase(row.split(" ", 1)[0], pattern)]
-        return CommandResult(argv, 0, "".join(listed).encode(), b"")
+        listed = re.compile(fnmatch.translate(pattern)).match
+        rows = [
+            f"{name} {at:.10f} 0\n" for name, at in sorted(self.markers.items()) if listed(name)
+        ]
+        now = self.clock()
+        rows += [
+            f"{name} {now:.10f} {len(data)}\n" for name, data in self.logs.items() if listed(name)
+        ]
+        return CommandResult(argv, 0, "".join(rows).encode(), b"")
 
     def _cmd_tail(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         name = os.path.basename(argv[-1])
