@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import cattrs
@@ -53,7 +53,7 @@ from servatus.errors import (
     Unavailable,
     UnsafeFilesystem,
 )
-from servatus.tasks import KEY_PATTERN, Roster, Task, as_roster, bulk
+from servatus.tasks import Roster, Task, as_roster, bulk, fields_valid
 
 SCHEMA = "servatus.campaign/3"
 """The journal's version tag, its first line. A future version upgrades older records as dicts.
@@ -469,22 +469,36 @@ def _structure_roster(value: Any, _: Any) -> Roster:
 
 
 def _structure_stored_roster(value: Any, _: Any) -> Roster:
-    """Tasks left as documents, their keys checked now and the rest when each is built."""
+    """Tasks left as documents: every field of every Task checked now, column by column (the
+    text was checked for the whole record by :func:`decode`); each Task is built when used."""
     if type(value) is not list:
         raise TypeError("Tasks are a JSON array")
-    fields = _TASK_FIELDS
-    for item in value:
-        if type(item) is not dict or not item.keys() <= fields:
-            raise TypeError(f"not a Task document: {item!r:.80}")
-    keys = tuple([item.get("key") for item in value])
-    if not all(map(_is_key, keys)):
-        bad = next(key for key in keys if not _is_key(key))
-        raise TypeError(f"bad Task key {bad!r}")
-    return Roster(keys, value, _build_task, _stored_args)
+    if not set(map(type, value)) <= {dict} or not all(map(_TASK_FIELDS.issuperset, value)):
+        raise TypeError("Tasks must be objects with the fields key, args, stdin and env")
+    get = dict.get
+    keys = tuple(map(get, value, itertools.repeat("key")))
+    args = list(map(get, value, itertools.repeat("args")))
+    envs = list(map(get, value, itertools.repeat("env"), itertools.repeat(_NO_ENV)))
+    stdins = list(map(get, value, itertools.repeat("stdin"), itertools.repeat("")))
+    if not (
+        fields_valid(keys, args, envs)
+        and set(map(type, stdins)) <= {str}
+        and all(map(_is_base64, stdins))
+    ):
+        for item in value:  # the exact error: build each Task until one fails
+            _build_task(item)
+    return Roster(cast("tuple[str, ...]", keys), value, _build_task, _stored_args)
 
 
-def _is_key(key: Any) -> bool:
-    return type(key) is str and KEY_PATTERN.fullmatch(key) is not None
+_NO_ENV: dict[str, str] = {}
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        binascii.a2b_base64(text, strict_mode=True)
+    except binascii.Error:
+        return False
+    return True
 
 
 def _strict(kind: type[Any]) -> Callable[[Any, Any], Any]:

@@ -13,6 +13,7 @@ Slurm job name, and on a terminal, and it still admits keys built from numbers s
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -204,6 +205,36 @@ class Task:
         setter(task, "stdin", stdin)
         setter(task, "env", converted_env)
         return task
+
+
+def _is_env_name(name: object) -> bool:
+    return (
+        type(name) is str
+        and ENV_NAME_PATTERN.fullmatch(name) is not None
+        and not name.startswith(RESERVED_ENV_PREFIX)
+    )
+
+
+def fields_valid(keys: Sequence[Any], args: Sequence[Any], envs: Sequence[Any]) -> bool:
+    """Whether the Tasks with these keys, args and env mappings would all pass :class:`Task`'s
+    checks but the text one (no NUL, no lone surrogate), decided in a few passes over whole
+    columns instead of a call per Task: how a read of 100,000 stored Tasks validates them all
+    without building them. False sends the caller to build each Task for the exact error."""
+    if not set(map(type, keys)) <= {str} or not all(map(KEY_PATTERN.fullmatch, keys)):
+        return False
+    if not set(map(type, args)) <= {list} or not all(args):
+        return False
+    if not set(map(type, envs)) <= {dict}:
+        return False
+    names: set[Any] = set(itertools.chain.from_iterable(envs))
+    if not all(map(_is_env_name, names)):
+        return False
+    try:  # every arg and every env value a string, each checked in one C loop
+        "".join(itertools.chain.from_iterable(args))
+        "".join(itertools.chain.from_iterable(map(dict.values, envs)))
+    except TypeError:
+        return False
+    return True
 
 
 class Roster(Sequence[Task]):
@@ -491,5 +522,6 @@ __all__ = [
     "Task",
     "as_roster",
     "check_unique",
+    "fields_valid",
     "read_jsonl",
 ]
