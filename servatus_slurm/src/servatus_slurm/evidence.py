@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING
 import attrs
 
 from servatus.errors import Unavailable
-from servatus.evidence import Marker, MarkerKind, QueueEntry
+from servatus.evidence import Marker, QueueEntry
 from servatus_slurm.markers import (
     ID_LENGTH,
     MARKER_GLOB,
     MARKER_NAME,
-    MAX_EXIT,
     MAX_JOB,
-    MAX_SLOT,
     allocation_log_name,
+    marker_from_groups,
     step_log_name,
 )
 
@@ -56,9 +55,6 @@ _MARKER_ROW = re.compile(
 At most 12 integer digits keep every mtime finite, and the longest row the grammar admits is
 115 bytes, so no row it matches is over :data:`MAX_LINE`.
 """
-_KINDS = {kind.value: kind for kind in MarkerKind}
-_END = MarkerKind.END
-_HANDOFF = MarkerKind.HANDOFF
 
 
 def _listing(result: CommandResult, what: str) -> str:
@@ -131,20 +127,10 @@ class SlurmEvidenceReader:
         markers: list[Marker] = []
         append = markers.append
         for match in _MARKER_ROW.finditer(_listing(result, "find")):
-            identity, job, plain, end_slot, code, handoff_slot, at = match.groups()
-            number = int(job)
-            if number > MAX_JOB:
-                continue
-            if plain:
-                append(Marker(identity, number, _KINDS[plain], float(at)))
-            elif end_slot:
-                slot, exit_code = int(end_slot), int(code)
-                if slot <= MAX_SLOT and exit_code <= MAX_EXIT:
-                    append(Marker(identity, number, _END, float(at), slot, exit_code))
-            else:
-                slot = int(handoff_slot)
-                if slot <= MAX_SLOT:
-                    append(Marker(identity, number, _HANDOFF, float(at), slot))
+            groups = match.groups()
+            marker = marker_from_groups(groups[:6], float(groups[6]))
+            if marker is not None:
+                append(marker)
         return markers
 
     def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:

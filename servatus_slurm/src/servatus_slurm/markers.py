@@ -20,6 +20,7 @@ mtime, stamped by the file server when it was created, is the time of the event.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from servatus.evidence import Marker, MarkerKind
 
@@ -64,23 +65,30 @@ def marker_name(
 def parse_marker_name(name: str, at: float) -> Marker | None:
     """The marker a file name records, or None when it is not one of ours (logs included)."""
     match = MARKER_NAME.fullmatch(name)
-    if match is None:
+    return None if match is None else marker_from_groups(match.groups(), at)
+
+
+_KINDS = {kind.value: kind for kind in MarkerKind}
+
+
+def marker_from_groups(groups: Sequence[str | None], at: float) -> Marker | None:
+    """The marker that :data:`MARKER_NAME`'s six groups describe, or None when a number is out
+    of bounds: the one reading of the grammar, for a single name and for a whole listing."""
+    identity, job, plain, end_slot, exit_code, handoff_slot = groups
+    number = int(job or "")
+    if identity is None or number > MAX_JOB:
         return None
-    job = int(match["job"])
-    if job > MAX_JOB:
-        return None
-    identity = match["id"]
-    if match["plain"] is not None:
-        return Marker(identity, job, MarkerKind(match["plain"]), at)
-    if match["end_slot"] is not None:
-        slot, code = int(match["end_slot"]), int(match["exit"])
+    if plain:
+        return Marker(identity, number, _KINDS[plain], at)
+    if end_slot:
+        slot, code = int(end_slot), int(exit_code or "")
         if slot > MAX_SLOT or code > MAX_EXIT:
             return None
-        return Marker(identity, job, MarkerKind.END, at, slot=slot, exit_code=code)
-    slot = int(match["handoff_slot"])
+        return Marker(identity, number, MarkerKind.END, at, slot, code)
+    slot = int(handoff_slot or "")
     if slot > MAX_SLOT:
         return None
-    return Marker(identity, job, MarkerKind.HANDOFF, at, slot=slot)
+    return Marker(identity, number, MarkerKind.HANDOFF, at, slot)
 
 
 def allocation_log_pattern(allocation_id: str) -> str:
