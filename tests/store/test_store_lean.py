@@ -40,6 +40,8 @@ def test_stored_tasks_are_built_when_used_and_equal_the_originals(tmp_path: Path
     assert type(list(roster.stored())[1]) is dict  # args read off the document
     assert roster.get("a") == tasks[0] and roster[1] == tasks[1] and roster[-1] == tasks[1]
     assert roster == tuple(tasks) and list(roster) == tasks and roster[0:1] == (tasks[0],)
+    extra = Task("c", ["/bin/z"])
+    assert roster + [extra] == (*tasks, extra)  # noqa: RUF005 - the operator under test
     assert roster.get("c") is None
     with pytest.raises(KeyError):
         roster.args("c")

@@ -240,10 +240,10 @@ def fields_valid(keys: Sequence[Any], args: Sequence[Any], envs: Sequence[Any]) 
 class Roster(Sequence[Task]):
     """A campaign's Tasks in the order they were added, immutable.
 
-    Tasks read back from the store stay stored documents until one is used: ``status`` of
-    100,000 Tasks needs their keys (:attr:`keys`, checked when read), not 100,000 Task values.
-    ``build`` turns a document into its Task, checking everything else, the first time it is
-    asked for.
+    Tasks read back from the store (where every field was checked when read) stay stored
+    documents until one is used: ``status`` of 100,000 Tasks needs their :attr:`keys`, not
+    100,000 Task values. ``build`` turns a document into its Task the first time it is asked
+    for, ``args`` reads a document's args without building it.
     """
 
     __slots__ = ("_args", "_build", "_index", "_items", "keys")
@@ -317,14 +317,10 @@ class Roster(Sequence[Task]):
         writes documents back unchanged instead of building every Task)."""
         return iter(self._items)
 
-    def __add__(self, other: Iterable[Task]) -> Roster:
-        more = as_roster(other)
-        return Roster(
-            self.keys + more.keys,
-            self._items + more._items,
-            self._build or more._build,
-            self._args or more._args,
-        )
+    def __add__(self, other: Iterable[Task]) -> tuple[Task, ...]:
+        """The Tasks followed by ``other``'s, as a tuple: what ``Campaign.tasks + ...`` gave
+        when the roster was a tuple."""
+        return (*self, *other)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Roster):
