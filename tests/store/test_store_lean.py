@@ -36,6 +36,8 @@ def test_stored_tasks_are_built_when_used_and_equal_the_originals(tmp_path: Path
     roster = Campaign.open(tmp_path / "s").tasks
     assert isinstance(roster, Roster) and roster.keys == ("a", "b")
     assert all(type(item) is dict for item in roster.stored())  # nothing built by reading
+    assert "b" in roster.by_key() and "c" not in roster.by_key() and 7 not in roster.by_key()
+    assert all(type(item) is dict for item in roster.stored())  # nor by asking for a key
     assert roster.args("b") == ("/bin/y",)
     assert type(list(roster.stored())[1]) is dict  # args read off the document
     assert roster.get("a") == tasks[0] and roster[1] == tasks[1] and roster[-1] == tasks[1]

@@ -211,9 +211,9 @@ def pack(
     chunks = [decision.selected[i : i + size] for i in range(0, len(decision.selected), size)]
     cap = profile.target.max_allocations_per_submit
     kept, rest = (chunks, []) if cap is None else (chunks[:cap], chunks[cap:])
-    salted = hashlib.sha256(f"{salt}\0".encode())
+    salted = _salted(salt)  # hashed once, copied for each of up to 100,000 allocations
     allocations = tuple(
-        Allocation(allocation_id(salt, index, keys, salted=salted), tuple(keys))
+        Allocation(_allocation_id(salted, index, keys), tuple(keys))
         for index, keys in enumerate(kept)
     )
     deferred = tuple(key for keys in rest for key in keys)
@@ -221,14 +221,17 @@ def pack(
     return attrs.evolve(decision, selected=selected, deferred=deferred), allocations
 
 
-def allocation_id(
-    salt: str, index: int, keys: Iterable[str], *, salted: hashlib._Hash | None = None
-) -> str:
-    """A reproducible allocation id: the same campaign state and packing give the same id.
+def allocation_id(salt: str, index: int, keys: Iterable[str]) -> str:
+    """A reproducible allocation id: the same campaign state and packing give the same id."""
+    return _allocation_id(_salted(salt), index, keys)
 
-    ``salted`` is a hash already fed ``salt`` and a NUL, copied instead of hashing the salt again
-    for each of 100,000 allocations."""
-    digest = salted.copy() if salted is not None else hashlib.sha256(f"{salt}\0".encode())
+
+def _salted(salt: str) -> hashlib._Hash:
+    return hashlib.sha256(f"{salt}\0".encode())
+
+
+def _allocation_id(salted: hashlib._Hash, index: int, keys: Iterable[str]) -> str:
+    digest = salted.copy()
     digest.update(f"{index}\0".encode())
     digest.update("".join([key + "\0" for key in keys]).encode())
     return digest.hexdigest()[:ALLOCATION_ID_HEX]

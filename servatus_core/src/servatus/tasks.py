@@ -356,6 +356,10 @@ class _ByKey(Mapping[str, Task]):
             raise KeyError(key)
         return task
 
+    def __contains__(self, key: object) -> bool:
+        """Without building the Task (Mapping's own ``in`` would look it up)."""
+        return isinstance(key, str) and self._roster._position(key) is not None
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._roster.keys)
 
