@@ -217,6 +217,10 @@ servatus_wait() {
         fi
         break
     done
+    # scancel and the time limit signal the steps and the batch shell at once: a killed step can
+    # return before the shell's trap marks the stop. Giving the trap a second keeps such an end
+    # dated after the stop, so it reads as stopped, not failed.
+    if [ "$servatus_s" != 0 ] && [ ! -e "$servatus_prefix.stop" ]; then sleep 1; fi
     servatus_mark "end.$1.$servatus_s"
 }
 """.lstrip("\n")
