@@ -119,7 +119,10 @@ def test_unknown_fields_and_types_are_refused() -> None:
     with pytest.raises(TypeError):
         store.decode(b'{"type": "receipt", "allocation_id": "a", "job": "12"}')
     with pytest.raises(TypeError):
-        store.decode(b'{"type": "appended", "tasks": [{"key": "a", "args": ["x"], "z": 1}]}')
+        store.decode(
+            b'{"type": "appended", "tasks": {"key": ["a"], "args": [["x"]], "stdin": [""],'
+            b' "env": [{}], "z": [1]}}'
+        )
 
 
 @pytest.mark.parametrize(
@@ -230,8 +233,9 @@ def test_a_damaged_header_is_corrupt_not_torn() -> None:
 
 
 def test_wrong_magic_or_version() -> None:
-    with pytest.raises(CorruptState, match="unknown campaign version"):
-        store.scan(b"servatus.campaign/9\n", "j")
+    for version in (b"3", b"9"):  # 3 stored a record's Tasks as objects, not as columns
+        with pytest.raises(CorruptState, match="unknown campaign version"):
+            store.scan(b"servatus.campaign/%s\n" % version, "j")
     with pytest.raises(CorruptState, match="not a servatus campaign"):
         store.scan(b"hello\n", "j")
     with pytest.raises(CorruptState, match="not a servatus campaign"):
@@ -252,7 +256,7 @@ def test_a_valid_frame_with_an_impossible_record_is_corrupt() -> None:
         store.load(data, "j")
     bad_task = store.MAGIC + store.frame(
         b'{"type":"created","campaign_id":"c","created_at":1,"sealed":true,'
-        b'"tasks":[{"key":"../x","args":["a"]}]}'
+        b'"tasks":{"key":["../x"],"args":[["a"]],"stdin":[""],"env":[{}]}}'
     )
     with pytest.raises(CorruptState, match="invalid"):
         store.load(bad_task, "j")

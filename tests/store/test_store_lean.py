@@ -1,5 +1,6 @@
-"""The lean read path: stored Tasks built on use, one check per record for NUL and surrogates,
-and a snapshot's intents, receipts and resolutions stored as columns, all as strict as before."""
+"""The lean read path: Tasks stored as columns and built on use, one check per record for NUL
+and surrogates, and a snapshot's intents, receipts and resolutions stored as columns, all as
+strict as before."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ from servatus.tasks import Roster, Task
 LOCAL = store.target_key('{"host":null}')
 
 
+def columns(*tasks: dict[str, Any]) -> dict[str, list[Any]]:
+    """Task documents as a record's Task columns, a missing field as its empty value."""
+    empty = {"stdin": "", "env": {}}
+    return {
+        name: [task.get(name, empty.get(name)) for task in tasks] for name in store._TASK_COLUMNS
+    }
+
+
 def created(*tasks: dict[str, Any]) -> bytes:
     record = {"type": "created", "campaign_id": "c", "created_at": 1, "sealed": True}
-    return json.dumps({**record, "tasks": list(tasks)}, ensure_ascii=False).encode()
+    return json.dumps({**record, "tasks": columns(*tasks)}, ensure_ascii=False).encode()
 
 
 def journal(*payloads: bytes) -> bytes:
@@ -35,11 +44,11 @@ def test_stored_tasks_are_built_when_used_and_equal_the_originals(tmp_path: Path
     create_state(tmp_path / "s", tasks)
     roster = Campaign.open(tmp_path / "s").tasks
     assert isinstance(roster, Roster) and roster.keys == ("a", "b")
-    assert all(type(item) is dict for item in roster.stored())  # nothing built by reading
+    assert all(type(item) is tuple for item in roster.stored())  # nothing built by reading
     assert "b" in roster.by_key() and "c" not in roster.by_key() and 7 not in roster.by_key()
-    assert all(type(item) is dict for item in roster.stored())  # nor by asking for a key
+    assert all(type(item) is tuple for item in roster.stored())  # nor by asking for a key
     assert roster.args("b") == ("/bin/y",)
-    assert type(list(roster.stored())[1]) is dict  # args read off the document
+    assert type(list(roster.stored())[1]) is tuple  # args read off the stored row
     assert roster.get("a") == tasks[0] and roster[1] == tasks[1] and roster[-1] == tasks[1]
     assert roster == tuple(tasks) and list(roster) == tasks and roster[0:1] == (tasks[0],)
     extra = Task("c", ["/bin/z"])
@@ -76,23 +85,43 @@ def test_every_field_of_a_stored_task_is_checked_when_read(document: dict[str, A
 
 
 def test_building_a_bad_document_is_corrupt() -> None:
-    roster = Roster(("a",), [{"key": "a", "args": ["/bin/x", 3]}], store._build_task)
+    roster = Roster(("a",), [("a", ["/bin/x", 3], "", {})], store._build_task)
     with pytest.raises(CorruptState, match="stored Task is invalid"):
         roster[0]
 
 
+ONE = {"key": ["a"], "args": [["/bin/x"]], "stdin": [""], "env": [{}]}
+
+
 @pytest.mark.parametrize(
-    "task",
+    "tasks",
     [
-        {"key": "../a", "args": ["/bin/x"]},
-        {"key": 7, "args": ["/bin/x"]},
-        {"args": ["/bin/x"]},
-        {"key": "a", "args": ["/bin/x"], "extra": 1},
+        {**ONE, "key": ["../a"]},
+        {**ONE, "key": [7]},
+        {**ONE, "key": [None]},
+        {**ONE, "key": ["a\nb"]},  # two valid keys once the column is joined by newlines
+        {**ONE, "extra": [1]},
+        {name: column for name, column in ONE.items() if name != "env"},
+        {**ONE, "env": []},
+        {**ONE, "key": "a"},
+        [{"key": "a", "args": ["/bin/x", "\U0001f600"]}],  # the objects of version 3
     ],
 )
-def test_stored_keys_and_fields_are_checked_when_read(task: dict[str, Any]) -> None:
+@pytest.mark.parametrize("escape", [False, True], ids=["stored", "built"])
+def test_stored_keys_and_columns_are_checked_when_read(tasks: Any, escape: bool) -> None:
+    """Exactly the four columns, of one length, each Task's key valid, whether the Tasks stay
+    stored rows or are built at once (a record with an escape that could spell a NUL or a lone
+    surrogate: here a valid surrogate pair)."""
+    if type(tasks) is dict and len(tasks.get("args", ())) == 1:
+        tasks = {**tasks, "args": [["/bin/x", "\U0001f600"]]}
+    record = {"type": "created", "campaign_id": "c", "created_at": 1, "sealed": True}
+    payload = json.dumps({**record, "tasks": tasks}, ensure_ascii=escape).encode()
+    assert (b"\\ud83d\\ude00" in payload) is escape
     with pytest.raises(CorruptState, match="invalid"):
-        store.load(journal(created(task)), "j")
+        store.load(journal(payload), "j")
+    good = {**ONE, "args": [["/bin/x", "\U0001f600"]]}
+    payload = json.dumps({**record, "tasks": good}, ensure_ascii=escape).encode()
+    assert store.load(journal(payload), "j")[0].freeze().tasks[0].args == ("/bin/x", "\U0001f600")
 
 
 @pytest.mark.parametrize(
@@ -172,6 +201,12 @@ def test_snapshot_columns_are_structured_strictly(column: str, change: Any) -> N
     change(document["state"][column])
     with pytest.raises(TypeError):
         store.decode(json.dumps(document).encode())
+
+
+def test_an_empty_roster_is_four_empty_columns() -> None:
+    payload = store.encode(store.Created("c", 1.0, False, ()))
+    assert json.loads(payload)["tasks"] == {"key": [], "args": [], "stdin": [], "env": []}
+    assert store.decode(payload) == store.Created("c", 1.0, False, ())
 
 
 def test_compaction_writes_stored_tasks_back_unbuilt(

@@ -3,7 +3,7 @@
 Layout (``docs/adr/0001-campaign-store.md`` gives the reasons)::
 
     STATE/              0700, owned by the user
-    STATE/journal       0600: the line "servatus.campaign/3", then one frame per record
+    STATE/journal       0600: the line "servatus.campaign/4", then one frame per record
     STATE/lock          0600: writers hold a non-blocking flock on it
     STATE/journal.tmp   a compaction or creation in progress; removed by the next writer
 
@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
@@ -55,12 +55,13 @@ from servatus.errors import (
 )
 from servatus.tasks import Roster, Task, as_roster, bulk, fields_valid
 
-SCHEMA = "servatus.campaign/3"
+SCHEMA = "servatus.campaign/4"
 """The journal's version tag, its first line. A future version upgrades older records as dicts.
 
-Versions 1 and 2 existed only before 0.14.1 was released and are refused as unknown versions:
+Versions 1 to 3 existed only before 0.14.1 was released and are refused as unknown versions:
 version 1 repeated the Target's canonical JSON in every intent, version 2 stored a snapshot's
-intents, receipts and resolutions as one object each instead of as columns."""
+intents, receipts and resolutions as one object each instead of as columns, version 3 its
+Tasks."""
 
 MAGIC = SCHEMA.encode("ascii") + b"\n"
 JOURNAL = "journal"
@@ -239,8 +240,8 @@ class Fold:
         self.created_at = 0.0
         self.sealed = False
         self.task_keys: list[str] = []
-        self.tasks: list[Any] = []  # Tasks, or stored documents a Roster builds when used
-        self.keys: dict[str, int] = {}
+        self.tasks: list[Any] = []  # Tasks, or stored rows a Roster builds when used
+        self.keys: set[str] = set()
         self.intents: dict[str, Intent] = {}
         self.receipts: dict[str, Receipt] = {}
         self.resolutions: dict[str, Resolved] = {}
@@ -255,7 +256,7 @@ class Fold:
         self.sealed = state.sealed
         self.task_keys = list(state.tasks.keys)
         self.tasks = list(state.tasks.stored())
-        self.keys = {key: index for index, key in enumerate(self.task_keys)}
+        self.keys = set(self.task_keys)
         if len(self.keys) != len(self.tasks):
             raise Rejected("two Tasks share a key")
         self.intents = {intent.allocation_id: intent for intent in state.intents}
@@ -285,11 +286,11 @@ class Fold:
             self.revision += 1
 
     def add_tasks(self, tasks: Roster) -> None:
-        batch: dict[str, int] = {}
+        batch: set[str] = set()
         for key in tasks.keys:
             if key in self.keys or key in batch:
                 raise Rejected(f"Task key {key} already exists")
-            batch[key] = len(self.tasks) + len(batch)
+            batch.add(key)
         self.task_keys.extend(tasks.keys)
         self.tasks.extend(tasks.stored())
         self.keys.update(batch)
@@ -410,87 +411,82 @@ def apply(state: CampaignState, change: object) -> CampaignState:
 
 # -- encoding -----------------------------------------------------------------------------------
 
-_TASK_FIELDS = frozenset({"key", "args", "stdin", "env"})
+_TASK_COLUMNS = ("key", "args", "stdin", "env")
+"""A record stores its Tasks as these columns (stdin base64, ``""`` and ``{}`` when empty); a
+stored Task is its row, a tuple of the four values, until a :class:`Roster` builds it."""
 
 
-def _unstructure_task(task: Task) -> dict[str, Any]:
-    document: dict[str, Any] = {"key": task.key, "args": list(task.args)}
-    if task.stdin:
-        document["stdin"] = base64.b64encode(task.stdin).decode("ascii")
-    if task.env:
-        document["env"] = task.env.to_dict()
-    return document
+def _stored_row(task: Task) -> tuple[str, list[str], str, dict[str, str]]:
+    stdin = base64.b64encode(task.stdin).decode("ascii") if task.stdin else ""
+    return task.key, list(task.args), stdin, task.env.to_dict()
 
 
-def _task_fields(value: Any) -> tuple[str, tuple[str, ...], bytes, dict[str, str]]:
-    if type(value) is not dict or not value.keys() <= _TASK_FIELDS:
-        raise TypeError(f"not a Task document: {value!r:.80}")
-    args, stdin, env = value["args"], value.get("stdin", ""), value.get("env", {})
+def _task_fields(row: tuple[Any, ...]) -> tuple[str, tuple[str, ...], bytes, dict[str, str]]:
+    key, args, stdin, env = row
     if type(args) is not list or type(stdin) is not str or type(env) is not dict:
-        raise TypeError(f"not a Task document: {value!r:.80}")
+        raise TypeError(f"Task {key!r:.80}: args must be an array, stdin a string, env an object")
     data = binascii.a2b_base64(stdin, strict_mode=True) if stdin else b""
-    return value["key"], tuple(args), data, env
+    return key, tuple(args), data, env
 
 
-def _structure_task(value: Any, _: Any) -> Task:
-    key, args, stdin, env = _task_fields(value)
-    return Task(key, args, stdin=stdin, env=env or None)
-
-
-def _build_task(document: Any) -> Task:
-    """A stored Task document as its Task, checked (:func:`decode` proved its record free of NUL
-    and lone surrogates); a bad one is :class:`~servatus.errors.CorruptState`."""
+def _build_task(row: tuple[Any, ...]) -> Task:
+    """A stored Task row as its Task, checked (:func:`decode` proved its record free of NUL and
+    lone surrogates); a bad one is :class:`~servatus.errors.CorruptState`."""
     try:
-        return Task.stored(*_task_fields(document))
+        return Task.stored(*_task_fields(row))
     except (TypeError, ValueError, ServatusError) as exc:
         raise CorruptState(f"a stored Task is invalid: {exc}") from None
 
 
-def _stored_args(document: dict[str, Any]) -> tuple[str, ...]:
-    """A stored Task document's args, which :func:`_structure_stored_roster` checked when the
-    record was read (planning reads them for every Task it selects)."""
-    return tuple(document["args"])
+def _stored_args(row: tuple[Any, ...]) -> tuple[str, ...]:
+    """A stored Task row's args, which :func:`_structure_stored_roster` checked when the record
+    was read (planning reads them for every Task it selects)."""
+    return tuple(row[1])
 
 
-def _unstructure_roster(roster: Roster) -> list[dict[str, Any]]:
-    return [_unstructure_task(item) if type(item) is Task else item for item in roster.stored()]
+def _unstructure_roster(roster: Roster) -> dict[str, list[Any]]:
+    rows = [_stored_row(item) if type(item) is Task else item for item in roster.stored()]
+    columns = list(zip(*rows, strict=True)) or [()] * len(_TASK_COLUMNS)
+    return dict(zip(_TASK_COLUMNS, map(list, columns), strict=True))
 
 
 def _structure_roster(value: Any, _: Any) -> Roster:
-    if type(value) is not list:
-        raise TypeError("Tasks are a JSON array")
-    return as_roster(tuple([_structure_task(item, Task) for item in value]))
+    """Tasks built now with every check, for a record whose text :func:`decode` could not prove
+    free of NUL and lone surrogates."""
+    rows = zip(*_columns(value, _TASK_COLUMNS, "Task columns"), strict=True)
+    fields = map(_task_fields, rows)
+    return as_roster(
+        [Task(key, args, stdin=stdin, env=env or None) for key, args, stdin, env in fields]
+    )
 
 
 def _structure_stored_roster(value: Any, _: Any) -> Roster:
-    """Tasks left as documents: every field of every Task checked now, column by column (the
-    text was checked for the whole record by :func:`decode`); each Task is built when used."""
-    if type(value) is not list:
-        raise TypeError("Tasks are a JSON array")
-    if not set(map(type, value)) <= {dict} or not all(map(_TASK_FIELDS.issuperset, value)):
-        raise TypeError("Tasks must be objects with the fields key, args, stdin and env")
-    get = dict.get
-    keys = tuple(map(get, value, itertools.repeat("key")))
-    args = list(map(get, value, itertools.repeat("args")))
-    envs = list(map(get, value, itertools.repeat("env"), itertools.repeat(_NO_ENV)))
-    stdins = list(map(get, value, itertools.repeat("stdin"), itertools.repeat("")))
-    if not (
-        fields_valid(keys, args, envs)
-        and set(map(type, stdins)) <= {str}
-        and all(map(_is_base64, stdins))
-    ):
-        for item in value:  # the exact error: build each Task until one fails
-            _build_task(item)
-    return Roster(cast("tuple[str, ...]", keys), value, _build_task, _stored_args)
+    """Tasks left as rows: every field of every Task checked now, column by column (the text was
+    checked for the whole record by :func:`decode`); each Task is built when used."""
+    keys, args, stdins, envs = _columns(value, _TASK_COLUMNS, "Task columns")
+    rows = list(zip(keys, args, stdins, envs, strict=True))
+    if not (fields_valid(keys, args, envs) and all(map(_is_base64, stdins))):
+        for row in rows:  # the exact error: build each Task until one fails
+            _build_task(row)
+    return Roster(tuple(keys), rows, _build_task, _stored_args)
 
 
-_NO_ENV: dict[str, str] = {}
+def _columns(value: Any, names: Iterable[str], what: str) -> list[list[Any]]:
+    """The arrays of a columns object with exactly the fields ``names``, all of one length."""
+    names = tuple(names)
+    if type(value) is not dict or value.keys() != set(names):
+        raise TypeError(f"not {what}: {value!r:.80}")
+    columns = [value[name] for name in names]
+    lengths = {len(column) if type(column) is list else -1 for column in columns}
+    if len(lengths) != 1 or -1 in lengths:
+        raise TypeError(f"not {what}: arrays of one length expected")
+    return columns
 
 
-def _is_base64(text: str) -> bool:
+def _is_base64(text: Any) -> bool:
     try:
         binascii.a2b_base64(text, strict_mode=True)
-    except binascii.Error:
+    except (ValueError, TypeError):  # binascii.Error, or not ASCII, or not a string
         return False
     return True
 
@@ -613,27 +609,22 @@ def _structure_columns(kind: type[R]) -> Callable[[Any, Any], tuple[R, ...]]:
     columns = _COLUMNS[kind]
     what = f"{_TAGS[kind]} columns"
 
+    def field(name: str, values: list[Any]) -> list[Any]:
+        column = columns[name]
+        if not set(map(type, values)) <= _COLUMN_TYPES[column]:
+            raise TypeError(f"not {what}: a wrong type in {name}")
+        if column == "number":
+            return list(map(float, values))
+        if column == "keys":
+            try:
+                "".join(itertools.chain.from_iterable(values))  # every key a string
+            except TypeError:
+                raise TypeError(f"not {what}: a wrong type in {name}") from None
+            return list(map(tuple, values))
+        return values
+
     def structure(value: Any, _: Any) -> tuple[R, ...]:
-        if type(value) is not dict or value.keys() != columns.keys():
-            raise TypeError(f"not {what}: {value!r:.80}")
-        lengths = {len(column) if type(column) is list else -1 for column in value.values()}
-        if len(lengths) != 1 or -1 in lengths:
-            raise TypeError(f"not {what}: arrays of one length expected")
-        fields = []
-        for name, column in columns.items():
-            values = value[name]
-            if not set(map(type, values)) <= _COLUMN_TYPES[column]:
-                raise TypeError(f"not {what}: a wrong type in {name}")
-            if column == "number":
-                values = list(map(float, values))
-            elif column == "keys":
-                try:
-                    "".join(itertools.chain.from_iterable(values))  # every key a string
-                except TypeError:
-                    raise TypeError(f"not {what}: a wrong type in {name}") from None
-                values = list(map(tuple, values))
-            fields.append(values)
-        return tuple(map(kind, *fields))
+        return tuple(map(kind, *map(field, columns, _columns(value, columns, what))))
 
     return structure
 
