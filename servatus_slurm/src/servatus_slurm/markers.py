@@ -20,7 +20,6 @@ mtime, stamped by the file server when it was created, is the time of the event.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 from servatus.evidence import Marker, MarkerKind
 
@@ -65,30 +64,43 @@ def marker_name(
 def parse_marker_name(name: str, at: float) -> Marker | None:
     """The marker a file name records, or None when it is not one of ours (logs included)."""
     match = MARKER_NAME.fullmatch(name)
-    return None if match is None else marker_from_groups(match.groups(), at)
+    if match is None:
+        return None
+    identity, job, plain, end_slot, code, handoff = match.groups()
+    return marker_from_groups(identity, job, plain, end_slot, code, handoff, at)
 
 
 _KINDS = {kind.value: kind for kind in MarkerKind}
+_END, _HANDOFF = MarkerKind.END, MarkerKind.HANDOFF
+_new = tuple.__new__
 
 
-def marker_from_groups(groups: Sequence[str | None], at: float) -> Marker | None:
+def marker_from_groups(
+    identity: str | None,
+    job: str | None,
+    plain: str | None,
+    end_slot: str | None,
+    exit_code: str | None,
+    handoff_slot: str | None,
+    at: float,
+) -> Marker | None:
     """The marker that :data:`MARKER_NAME`'s six groups describe, or None when a number is out
-    of bounds: the one reading of the grammar, for a single name and for a whole listing."""
-    identity, job, plain, end_slot, exit_code, handoff_slot = groups
+    of bounds: the one reading of the grammar, for a single name and for a whole listing (which
+    calls it once per row, so it builds the named tuple without its Python ``__new__``)."""
     number = int(job or "")
     if identity is None or number > MAX_JOB:
         return None
     if plain:
-        return Marker(identity, number, _KINDS[plain], at)
+        return _new(Marker, (identity, number, _KINDS[plain], at, None, None))
     if end_slot:
         slot, code = int(end_slot), int(exit_code or "")
         if slot > MAX_SLOT or code > MAX_EXIT:
             return None
-        return Marker(identity, number, MarkerKind.END, at, slot, code)
+        return _new(Marker, (identity, number, _END, at, slot, code))
     slot = int(handoff_slot or "")
     if slot > MAX_SLOT:
         return None
-    return Marker(identity, number, MarkerKind.HANDOFF, at, slot)
+    return _new(Marker, (identity, number, _HANDOFF, at, slot, None))
 
 
 def allocation_log_pattern(allocation_id: str) -> str:
