@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -576,32 +577,34 @@ def status_lines(report: Report) -> list[str]:
     from servatus.status import execution_text, format_run_time, result_of  # noqa: PLC0415
 
     header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
-    # 100,000 rows: each distinct cell text is computed once, and each line is one % format.
+    # 100,000 rows: each distinct cell text is computed once, so the widths come from those
+    # texts (and the keys) without a pass over the rows, and each line is one % format.
     executions: dict[tuple[object, object], str] = {}
     run_times: dict[object, str] = {}
+    exits: dict[int | None, str] = {None: "-"}
     result = result_of("", None)  # the CLI has no probe: every result is unobserved
-    rows = [header]
+    rows: list[tuple[str, ...]] = []
+    append = rows.append
     for task in report.tasks:
-        shown = executions.get((task.execution, task.detail))
+        key, execution, exit_code, detail, run_time, allocation_id, _, _, _, _ = task
+        shown = executions.get((execution, detail))
         if shown is None:
-            shown = executions[task.execution, task.detail] = execution_text(task)
-        run_time = run_times.get(task.run_time)
-        if run_time is None:
-            run_time = run_times[task.run_time] = format_run_time(task.run_time)
-        rows.append(
-            (
-                task.key,
-                result,
-                shown,
-                "-" if task.exit_code is None else str(task.exit_code),
-                run_time,
-                "-",
-                task.allocation_id or "-",
-            )
-        )
-    widths = [max(map(len, column)) for column in list(zip(*rows, strict=True))[:-1]]
+            shown = executions[execution, detail] = execution_text(task)
+        time_text = run_times.get(run_time)
+        if time_text is None:
+            time_text = run_times[run_time] = format_run_time(run_time)
+        code = exits.get(exit_code)
+        if code is None:
+            code = exits[exit_code] = str(exit_code)
+        append((key, result, shown, code, time_text, "-", allocation_id or "-"))
+    texts = [executions.values(), exits.values(), run_times.values(), ["-"]]
+    cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
+    widths = [
+        max(len(name), max(map(len, column), default=0))
+        for name, column in zip(header, cells, strict=False)  # the last column is not padded
+    ]
     line = "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
-    lines = [line % row for row in rows]
+    lines = [line % header, *[line % row for row in rows]]
     counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
     lines.append(f"{_plural(len(report.tasks), 'Task')}: {counts or 'none'}")
     lines += [f"warning: {warning}" for warning in report.warnings]
