@@ -445,3 +445,45 @@ def test_every_prefix_reads_as_a_past_state(batches: list[list[str]], data: st.D
     below = data.draw(st.integers(min_value=0, max_value=first_end - 1))
     with pytest.raises(CorruptState):
         store.load(whole[:below], "j")
+
+
+INTENT = {
+    "type": "intent",
+    "allocation_id": "a",
+    "task_keys": ["k"],
+    "plan_digest": "d",
+    "created_at": 1,
+    "target": "t",
+    "time_limit": 5,
+}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {**INTENT, "time_limit": True},
+        {**INTENT, "time_limit": 1.0},
+        {**INTENT, "extra": 1},
+        {**INTENT, "task_keys": [1]},
+        {**INTENT, "task_keys": "k"},
+        {**INTENT, "created_at": "1"},
+        {**INTENT, "allocation_id": None},
+        {name: value for name, value in INTENT.items() if name != "target"},
+        {"type": "receipt", "allocation_id": "a", "job": None},
+        {"type": "receipt", "allocation_id": "a", "job": True},
+        {"type": "resolved", "allocation_id": "a"},
+        {"type": "resolved", "allocation_id": "a", "job": 1, "extra": 1},
+    ],
+)
+def test_single_allocation_records_are_structured_strictly(record: dict[str, object]) -> None:
+    with pytest.raises(TypeError, match="not a valid"):
+        store.decode(json.dumps(record).encode())
+
+
+def test_single_allocation_records_take_defaults_and_numbers() -> None:
+    without_limit = {name: value for name, value in INTENT.items() if name != "time_limit"}
+    assert store.decode(json.dumps(without_limit).encode()) == store.Intent(
+        "a", ("k",), "d", 1.0, "t", 0
+    )
+    resolved = {"type": "resolved", "allocation_id": "a", "job": None}
+    assert store.decode(json.dumps(resolved).encode()) == store.Resolved("a", None)

@@ -506,61 +506,6 @@ def _structure_float(value: Any, _: Any) -> float:
     return float(value)
 
 
-# Snapshots hold a record per allocation (an intent, a receipt): these hooks structure them as
-# strictly as the generated ones (exact keys, exact scalar types) at a fraction of the cost.
-
-_INTENT_FIELDS = frozenset(
-    {"allocation_id", "task_keys", "plan_digest", "created_at", "target", "time_limit"}
-)
-_INTENT_REQUIRED = _INTENT_FIELDS - {"time_limit"}
-_JOB_FIELDS = frozenset({"allocation_id", "job"})
-
-
-def _fields(value: Any, required: frozenset[str], allowed: frozenset[str], what: str) -> None:
-    if type(value) is not dict or not required <= value.keys() <= allowed:
-        raise TypeError(f"not {what} document: {value!r:.80}")
-
-
-def _wrong(what: str, value: Any) -> TypeError:
-    return TypeError(f"not {what} document: {value!r:.80}")
-
-
-def _structure_intent(value: Any, _: Any) -> Intent:
-    _fields(value, _INTENT_REQUIRED, _INTENT_FIELDS, "an intent")
-    allocation_id, keys, target = value["allocation_id"], value["task_keys"], value["target"]
-    digest, at, limit = value["plan_digest"], value["created_at"], value.get("time_limit", 0)
-    if (
-        type(allocation_id) is not str
-        or type(keys) is not list
-        or type(digest) is not str
-        or type(at) not in (float, int)
-        or type(target) is not str
-        or type(limit) is not int
-    ):
-        raise _wrong("an intent", value)
-    try:
-        "".join(keys)  # every key a string, checked in one C loop
-    except TypeError:
-        raise _wrong("an intent", value) from None
-    return Intent(allocation_id, tuple(keys), digest, float(at), target, limit)
-
-
-def _structure_receipt(value: Any, _: Any) -> Receipt:
-    _fields(value, _JOB_FIELDS, _JOB_FIELDS, "a receipt")
-    allocation_id, job = value["allocation_id"], value["job"]
-    if type(allocation_id) is not str or type(job) is not int:
-        raise _wrong("a receipt", value)
-    return Receipt(allocation_id, job)
-
-
-def _structure_resolved(value: Any, _: Any) -> Resolved:
-    _fields(value, _JOB_FIELDS, _JOB_FIELDS, "a resolution")
-    allocation_id, job = value["allocation_id"], value["job"]
-    if type(allocation_id) is not str or (job is not None and type(job) is not int):
-        raise _wrong("a resolution", value)
-    return Resolved(allocation_id, job)
-
-
 def _is_tuple_of(kind: type[Any]) -> Callable[[Any], bool]:
     many = tuple[kind, ...]  # type: ignore[valid-type]
     return lambda other: bool(other == many)
@@ -568,7 +513,9 @@ def _is_tuple_of(kind: type[Any]) -> Callable[[Any], bool]:
 
 # A snapshot holds one intent and one receipt per allocation: it stores each of these tuples as
 # columns (one JSON array per field), which decode to a few long arrays instead of 100,000 small
-# objects, and checks each column with one C-level pass instead of one call per record.
+# objects, and checks each column with one C-level pass instead of one call per record. A single
+# record is checked as a one-row table by the same schema, as strictly as generated hooks would
+# (exact keys, exact scalar types).
 
 _NONE = type(None)
 _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
@@ -629,17 +576,38 @@ def _structure_columns(kind: type[R]) -> Callable[[Any, Any], tuple[R, ...]]:
     return structure
 
 
+def _structure_record(kind: type[R]) -> Callable[[Any, Any], R]:
+    """One intent, receipt or resolution, as the one row of its columns: a single record and a
+    snapshot's columns are checked by one schema, :data:`_COLUMNS`. A field with a default (an
+    intent's ``time_limit``) may be absent."""
+    columns = _COLUMNS[kind]
+    defaults = {
+        field.name: field.default
+        for field in attrs.fields(kind)  # type: ignore[arg-type]
+        if field.default is not attrs.NOTHING
+    }
+    required = columns.keys() - defaults.keys()
+    rows = _structure_columns(kind)
+    what = f"a valid {_TAGS[kind]} record"
+
+    def structure(value: Any, _: Any) -> R:
+        if type(value) is not dict or not required <= value.keys() <= columns.keys():
+            raise TypeError(f"not {what}: {value!r:.80}")
+        row = {name: [value[name] if name in value else defaults[name]] for name in columns}
+        try:
+            return rows(row, None)[0]
+        except TypeError:
+            raise TypeError(f"not {what}: {value!r:.80}") from None
+
+    return structure
+
+
 def _converter(roster: Callable[[Any, Any], Roster]) -> cattrs.Converter:
     converter = make_converter(forbid_extra_keys=True)
     converter.register_unstructure_hook(Roster, _unstructure_roster)
     converter.register_structure_hook(Roster, roster)
-    fast: list[tuple[type[Any], Callable[[Any, Any], Any]]] = [
-        (Intent, _structure_intent),
-        (Receipt, _structure_receipt),
-        (Resolved, _structure_resolved),
-    ]
-    for kind, hook in fast:
-        converter.register_structure_hook(kind, hook)
+    for kind in _COLUMNS:
+        converter.register_structure_hook(kind, _structure_record(kind))
         converter.register_structure_hook_func(_is_tuple_of(kind), _structure_columns(kind))
         converter.register_unstructure_hook_func(_is_tuple_of(kind), _unstructure_columns(kind))
     for kind in (str, int, bool):
