@@ -166,8 +166,8 @@ def _check(key: object, args: tuple[str, ...], env: Env, *, text: bool = True) -
 class Task:
     """One process to run: ``args`` (``args[0]`` the program), ``stdin`` bytes and extra ``env``.
 
-    The initializer converts and validates in one pass (campaigns hold 100,000 Tasks, and every
-    read of the store rebuilds them) and raises :class:`~servatus.errors.ConfigurationError`.
+    The initializer converts and validates in one pass (campaigns hold 100,000 Tasks, and
+    ``submit`` builds every Task it sends) and raises :class:`~servatus.errors.ConfigurationError`.
     """
 
     key: str
@@ -186,11 +186,8 @@ class Task:
         converted_args = args if type(args) is tuple else _to_args(args)
         converted_env = _NO_ENV if env is None or env == {} else _to_env(env)
         _check(key, converted_args, converted_env)
-        setter = object.__setattr__
-        setter(self, "key", key)
-        setter(self, "args", converted_args)
-        setter(self, "stdin", stdin if type(stdin) is bytes else _to_stdin(stdin))
-        setter(self, "env", converted_env)
+        stdin = stdin if type(stdin) is bytes else _to_stdin(stdin)
+        _assign(self, key, converted_args, stdin, converted_env)
 
     @classmethod
     def stored(cls, key: str, args: tuple[str, ...], stdin: bytes, env: dict[str, str]) -> Task:
@@ -199,12 +196,17 @@ class Task:
         converted_env = Env(env) if env else _NO_ENV
         _check(key, args, converted_env, text=False)
         task = object.__new__(cls)
-        setter = object.__setattr__
-        setter(task, "key", key)
-        setter(task, "args", args)
-        setter(task, "stdin", stdin)
-        setter(task, "env", converted_env)
+        _assign(task, key, args, stdin, converted_env)
         return task
+
+
+def _assign(task: Task, key: str, args: tuple[str, ...], stdin: bytes, env: Env) -> None:
+    """Set a checked Task's fields (it is frozen: both ways of making one go through here)."""
+    setter = object.__setattr__
+    setter(task, "key", key)
+    setter(task, "args", args)
+    setter(task, "stdin", stdin)
+    setter(task, "env", env)
 
 
 def _is_env_name(name: object) -> bool:

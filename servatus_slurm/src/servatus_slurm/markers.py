@@ -76,28 +76,29 @@ _new = tuple.__new__
 
 
 def marker_from_groups(
-    identity: str | None,
-    job: str | None,
-    plain: str | None,
-    end_slot: str | None,
-    exit_code: str | None,
-    handoff_slot: str | None,
+    identity: str,
+    job: str,
+    plain: str,
+    end_slot: str,
+    exit_code: str,
+    handoff_slot: str,
     at: float,
 ) -> Marker | None:
-    """The marker that :data:`MARKER_NAME`'s six groups describe, or None when a number is out
-    of bounds: the one reading of the grammar, for a single name and for a whole listing (which
-    calls it once per row, so it builds the named tuple without its Python ``__new__``)."""
-    number = int(job or "")
-    if identity is None or number > MAX_JOB:
+    """The marker that :data:`MARKER_NAME`'s six groups describe (a group that did not take part
+    is None from a match, ``""`` from ``findall``), or None when a number is out of bounds: the
+    one reading of the grammar, for a single name and for a whole listing (which calls it once
+    per row, so it builds the named tuple without its Python ``__new__``)."""
+    number = int(job)
+    if number > MAX_JOB:
         return None
     if plain:
         return _new(Marker, (identity, number, _KINDS[plain], at, None, None))
     if end_slot:
-        slot, code = int(end_slot), int(exit_code or "")
+        slot, code = int(end_slot), int(exit_code)
         if slot > MAX_SLOT or code > MAX_EXIT:
             return None
         return _new(Marker, (identity, number, _END, at, slot, code))
-    slot = int(handoff_slot or "")
+    slot = int(handoff_slot)
     if slot > MAX_SLOT:
         return None
     return _new(Marker, (identity, number, _HANDOFF, at, slot, None))
