@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +70,29 @@ def install_distribution(project: Path, target: Path) -> Path:
         capture_output=True,
     )
     return target
+
+
+def unmount(path: Path, *, fuse: bool = False) -> None:
+    """Unmount, retrying while the mount is busy, lazily as a last resort."""
+    for _ in range(50):
+        argv = ["fusermount", "-u", str(path)] if fuse else ["umount", str(path)]
+        if subprocess.run(argv, capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@contextmanager
+def tmpfs(mount: Path, options: str) -> Iterator[Path]:
+    """A real tmpfs at ``mount`` (made if missing) for the block, always unmounted after; the
+    caller skips unless root."""
+    mount.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        unmount(mount)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0

@@ -1,24 +1,15 @@
-"""Fixtures for publication tests: worker processes and real mounts that are always unmounted."""
+"""Fixtures for publication tests: real mounts that are always unmounted."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from publish_helpers import is_root
 
-
-def _unmount(path: Path, *, fuse: bool) -> None:
-    for _ in range(50):
-        argv = ["fusermount", "-u", str(path)] if fuse else ["umount", str(path)]
-        if subprocess.run(argv, capture_output=True).returncode == 0:
-            return
-        time.sleep(0.1)
-    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+from testkit import is_root, tmpfs, unmount
 
 
 @pytest.fixture
@@ -33,24 +24,7 @@ def bindfs(tmp_path: Path) -> Iterator[Path]:
     try:
         yield mount
     finally:
-        _unmount(mount, fuse=True)
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs with 64 inodes, to run out of space and of inodes for real."""
-    if not is_root():
-        pytest.skip("mounting needs root")
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=64,mode=755", "tmpfs", str(mount)],
-        check=True,
-    )
-    try:
-        yield mount
-    finally:
-        _unmount(mount, fuse=False)
+        unmount(mount, fuse=True)
 
 
 @pytest.fixture
@@ -58,10 +32,5 @@ def other_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A second filesystem, for cross-filesystem refusals."""
     if not is_root():
         pytest.skip("mounting needs root")
-    mount = tmp_path / "other"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
-    try:
+    with tmpfs(tmp_path / "other", "size=4m") as mount:
         yield mount
-    finally:
-        _unmount(mount, fuse=False)

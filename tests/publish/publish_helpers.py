@@ -54,10 +54,6 @@ def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith(".servatus"))
 
 
-def is_root() -> bool:
-    return os.geteuid() == 0
-
-
 def renameat2_noreplace_errno(directory: Path) -> int:
     """What the kernel answers RENAME_NOREPLACE with in ``directory`` (0: it works)."""
     libc = ctypes.CDLL(None, use_errno=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from publish_helpers import is_root, leftovers
+from publish_helpers import leftovers
 
 from servatus import Workspace, publish, publish_file
 from servatus.errors import (
@@ -21,6 +21,7 @@ from servatus.errors import (
 )
 from servatus_publish._fs import CleanupPendingWarning
 from servatus_publish.publication import Draft
+from testkit import is_root
 
 
 @pytest.fixture

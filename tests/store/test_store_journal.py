@@ -487,3 +487,31 @@ def test_single_allocation_records_take_defaults_and_numbers() -> None:
     )
     resolved = {"type": "resolved", "allocation_id": "a", "job": None}
     assert store.decode(json.dumps(resolved).encode()) == store.Resolved("a", None)
+
+
+def test_a_compaction_unsure_of_its_rename_keeps_the_record_and_stops_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the rename, a failed directory sync leaves unknown which journal a crash would
+    show; both hold the record, so it is not reported failed, but nothing more is appended."""
+    import errno
+
+    from servatus.errors import Unavailable
+
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 3), appendable=True)
+    monkeypatch.setattr(store, "COMPACT_RECORDS", 0)
+    real_sync = store.sync
+
+    def directory_fails(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "Input/output error")
+        real_sync(fd)
+
+    with store.writing(path) as writer:
+        monkeypatch.setattr(store, "sync", directory_fails)
+        writer.add(store.Appended((Task("u", ["/bin/true"]),)))
+        monkeypatch.setattr(store, "sync", real_sync)
+        with pytest.raises(Unavailable, match="an earlier write failed"):
+            writer.add(store.Appended((Task("v", ["/bin/true"]),)))
+    assert [task.key for task in Campaign.open(path).tasks] == ["t-0", "t-1", "t-2", "u"]

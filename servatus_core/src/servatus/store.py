@@ -847,6 +847,7 @@ class Writer:
         self._first_size = 0
         self._records = 0
         self._broken = False
+        self._compaction_failed = False
 
     # -- opening
 
@@ -926,10 +927,16 @@ class Writer:
         self._end += len(data)
         self._records += 1
         tail = self._end - len(MAGIC) - self._first_size
-        if self._records > COMPACT_RECORDS_CAP or (
+        due = self._records > COMPACT_RECORDS_CAP or (
             self._records > COMPACT_RECORDS and tail * 16 >= self._first_size
-        ):
-            self.compact()
+        )
+        if due and not self._compaction_failed:
+            # The record is durable already: a compaction that fails (no room for the new
+            # journal, say) must not report it as failed. The next writer compacts.
+            try:
+                self.compact()
+            except ServatusError:
+                self._compaction_failed = True
 
     def target(self, identity: str) -> str:
         """The key an intent names the Target ``identity`` by; the first time, a
@@ -959,17 +966,22 @@ class Writer:
             fd = os.open(TEMPORARY, flags, FILE_MODE, dir_fd=self._directory)
         except OSError as exc:
             raise _failure(exc, f"cannot create {str(self.path / TEMPORARY)!r}") from None
+        renamed = False
         try:
             os.fchmod(fd, FILE_MODE)
             _write_all(fd, data, 0)
             sync(fd)
             os.rename(TEMPORARY, JOURNAL, src_dir_fd=self._directory, dst_dir_fd=self._directory)
+            renamed = True
             sync(self._directory)
         except OSError as exc:
-            self._broken = True
+            # Before the rename the old journal is untouched and still ours to append to; after
+            # it, whether the rename is durable is unknown, so nothing more may be appended.
+            self._broken = renamed
             os.close(fd)
-            with suppress(OSError):
-                os.unlink(TEMPORARY, dir_fd=self._directory)
+            if not renamed:
+                with suppress(OSError):
+                    os.unlink(TEMPORARY, dir_fd=self._directory)
             raise _failure(exc, f"cannot write {self.name!r}") from None
         if self._journal >= 0:
             os.close(self._journal)

@@ -165,7 +165,15 @@ def submit_allocations(
                 f"sbatch answered allocation {allocation.allocation_id} with no job number; "
                 f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
             )
-        writer.add(Receipt(allocation_id=allocation.allocation_id, job=job))
+        try:
+            writer.add(Receipt(allocation_id=allocation.allocation_id, job=job))
+        except Unavailable as exc:  # the job exists, and its durable intent will be resolved
+            raise SubmissionInterrupted(
+                f"allocation {allocation.allocation_id} was accepted as job {job}, but its "
+                f"receipt could not be recorded ({exc}); {len(accepted) + 1} of "
+                f"{len(allocations)} allocations reached Slurm; its Tasks are UNRESOLVED until "
+                f"servatus reconcile decides"
+            ) from exc
         accepted.append(SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys))
         if progress is not None:
             progress(index, len(allocations), allocation.allocation_id, job)
