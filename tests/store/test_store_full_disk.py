@@ -138,8 +138,9 @@ def test_no_room_for_the_first_submission_record_sends_nothing(
     plan = campaign.plan(profile)
     before = (state / "journal").read_bytes()
     filler = fill(small_tmpfs)
-    with pytest.raises(Unavailable, match="No space left on device"):
+    with pytest.raises(Unavailable, match="No space left on device") as caught:
         campaign.submit(plan)
+    assert "0 of 2 allocations were accepted" in str(caught.value)
     assert fake.count("sbatch") == 0
     assert (state / "journal").read_bytes() == before
     filler.unlink()

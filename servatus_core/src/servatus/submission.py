@@ -131,20 +131,27 @@ def submit_allocations(
         for allocation in allocations
     ]
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
-    target = writer.target(target_identity) if allocations else ""  # recorded once per campaign
     accepted: list[SubmittedAllocation] = []
+    target = ""
     for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
-        writer.add(
-            Intent(
-                allocation_id=allocation.allocation_id,
-                task_keys=allocation.task_keys,
-                plan_digest=plan_digest,
-                created_at=time.time(),
-                target=target,
-                time_limit=profile.resources.time_limit,
-            )
-        )
         done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
+        try:
+            # The Target is recorded once per campaign, before its first intent.
+            target = target or writer.target(target_identity)
+            writer.add(
+                Intent(
+                    allocation_id=allocation.allocation_id,
+                    task_keys=allocation.task_keys,
+                    plan_digest=plan_digest,
+                    created_at=time.time(),
+                    target=target,
+                    time_limit=profile.resources.time_limit,
+                )
+            )
+        except Unavailable as exc:
+            raise Unavailable(
+                f"{exc}; {done}; allocation {allocation.allocation_id} was not sent"
+            ) from exc
         try:
             result = transport.run(sbatch, stdin=script.encode("utf-8", "surrogateescape"))
         except Unavailable as exc:
