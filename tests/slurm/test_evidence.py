@@ -45,6 +45,8 @@ def test_commands(tmp_path: Path) -> None:
         "1",
         "-name",
         "servatus-" + "?" * 24 + ".*",
+        "-type",
+        "f",
         "-printf",
         "%f %T@ %s\\n",
     ]

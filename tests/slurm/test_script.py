@@ -397,7 +397,35 @@ def test_a_step_launched_after_the_signal_still_gets_it(fake_cluster: FakeCluste
     steps = [direct_step(target, 0, fake_cluster.step_args("late", "usr1-then:0"))]
     script = render(make_spec(target, steps, signal_before_end=60))
     # As if servatus_limit had run before the step blocks: the flag is all a watcher sees.
-    script = script.replace("servatus_mark start\n", "servatus_mark start\nservatus_limited=1\n")
+    guard = 'no step was started" >&2; exit 1; }\n'
+    assert script.count(guard) == 1
+    script = script.replace(guard, guard + "servatus_limited=1\n")
     wait_exit(fake_cluster.start(script))
     assert json.loads((fake_cluster.out / "late.usr1.json").read_text())["at"]
     assert (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.end.0.0").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize("blocked", ["name taken", "log_root gone"])
+def test_no_start_marker_no_step(
+    fake_cluster: FakeCluster, shell: tuple[str], blocked: str
+) -> None:
+    """A job that cannot leave its start marker runs nothing: otherwise, once Slurm forgot it,
+    it would read as never started and its Tasks would be selected again."""
+    target = fake_cluster.target
+    steps = [direct_step(target, 0, fake_cluster.step_args("a", "exit:0"))]
+    if blocked == "name taken":
+        (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.start").mkdir()
+    else:
+        fake_cluster.logs.rmdir()
+    script = render(make_spec(target, steps))
+    process = fake_cluster.start(script, shell=shell)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert out.decode().splitlines() == [
+        f"servatus: cannot create the start marker in {target.log_root}; no step was started"
+    ]
+    assert not (fake_cluster.out / "a.json").exists() and not os.listdir(fake_cluster.root / "srun")
+    if blocked == "name taken":  # a directory under a marker's name is no evidence
+        listed = LocalTransport().run(SlurmEvidenceReader().marker_command(target))
+        assert SlurmEvidenceReader().parse_markers(listed) == []

@@ -112,7 +112,8 @@ class SlurmEvidenceReader:
         return entries
 
     def marker_command(self, target: Target) -> list[str]:
-        """``-H`` follows a symlinked ``log_root`` itself (and nothing below it)."""
+        """``-H`` follows a symlinked ``log_root`` itself (and nothing below it); a marker is a
+        regular file, so a directory or link under a marker's name is no evidence."""
         return [
             "find",
             "-H",
@@ -123,6 +124,8 @@ class SlurmEvidenceReader:
             "1",
             "-name",
             MARKER_GLOB,
+            "-type",
+            "f",
             "-printf",
             MARKER_FORMAT,
         ]

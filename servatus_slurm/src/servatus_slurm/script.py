@@ -225,6 +225,13 @@ servatus_wait() {
 }
 """.lstrip("\n")
 
+_START = (
+    'servatus_mark start || { echo "servatus: cannot create the start marker in $servatus_log;'
+    ' no step was started" >&2; exit 1; }\n'
+)
+"""No step runs without the start marker: a job that ran but left none would read as never
+started once Slurm forgets it, and ``--retry-failed`` would run its Tasks again."""
+
 _EPILOGUE = """
 until wait; do :; done
 exit 0
@@ -348,7 +355,7 @@ def render(spec: ScriptSpec) -> str:
         "\n".join(_locations(spec, log_root)) + "\n",
         _PRELUDE,
         "".join(f"{line}\n" for line in _variables(spec)),
-        "servatus_mark start\n",
+        _START,
         *(_step(spec, step, srun, work_root) for step in spec.steps),
         _EPILOGUE,
     ]
