@@ -283,3 +283,11 @@ def test_ctrl_c_during_sbatch_exits_130_and_keeps_the_intent(
         "k1": "UNRESOLVED",
         "k2": "NOT_SUBMITTED",
     }
+
+
+def test_cancel_without_a_selection_is_a_usage_error(
+    sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["cancel", str(sweep / "state")], FakeScheduler(), capsys)
+    assert (code, out) == (2, "")
+    assert "name at least one --task or --allocation" in err and err.count("\n") == 1

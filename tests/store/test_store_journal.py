@@ -25,11 +25,11 @@ ALL_RECORDS = [
     store.Appended((Task("b", ["y", "é"]),)),
     store.Sealed(),
     store.TargetSeen(LOCAL, '{"host":null}'),
-    store.Intent("alloc1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=3600),
-    store.Receipt("alloc1", 41234),
-    store.Resolved("alloc1", 41234),
-    store.Intent("alloc2", ("a",), "digest", 3.0, LOCAL),
-    store.Resolved("alloc2", None),
+    store.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=3600),
+    store.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
+    store.Resolved("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
+    store.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("a",), "digest", 3.0, LOCAL),
+    store.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
 ]
 
 
@@ -50,8 +50,11 @@ def test_fold_is_the_state() -> None:
     assert [task.key for task in state.tasks] == ["a", "b"]
     assert state.sealed and not state.appendable
     assert state.revision == len(ALL_RECORDS)
-    assert [i.allocation_id for i in state.intents] == ["alloc1", "alloc2"]
-    assert state.receipts == (store.Receipt("alloc1", 41234),)
+    assert [i.allocation_id for i in state.intents] == [
+        "a1a1a1a1a1a1a1a1a1a1a1a1",
+        "a2a2a2a2a2a2a2a2a2a2a2a2",
+    ]
+    assert state.receipts == (store.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),)
     assert len(state.resolutions) == 2
     stepwise = store.fold(ALL_RECORDS[:1])
     for change in ALL_RECORDS[1:]:
@@ -68,10 +71,18 @@ def test_fold_is_the_state() -> None:
         [ALL_RECORDS[0], store.Appended((Task("n", ["x"]), Task("n", ["y"])))],
         [ALL_RECORDS[0], store.Sealed(), store.Appended((Task("n", ["x"]),))],
         [ALL_RECORDS[0], store.Sealed(), store.Sealed()],
-        [ALL_RECORDS[0], store.Receipt("nope", 1)],
-        [ALL_RECORDS[0], ALL_RECORDS[3], store.Intent("i", ("zzz",), "d", 1.0, LOCAL)],
-        [ALL_RECORDS[0], ALL_RECORDS[3], *[store.Intent("i", ("a",), "d", 1.0, LOCAL)] * 2],
-        [ALL_RECORDS[0], store.Intent("i", ("a",), "d", 1.0, LOCAL)],
+        [ALL_RECORDS[0], store.Receipt("c0c0c0c0c0c0c0c0c0c0c0c0", 1)],
+        [
+            ALL_RECORDS[0],
+            ALL_RECORDS[3],
+            store.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("zzz",), "d", 1.0, LOCAL),
+        ],
+        [
+            ALL_RECORDS[0],
+            ALL_RECORDS[3],
+            *[store.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("a",), "d", 1.0, LOCAL)] * 2,
+        ],
+        [ALL_RECORDS[0], store.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("a",), "d", 1.0, LOCAL)],
         [ALL_RECORDS[0], ALL_RECORDS[3], ALL_RECORDS[3]],
         [ALL_RECORDS[0], store.TargetSeen(LOCAL, '{"host":"elsewhere"}')],
         [],
@@ -97,7 +108,7 @@ def test_the_writer_records_each_target_once(tmp_path: Path) -> None:
     with store.writing(tmp_path / "state") as writer:
         key = writer.target('{"host":null}')
         assert writer.target('{"host":null}') == key == LOCAL
-        writer.add(store.Intent("a1", ("t-0",), "d", 1.0, key))
+        writer.add(store.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("t-0",), "d", 1.0, key))
         state = writer.state
     assert state is not None and state.revision == 3  # created, one target, one intent
     assert store.read(tmp_path / "state") == state
@@ -117,7 +128,9 @@ def test_unknown_fields_and_types_are_refused() -> None:
     with pytest.raises(TypeError):
         store.decode(b'{"type": "sealed", "extra": 1}')
     with pytest.raises(TypeError):
-        store.decode(b'{"type": "receipt", "allocation_id": "a", "job": "12"}')
+        store.decode(
+            b'{"type": "receipt", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa", "job": "12"}'
+        )
     with pytest.raises(TypeError):
         store.decode(
             b'{"type": "appended", "tasks": {"key": ["a"], "args": [["x"]], "stdin": [""],'
@@ -128,22 +141,22 @@ def test_unknown_fields_and_types_are_refused() -> None:
 @pytest.mark.parametrize(
     "payload",
     [
-        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":["k"],"plan_digest":"d",'
         b'"created_at":1,"target":"t","time_limit":1,"extra":1}',
-        b'{"type":"intent","allocation_id":"a","task_keys":"k","plan_digest":"d",'
+        b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":"k","plan_digest":"d",'
         b'"created_at":1,"target":"t"}',
-        b'{"type":"intent","allocation_id":"a","task_keys":[1],"plan_digest":"d",'
+        b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":[1],"plan_digest":"d",'
         b'"created_at":1,"target":"t"}',
-        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":["k"],"plan_digest":"d",'
         b'"created_at":true,"target":"t"}',
-        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":["k"],"plan_digest":"d",'
         b'"created_at":1,"target":"t","time_limit":1.5}',
-        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"created_at":1,"target":"t"}',
-        b'{"type":"receipt","allocation_id":"a","job":true}',
-        b'{"type":"receipt","allocation_id":"a","job":null}',
-        b'{"type":"receipt","allocation_id":"a"}',
+        b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":["k"],"created_at":1,"target":"t"}',
+        b'{"type":"receipt","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","job":true}',
+        b'{"type":"receipt","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","job":null}',
+        b'{"type":"receipt","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa"}',
         b'{"type":"resolved","allocation_id":1,"job":null}',
-        b'{"type":"resolved","allocation_id":"a","job":"1"}',
+        b'{"type":"resolved","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","job":"1"}',
         b'{"type":"target","key":"k","identity":1}',
     ],
 )
@@ -159,10 +172,10 @@ def test_strict_snapshot_lists() -> None:
     with pytest.raises(TypeError):
         store.decode(b'{"type":"snapshot","state":%s}' % json.dumps(document).encode())
     minimal = store.decode(
-        b'{"type":"intent","allocation_id":"a","task_keys":["k"],"plan_digest":"d",'
+        b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":["k"],"plan_digest":"d",'
         b'"created_at":1,"target":"t"}'
     )
-    assert minimal == store.Intent("a", ("k",), "d", 1.0, "t", 0)
+    assert minimal == store.Intent("aaaaaaaaaaaaaaaaaaaaaaaa", ("k",), "d", 1.0, "t", 0)
     assert isinstance(minimal, store.Intent) and type(minimal.created_at) is float
 
 
@@ -251,7 +264,7 @@ def test_a_journal_without_a_campaign_is_corrupt() -> None:
 
 
 def test_a_valid_frame_with_an_impossible_record_is_corrupt() -> None:
-    data = journal(ALL_RECORDS[0], store.Receipt("ghost", 1))
+    data = journal(ALL_RECORDS[0], store.Receipt("d0d0d0d0d0d0d0d0d0d0d0d0", 1))
     with pytest.raises(CorruptState, match="does not apply"):
         store.load(data, "j")
     bad_task = store.MAGIC + store.frame(
@@ -449,7 +462,7 @@ def test_every_prefix_reads_as_a_past_state(batches: list[list[str]], data: st.D
 
 INTENT = {
     "type": "intent",
-    "allocation_id": "a",
+    "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa",
     "task_keys": ["k"],
     "plan_digest": "d",
     "created_at": 1,
@@ -469,10 +482,10 @@ INTENT = {
         {**INTENT, "created_at": "1"},
         {**INTENT, "allocation_id": None},
         {name: value for name, value in INTENT.items() if name != "target"},
-        {"type": "receipt", "allocation_id": "a", "job": None},
-        {"type": "receipt", "allocation_id": "a", "job": True},
-        {"type": "resolved", "allocation_id": "a"},
-        {"type": "resolved", "allocation_id": "a", "job": 1, "extra": 1},
+        {"type": "receipt", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa", "job": None},
+        {"type": "receipt", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa", "job": True},
+        {"type": "resolved", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa"},
+        {"type": "resolved", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa", "job": 1, "extra": 1},
     ],
 )
 def test_single_allocation_records_are_structured_strictly(record: dict[str, object]) -> None:
@@ -483,10 +496,12 @@ def test_single_allocation_records_are_structured_strictly(record: dict[str, obj
 def test_single_allocation_records_take_defaults_and_numbers() -> None:
     without_limit = {name: value for name, value in INTENT.items() if name != "time_limit"}
     assert store.decode(json.dumps(without_limit).encode()) == store.Intent(
-        "a", ("k",), "d", 1.0, "t", 0
+        "a" * 24, ("k",), "d", 1.0, "t", 0
     )
-    resolved = {"type": "resolved", "allocation_id": "a", "job": None}
-    assert store.decode(json.dumps(resolved).encode()) == store.Resolved("a", None)
+    resolved = {"type": "resolved", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa", "job": None}
+    assert store.decode(json.dumps(resolved).encode()) == store.Resolved(
+        "aaaaaaaaaaaaaaaaaaaaaaaa", None
+    )
 
 
 def test_a_compaction_unsure_of_its_rename_keeps_the_record_and_stops_the_writer(
@@ -515,3 +530,49 @@ def test_a_compaction_unsure_of_its_rename_keeps_the_record_and_stops_the_writer
         with pytest.raises(Unavailable, match="an earlier write failed"):
             writer.add(store.Appended((Task("v", ["/bin/true"]),)))
     assert [task.key for task in Campaign.open(path).tasks] == ["t-0", "t-1", "t-2", "u"]
+
+
+_ID = "a" * 24
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # Values no writer produces, which later commands would act on or fail to format.
+        *(
+            f'{{"type":"intent","allocation_id":"{_ID}","task_keys":["k"],"plan_digest":"d",'
+            f'"created_at":{value},"target":"t","time_limit":60}}'
+            for value in ("NaN", "Infinity", "-Infinity", "1e20", "-1")
+        ),
+        f'{{"type":"intent","allocation_id":"{_ID}","task_keys":["k"],"plan_digest":"d",'
+        f'"created_at":1.0,"target":"t","time_limit":-5}}',
+        *(f'{{"type":"receipt","allocation_id":"{_ID}","job":{job}}}' for job in (0, -5, 2**32)),
+        f'{{"type":"resolved","allocation_id":"{_ID}","job":-1}}',
+        *(
+            f'{{"type":"receipt","allocation_id":"{bad}","job":7}}'
+            for bad in ("a" * 23, "A" * 24, "../../../etc/passwd", "a" * 23 + "\\n", "")
+        ),
+    ],
+)
+def test_values_no_writer_makes_are_refused(payload: str) -> None:
+    with pytest.raises(TypeError, match="not a valid"):
+        store.decode(payload.encode())
+
+
+def test_a_snapshot_column_out_of_range_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 1))
+    document = json.loads(store.encode(store.Snapshot(store.read(path))))
+    document["state"]["receipts"] = {"allocation_id": [_ID], "job": [-5]}
+    with pytest.raises(TypeError, match=r"\$\.state\.receipts"):
+        store.decode(json.dumps(document).encode())
+
+
+def test_deep_nesting_in_a_record_is_corrupt_in_plain_words(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 1))
+    nested = b"[" * 100_000 + b"]" * 100_000
+    with (path / "journal").open("ab") as handle:
+        handle.write(store.frame(nested))
+    with pytest.raises(CorruptState, match=r"record 2 is invalid: nested too deeply$"):
+        store.read(path)

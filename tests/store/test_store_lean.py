@@ -152,10 +152,12 @@ def state_document() -> dict[str, Any]:
         [
             store.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
             store.TargetSeen(LOCAL, '{"host":null}'),
-            store.Intent("alloc1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=60),
-            store.Receipt("alloc1", 41234),
-            store.Intent("alloc2", ("a",), "digest", 3.0, LOCAL),
-            store.Resolved("alloc2", None),
+            store.Intent(
+                "a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=60
+            ),
+            store.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
+            store.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("a",), "digest", 3.0, LOCAL),
+            store.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
         ]
     )
     document: dict[str, Any] = json.loads(store.encode(store.Snapshot(state)))
@@ -165,18 +167,26 @@ def state_document() -> dict[str, Any]:
 def test_a_snapshot_stores_columns() -> None:
     document = state_document()
     assert document["state"]["intents"] == {
-        "allocation_id": ["alloc1", "alloc2"],
+        "allocation_id": ["a1a1a1a1a1a1a1a1a1a1a1a1", "a2a2a2a2a2a2a2a2a2a2a2a2"],
         "task_keys": [["a", "b"], ["a"]],
         "plan_digest": ["digest", "digest"],
         "created_at": [2.0, 3.0],
         "target": [LOCAL, LOCAL],
         "time_limit": [60, 0],
     }
-    assert document["state"]["receipts"] == {"allocation_id": ["alloc1"], "job": [41234]}
-    assert document["state"]["resolutions"] == {"allocation_id": ["alloc2"], "job": [None]}
+    assert document["state"]["receipts"] == {
+        "allocation_id": ["a1a1a1a1a1a1a1a1a1a1a1a1"],
+        "job": [41234],
+    }
+    assert document["state"]["resolutions"] == {
+        "allocation_id": ["a2a2a2a2a2a2a2a2a2a2a2a2"],
+        "job": [None],
+    }
     state = store.decode(json.dumps(document).encode())
     assert isinstance(state, store.Snapshot)
-    assert state.state.intents[0] == store.Intent("alloc1", ("a", "b"), "digest", 2.0, LOCAL, 60)
+    assert state.state.intents[0] == store.Intent(
+        "a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest", 2.0, LOCAL, 60
+    )
 
 
 @pytest.mark.parametrize(

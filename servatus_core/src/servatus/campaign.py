@@ -373,6 +373,11 @@ class Campaign:
         registry = self._hooks()
         launcher = registry.launcher(plan.profile.target.launcher)
         index = self._state.tasks.by_key()
+        unknown = [key for a in plan.allocations for key in a.task_keys if key not in index]
+        if plan.campaign_id != self._state.campaign_id or unknown:
+            raise StalePlan(
+                "the plan is not of this campaign (or names Tasks it lacks); plan again"
+            )
         return [
             registry.batch_script(script_spec(plan.profile, allocation, index, launcher))
             for allocation in plan.allocations

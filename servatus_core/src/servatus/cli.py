@@ -7,6 +7,7 @@ output; human output escapes every non-printable character (:func:`human`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import operator
@@ -17,10 +18,25 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 
 from servatus import __version__
-from servatus.errors import EXIT_CTRL_C, EXIT_ERROR, EXIT_OK, EXIT_USAGE, ServatusError
+from servatus.errors import (
+    EXIT_CTRL_C,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    ServatusError,
+    from_os_error,
+)
 from servatus.transport import Connect
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A path argument or option must not be empty: it would silently mean the current
+    directory (or, for ``--output``, save nothing)."""
+    if value == "":
+        raise click.BadParameter("must not be empty", ctx, param)
+    return value
 
 
 class Context:
@@ -150,6 +166,9 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("servatus: interrupted; recorded intent survives; run status", err=True)
         return EXIT_CTRL_C
+    except _NO_ARGUMENTS as exc:  # click 8.2+: the help, as help, but still a usage error
+        click.echo(exc.format_message(), err=True)
+        return EXIT_USAGE
     except click.ClickException as exc:
         _fail(f"{exc.format_message()}" if not isinstance(exc, click.UsageError) else _usage(exc))
         return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
@@ -158,10 +177,22 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
         return exc.exit_code
     except BrokenPipeError:
         return EXIT_ERROR
+    except OSError as exc:  # writing the output: a full disk, an I/O error
+        error = from_os_error(exc, "cannot write the output")
+        _fail(f"{type(error).__name__}: {error}")
+        return error.exit_code
     except Exception as exc:  # a bug: still one line, never a traceback
         _fail(f"unexpected error: {type(exc).__name__}: {exc}")
         return EXIT_ERROR
     return EXIT_OK
+
+
+_NO_ARGUMENTS: tuple[type[click.UsageError], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ["NoArgsIsHelpError"]
+    if hasattr(click.exceptions, name)
+)
+"""``servatus`` alone: click 8.2+ raises this with the whole help as its message."""
 
 
 def _usage(exc: click.UsageError) -> str:
@@ -201,6 +232,7 @@ def config_options(func: F) -> F:
     return click.option(
         "--config",
         "config",
+        callback=_not_empty,
         metavar="PATH",
         default=None,
         help=f"Configuration file [default: ./{DEFAULT_CONFIG}].",
@@ -313,7 +345,7 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
 
 
 @cli.command("create")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
 @click.option("--appendable", is_flag=True, help="Allow appending Tasks later (default: sealed).")
 @json_option
@@ -327,7 +359,7 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
 
 
 @cli.command("ensure")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
 @click.option("--sealed", is_flag=True, help="Create the campaign sealed (default: appendable).")
 @json_option
@@ -341,7 +373,7 @@ def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> 
 
 
 @cli.command("append")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
 @json_option
 def append_command(state: str, tasks_file: str, as_json: bool) -> None:
@@ -354,7 +386,7 @@ def append_command(state: str, tasks_file: str, as_json: bool) -> None:
 
 
 @cli.command("seal")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @json_option
 def seal_command(state: str, as_json: bool) -> None:
     """End authoring irreversibly."""
@@ -421,29 +453,43 @@ def plan_lines(plan: Plan) -> list[str]:
 
 def _save_plan(path: str, document: dict[str, Any]) -> None:
     """Write the plan owner-only, never over an existing file."""
-    import os  # noqa: PLC0415
-
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
+    from servatus.errors import ConfigurationError, from_os_error  # noqa: PLC0415
 
     data = (json_text(document, ensure_ascii=True) + "\n").encode()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        _create_private(path, data)
     except FileExistsError:
         raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
     except OSError as exc:
-        raise ConfigurationError(f"cannot write {path}: {exc.strerror}") from None
+        raise from_os_error(exc, f"cannot write {path}") from None
+
+
+def _create_private(path: str, data: bytes) -> None:
+    """Create ``path`` owner-only holding ``data``, synced; on any failure nothing is left."""
+    import os  # noqa: PLC0415
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
 
 
 @cli.command("plan")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @config_options
-@click.option("--output", metavar="FILE", help="Save the plan (0600, never overwrites).")
+@click.option(
+    "--output", callback=_not_empty, metavar="FILE", help="Save the plan (0600, never overwrites)."
+)
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Retry this Task.")
 @click.option("--retry-failed", is_flag=True, help="Retry every failed or stopped Task.")
 @click.option("--only", "only", multiple=True, metavar="KEY", help="Plan only these Tasks.")
@@ -510,22 +556,24 @@ def plan_command(
 
 def _read_plan(path: str) -> Plan:
     from servatus.errors import ConfigurationError, StalePlan  # noqa: PLC0415
+    from servatus.files import read_regular  # noqa: PLC0415
     from servatus.plan import plan_from_document  # noqa: PLC0415
 
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
+        text = read_regular(path)
     except FileNotFoundError:
         raise ConfigurationError(f"no plan file {path}") from None
     except OSError as exc:
-        raise ConfigurationError(f"cannot read {path}: {exc.strerror}") from None
-    except ValueError:
+        raise from_os_error(exc, f"cannot read {path}") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         raise StalePlan(f"{path}: not a JSON plan document (altered?)") from None
     return plan_from_document(data, where=path)
 
 
 @cli.command("validate")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.argument("plan_file", metavar="PLAN")
 @json_option
 def validate_command(state: str, plan_file: str, as_json: bool) -> None:
@@ -546,7 +594,7 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
 
 
 @cli.command("submit")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.argument("plan_file", metavar="PLAN")
 @json_option
 def submit_command(state: str, plan_file: str, as_json: bool) -> None:
@@ -612,7 +660,7 @@ def status_lines(report: Report) -> list[str]:
 
 
 @cli.command("status")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.option("--offline", is_flag=True, help="Skip Slurm: show only what is recorded.")
 @json_option
 @paused_gc
@@ -628,7 +676,7 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
 
 
 @cli.command("reconcile")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
@@ -654,13 +702,14 @@ def reconcile_command(state: str, as_json: bool) -> None:
     if waiting:
         when = time.strftime("%H:%M:%S", time.localtime(max(d.retry_at or 0 for d in waiting)))
         raise StillWaiting(
-            f"{_plural(len(waiting), 'allocation')} still wait for evidence; "
+            f"{_plural(len(waiting), 'allocation')} still "
+            f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
             f"run servatus reconcile {state} again after {when}"
         )
 
 
 @cli.command("cancel")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.option("--task", "tasks", multiple=True, metavar="KEY")
 @click.option("--allocation", "allocations", multiple=True, metavar="ID")
 @json_option
@@ -668,6 +717,8 @@ def cancel_command(
     state: str, tasks: tuple[str, ...], allocations: tuple[str, ...], as_json: bool
 ) -> None:
     """scancel matching allocations that Slurm lists as queued or running, newest first."""
+    if not tasks and not allocations:
+        raise click.UsageError("name at least one --task or --allocation to cancel")
     result = _campaign(state).cancel(tasks=tasks, allocations=allocations)
     if as_json:
         emit_json({"cancelled": list(result.allocations)})
@@ -679,11 +730,11 @@ def cancel_command(
 
 
 @cli.command("logs")
-@click.argument("state")
+@click.argument("state", callback=_not_empty)
 @click.option("--task", "tasks", multiple=True, metavar="KEY")
 @click.option("--allocation", "allocations", multiple=True, metavar="ID")
 @click.option("--bytes", "size", type=click.IntRange(1, 1048576), default=65536, show_default=True)
-@click.option("--output", metavar="FILE", help="Write the log here (0600).")
+@click.option("--output", callback=_not_empty, metavar="FILE", help="Write the log here (0600).")
 def logs_command(
     state: str,
     tasks: tuple[str, ...],
@@ -707,23 +758,35 @@ def logs_command(
 
 
 def _write_private(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data``, owner-only from the first byte."""
+    """Replace the regular file ``path`` (or create it) with ``data``, owner-only from the first
+    byte; a link, FIFO or device under that name is refused, never replaced or written through."""
     import os  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
+    import secrets  # noqa: PLC0415
+    import stat  # noqa: PLC0415
 
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
+    from servatus.errors import ConfigurationError, from_os_error  # noqa: PLC0415
 
-    directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".servatus-log-")
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        pass
     except OSError as exc:
-        raise ConfigurationError(f"cannot write {path}: {exc.strerror}") from None
+        raise from_os_error(exc, f"cannot write {path}") from None
+    else:
+        if not stat.S_ISREG(existing.st_mode):
+            raise ConfigurationError(f"{path} is not a regular file; logs replace only one")
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(directory, f".servatus-log-{secrets.token_hex(8)}")
+    try:
+        _create_private(temporary, data)
+        try:
+            os.replace(temporary, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot write {path}") from None
 
 
 @cli.command("doctor")

@@ -35,7 +35,8 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
-from servatus.errors import ConfigurationError, Unavailable
+from servatus.errors import ConfigurationError, Unavailable, input_problem
+from servatus.files import read_regular
 
 DEFAULT_PROFILE = "default"
 """The name of the one profile a file without ``[profiles]`` tables defines."""
@@ -119,7 +120,7 @@ class Profile:
 # Durations ------------------------------------------------------------------------------------
 
 _DURATION = re.compile(
-    r"(?:(?P<days>\d+)-)?(?P<hours>\d+):(?P<minutes>[0-5]\d):(?P<seconds>[0-5]\d)"
+    r"(?:(?P<days>[0-9]+)-)?(?P<hours>[0-9]+):(?P<minutes>[0-5][0-9]):(?P<seconds>[0-5][0-9])"
 )
 
 
@@ -526,17 +527,20 @@ def _structure(data: Any, kind: type[_T], where: str) -> _T:
 
 def _read_document(path: str | os.PathLike[str], where: str) -> _Document:
     try:
-        with open(path, "rb") as file:
-            raw = tomllib.load(file)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigurationError(f"{where}: invalid TOML: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError(f"{where}: invalid TOML: not UTF-8 ({exc.reason})") from exc
+        data = read_regular(path)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         if exc.errno in (errno.ENOENT, errno.EACCES, errno.EISDIR, errno.ENOTDIR, errno.ELOOP):
             raise ConfigurationError(f"{where}: cannot read: {reason}") from exc
         raise Unavailable(f"{where}: cannot read: {reason}") from exc
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: cannot read: {exc}") from exc
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{where}: invalid TOML: not UTF-8 ({exc.reason})") from exc
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
+        raise ConfigurationError(f"{where}: invalid TOML: {input_problem(exc)}") from exc
     return _structure(raw, _Document, where)
 
 

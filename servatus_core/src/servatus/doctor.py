@@ -28,7 +28,7 @@ MIN_JOB_AGE = 120
 PROCTRACK = "proctrack/cgroup"
 PASS, FAIL, UNAVAILABLE = "pass", "fail", "unavailable"
 
-_VERSION = re.compile(r"slurm(?:-wlm)?\s+(\d+)\.(\d+)(?:\.(\d+))?")
+_VERSION = re.compile(r"slurm(?:-wlm)?\s+([0-9]+)\.([0-9]+)(?:\.([0-9]+))?")
 _CONFIG_LINE = re.compile(r"^\s*(\w+)\s*=\s*(.*?)\s*$")
 _PROBE_ALLOCATION = "0" * 24
 
@@ -76,7 +76,7 @@ def config_values(text: str) -> dict[str, str]:
 
 def min_job_age_seconds(value: str) -> int | None:
     """``300 sec`` -> 300."""
-    match = re.fullmatch(r"(\d+)(?:\s*sec)?", value.strip())
+    match = re.fullmatch(r"([0-9]+)(?:\s*sec)?", value.strip())
     return int(match[1]) if match else None
 
 

@@ -6,6 +6,8 @@ derived from :class:`ServatusError` is a bug and still gets one line and exit 1.
 
 from __future__ import annotations
 
+import errno
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -78,6 +80,35 @@ class SubmissionInterrupted(ServatusError):
     """A submission stopped part-way; some allocations may be unresolved."""
 
     exit_code = EXIT_INTERRUPTED_SUBMISSION
+
+
+TRANSIENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
+)
+"""Operating-system failures that may pass: no space, quota, I/O, too many files, no memory."""
+
+
+def from_os_error(exc: OSError, what: str) -> ServatusError:
+    """The error an OSError of ``what`` is: :class:`Unavailable` (exit 75) when it may pass,
+    :class:`UnsafeFilesystem` for a symbolic link refused, else :class:`ConfigurationError`."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in TRANSIENT_ERRNOS:
+        return Unavailable(f"{what}: {reason}")
+    if exc.errno == errno.ELOOP:
+        return UnsafeFilesystem(f"{what}: is a symbolic link")
+    return ConfigurationError(f"{what}: {reason}")
+
+
+def input_problem(exc: Exception) -> str:
+    """What is wrong with a document a parser refused, said for its author: nesting beyond the
+    parser's recursion limit and numbers beyond CPython's digit limit get plain words instead of
+    Python's advice."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = str(exc)
+    if isinstance(exc, ValueError) and "sys.set_int_max_str_digits" in text:
+        return "a number has too many digits"
+    return text
 
 
 __all__ = [

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from servatus.transport import CommandResult, Transport
 
 
+MAX_JOB = 2**32 - 1
+"""Slurm job numbers are unsigned 32-bit: a larger one in a listing or a record is not a job."""
+
+
 class QueueEntry(NamedTuple):
     """One job ``squeue`` lists for the user: its number, name and Slurm state word (a named
     tuple, like :class:`Marker`: a listing holds one per job, and they are cheap to build)."""

@@ -11,6 +11,7 @@ import enum
 import hashlib
 import json
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -28,9 +29,11 @@ from servatus.config import (
 )
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
 from servatus.status import Execution, Report
+from servatus.store import strict_scalars
 
 ALLOCATION_ID_HEX = 24
 """Allocation ids are 24 lowercase hex digits: short enough for a job name, never guessable."""
+_ID = re.compile(f"[0-9a-f]{{{ALLOCATION_ID_HEX}}}")
 
 
 class Hold(enum.Enum):
@@ -336,7 +339,7 @@ class _PlanDocument:
     digest: str
 
 
-_converter = make_converter(forbid_extra_keys=True)
+_converter = strict_scalars(make_converter(forbid_extra_keys=True))
 
 
 def plan_to_document(plan: Plan) -> dict[str, Any]:
@@ -382,6 +385,9 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
         holds = tuple((key, Hold(value)) for key, value in body.decision.held)
     except (cattrs.BaseValidationError, ValueError, ConfigurationError) as exc:
         raise StalePlan(f"{where}: not a usable plan ({exc})") from None
+    malformed = [a.allocation_id for a in body.allocations if not _ID.fullmatch(a.allocation_id)]
+    if malformed:
+        raise StalePlan(f"{where}: not a usable plan (allocation id {malformed[0]!r})")
     request = body.request
     return Plan(
         campaign_id=body.campaign_id,

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import fcntl
 import hashlib
 import itertools
 import json
+import math
 import operator
 import os
 import re
@@ -52,7 +52,10 @@ from servatus.errors import (
     TaskConflict,
     Unavailable,
     UnsafeFilesystem,
+    from_os_error,
+    input_problem,
 )
+from servatus.evidence import MAX_JOB
 from servatus.tasks import Roster, Task, as_roster, bulk, fields_valid
 
 SCHEMA = "servatus.campaign/4"
@@ -81,8 +84,6 @@ _HEADER_PREFIX = re.compile(
     rb"R[0-9a-f]{0,8}|R[0-9a-f]{8} [0-9a-f]{0,8}|R[0-9a-f]{8} [0-9a-f]{8} [0-9a-f]{0,8}"
 )
 HEADER_SIZE = 28
-_TRANSIENT = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EMFILE, errno.ENFILE}
-
 R = TypeVar("R")
 
 
@@ -501,8 +502,8 @@ def _strict(kind: type[Any]) -> Callable[[Any, Any], Any]:
 
 
 def _structure_float(value: Any, _: Any) -> float:
-    if type(value) not in (int, float):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise TypeError(f"expected a finite number, got {value!r:.40}")
     return float(value)
 
 
@@ -520,23 +521,47 @@ def _is_tuple_of(kind: type[Any]) -> Callable[[Any], bool]:
 _NONE = type(None)
 _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "text": frozenset({str}),
-    "integer": frozenset({int}),
-    "number": frozenset({int, float}),
-    "job": frozenset({int, _NONE}),
+    "allocation": frozenset({str}),
+    "time": frozenset({int, float}),
+    "seconds": frozenset({int}),
+    "job": frozenset({int}),
+    "job or none": frozenset({int, _NONE}),
     "keys": frozenset({list}),
 }
 _COLUMNS: dict[type[Any], dict[str, str]] = {
     Intent: {
-        "allocation_id": "text",
+        "allocation_id": "allocation",
         "task_keys": "keys",
         "plan_digest": "text",
-        "created_at": "number",
+        "created_at": "time",
         "target": "text",
-        "time_limit": "integer",
+        "time_limit": "seconds",
     },
-    Receipt: {"allocation_id": "text", "job": "integer"},
-    Resolved: {"allocation_id": "text", "job": "job"},
+    Receipt: {"allocation_id": "allocation", "job": "job"},
+    Resolved: {"allocation_id": "allocation", "job": "job or none"},
 }
+
+_LATEST = 2**36
+"""Seconds since the epoch no record's time reaches (the year 4147): beyond it, a wall time is
+damage, and formatting it would fail."""
+_ALLOCATION_IDS = re.compile(r"(?:[0-9a-f]{24}\n)*", re.ASCII)
+
+
+def _in_range(column: str, values: list[Any]) -> bool:
+    """The checks beyond type, one C-level pass each: allocation ids are 24 lowercase hex digits,
+    times are finite wall times, limits are not negative, job numbers are Slurm's."""
+    if not values:
+        return True
+    if column == "allocation":
+        return _ALLOCATION_IDS.fullmatch("".join(value + "\n" for value in values)) is not None
+    if column == "time":
+        return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < _LATEST
+    if column == "seconds":
+        return bool(min(values) >= 0 and max(values) < _LATEST)
+    if column in {"job", "job or none"}:
+        jobs = [value for value in values if value is not None]
+        return not jobs or (min(jobs) >= 1 and max(jobs) <= MAX_JOB)
+    return True
 
 
 def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[str, list[Any]]]:
@@ -560,7 +585,9 @@ def _structure_columns(kind: type[R]) -> Callable[[Any, Any], tuple[R, ...]]:
         column = columns[name]
         if not set(map(type, values)) <= _COLUMN_TYPES[column]:
             raise TypeError(f"not {what}: a wrong type in {name}")
-        if column == "number":
+        if not _in_range(column, values):
+            raise TypeError(f"not {what}: a value out of range in {name}")
+        if column == "time":
             return list(map(float, values))
         if column == "keys":
             try:
@@ -610,6 +637,12 @@ def _converter(roster: Callable[[Any, Any], Roster]) -> cattrs.Converter:
         converter.register_structure_hook(kind, _structure_record(kind))
         converter.register_structure_hook_func(_is_tuple_of(kind), _structure_columns(kind))
         converter.register_unstructure_hook_func(_is_tuple_of(kind), _unstructure_columns(kind))
+    return strict_scalars(converter)
+
+
+def strict_scalars(converter: cattrs.Converter) -> cattrs.Converter:
+    """Take a string, integer or boolean only as itself (cattrs' JSON converter would make
+    ``"None"`` of a null) and a float only from a number; returns ``converter``."""
     for kind in (str, int, bool):
         converter.register_structure_hook(kind, _strict(kind))
     converter.register_structure_hook(float, _structure_float)
@@ -720,8 +753,9 @@ def _load(data: bytes, name: str) -> tuple[Fold, Scan]:
     for index, payload in enumerate(found.payloads):
         try:
             change = decode(payload)
-        except (ValueError, TypeError, ServatusError) as exc:
-            raise CorruptState(f"{name}: record {index + 1} is invalid: {exc}") from None
+        except (ValueError, TypeError, RecursionError, ServatusError) as exc:
+            problem = input_problem(exc)
+            raise CorruptState(f"{name}: record {index + 1} is invalid: {problem}") from None
         try:
             into.apply(change)
         except Rejected as exc:
@@ -732,15 +766,6 @@ def _load(data: bytes, name: str) -> tuple[Fold, Scan]:
 
 
 # -- files --------------------------------------------------------------------------------------
-
-
-def _failure(exc: OSError, what: str) -> ServatusError:
-    reason = exc.strerror or str(exc)
-    if exc.errno in _TRANSIENT:
-        return Unavailable(f"{what}: {reason}")
-    if exc.errno == errno.ELOOP:
-        return UnsafeFilesystem(f"{what}: is a symbolic link")
-    return ConfigurationError(f"{what}: {reason}")
 
 
 def sync(fd: int) -> None:
@@ -786,7 +811,7 @@ def _open_directory(path: Path) -> int:
     except FileNotFoundError:
         raise ConfigurationError(f"no campaign at {str(path)!r}") from None
     except OSError as exc:
-        raise _failure(exc, f"cannot open campaign {str(path)!r}") from None
+        raise from_os_error(exc, f"cannot open campaign {str(path)!r}") from None
     try:
         _check_owned(os.fstat(fd), str(path), stat.S_ISDIR)
     except BaseException:
@@ -806,14 +831,14 @@ def read(path: str | Path) -> CampaignState:
         except FileNotFoundError:
             raise ConfigurationError(f"no campaign at {str(path)!r}") from None
         except OSError as exc:
-            raise _failure(exc, f"cannot open {name!r}") from None
+            raise from_os_error(exc, f"cannot open {name!r}") from None
     finally:
         os.close(directory)
     try:
         _check_owned(os.fstat(fd), name, stat.S_ISREG)
         data = _read_all(fd)
     except OSError as exc:
-        raise _failure(exc, f"cannot read {name!r}") from None
+        raise from_os_error(exc, f"cannot read {name!r}") from None
     finally:
         os.close(fd)
     into, _ = load(data, name)
@@ -857,7 +882,7 @@ class Writer:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise _failure(exc, f"cannot open {self.name!r}") from None
+            raise from_os_error(exc, f"cannot open {self.name!r}") from None
         self._journal = fd
         try:
             st = os.fstat(fd)
@@ -866,7 +891,7 @@ class Writer:
                 os.fchmod(fd, FILE_MODE)
             data = _read_all(fd)
         except OSError as exc:
-            raise _failure(exc, f"cannot read {self.name!r}") from None
+            raise from_os_error(exc, f"cannot read {self.name!r}") from None
         self._fold, found = load(data, self.name)
         self._end = found.end
         self._first_size = found.first_size
@@ -876,7 +901,8 @@ class Writer:
                 os.ftruncate(fd, found.end)
                 sync(fd)
             except OSError as exc:
-                raise _failure(exc, f"cannot truncate the torn tail of {self.name!r}") from None
+                what = f"cannot truncate the torn tail of {self.name!r}"
+                raise from_os_error(exc, what) from None
 
     @property
     def state(self) -> CampaignState | None:
@@ -923,7 +949,7 @@ class Writer:
             self._broken = True
             with suppress(OSError):
                 os.ftruncate(self._journal, self._end)
-            raise _failure(exc, f"cannot write {self.name!r}") from None
+            raise from_os_error(exc, f"cannot write {self.name!r}") from None
         self._end += len(data)
         self._records += 1
         tail = self._end - len(MAGIC) - self._first_size
@@ -965,7 +991,7 @@ class Writer:
         try:
             fd = os.open(TEMPORARY, flags, FILE_MODE, dir_fd=self._directory)
         except OSError as exc:
-            raise _failure(exc, f"cannot create {str(self.path / TEMPORARY)!r}") from None
+            raise from_os_error(exc, f"cannot create {str(self.path / TEMPORARY)!r}") from None
         renamed = False
         try:
             os.fchmod(fd, FILE_MODE)
@@ -982,7 +1008,7 @@ class Writer:
             if not renamed:
                 with suppress(OSError):
                     os.unlink(TEMPORARY, dir_fd=self._directory)
-            raise _failure(exc, f"cannot write {self.name!r}") from None
+            raise from_os_error(exc, f"cannot write {self.name!r}") from None
         if self._journal >= 0:
             os.close(self._journal)
         self._journal = fd
@@ -1016,13 +1042,13 @@ def _make_directory(path: Path) -> None:
         except NotADirectoryError:
             raise ConfigurationError(f"{str(path)!r} exists and is not a directory") from None
         except OSError as exc:
-            raise _failure(exc, f"cannot list {str(path)!r}") from None
+            raise from_os_error(exc, f"cannot list {str(path)!r}") from None
         if not entries <= _OURS:
             raise ConfigurationError(
                 f"{str(path)!r} exists and is not a campaign; choose a new or empty directory"
             ) from None
     except OSError as exc:
-        raise _failure(exc, f"cannot create {str(path)!r}") from None
+        raise from_os_error(exc, f"cannot create {str(path)!r}") from None
 
 
 @contextmanager
@@ -1044,7 +1070,7 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
         lock = os.open(LOCK, flags, FILE_MODE, dir_fd=directory)
     except OSError as exc:
         os.close(directory)
-        raise _failure(exc, f"cannot lock campaign {str(path)!r}") from None
+        raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
     try:
         _check_owned(os.fstat(lock), str(path / LOCK), stat.S_ISREG)
         os.fchmod(lock, FILE_MODE)
@@ -1059,7 +1085,7 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
         os.close(lock)
         os.close(directory)
         if isinstance(exc, OSError):
-            raise _failure(exc, f"cannot lock campaign {str(path)!r}") from None
+            raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
         raise
     writer = Writer(path, directory, lock)
     try:
@@ -1070,7 +1096,7 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
             raise ConfigurationError(f"no campaign at {str(path)!r}")
         yield writer
     except OSError as exc:
-        raise _failure(exc, f"campaign {str(path)!r}") from None
+        raise from_os_error(exc, f"campaign {str(path)!r}") from None
     finally:
         writer.close()
 

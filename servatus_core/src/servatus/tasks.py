@@ -25,7 +25,8 @@ import attrs
 import cattrs
 from cattrs.preconf.json import make_converter
 
-from servatus.errors import ConfigurationError
+from servatus.errors import ConfigurationError, input_problem
+from servatus.files import read_regular
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """Every valid Task key matches this in full."""
@@ -382,8 +383,13 @@ class _ByKey(Mapping[str, Task]):
         return len(self._roster)
 
 
+SLURM_ENV_PREFIX = "SLURM_"
+"""No ``SLURM_*`` variable reaches a step: a Task authored with one is refused."""
+
+
 def check_unique(tasks: Iterable[Task]) -> tuple[Task, ...]:
-    """Return the Tasks as a tuple, refusing two under one key (a batch names each key once)."""
+    """Return a batch being authored as a tuple, refusing two Tasks under one key and a Task
+    that would set a ``SLURM_*`` variable. (Campaigns recorded before that rule still read.)"""
     batch = tuple(tasks)
     seen: set[str] = set()
     for task in batch:
@@ -392,6 +398,12 @@ def check_unique(tasks: Iterable[Task]) -> tuple[Task, ...]:
         if task.key in seen:
             raise ConfigurationError(f"Task key {task.key} appears more than once")
         seen.add(task.key)
+        slurm = [name for name in task.env if name.startswith(SLURM_ENV_PREFIX)]
+        if slurm:
+            raise ConfigurationError(
+                f"Task {task.key}: {slurm[0]} is Slurm's; no {SLURM_ENV_PREFIX}* variable "
+                "reaches a step"
+            )
     return batch
 
 
@@ -477,8 +489,8 @@ def parse_line(raw: bytes, *, base: Path) -> Task:
         document = json.loads(
             text, object_pairs_hook=_no_duplicate_names, parse_constant=_no_constants
         )
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ConfigurationError(f"not a JSON object: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConfigurationError(f"not a JSON object: {input_problem(exc)}") from None
     if not isinstance(document, dict):
         raise ConfigurationError("not a JSON object")
     try:
@@ -489,7 +501,7 @@ def parse_line(raw: bytes, *, base: Path) -> Task:
     if line.stdin_file is not None:
         source = base / line.stdin_file
         try:
-            stdin = source.read_bytes()
+            stdin = read_regular(source)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot read stdin_file {str(source)!r}: {exc.strerror or exc}"
@@ -501,7 +513,7 @@ def read_jsonl(path: str | Path) -> tuple[Task, ...]:
     """Read a Tasks file: one Task per ``\\n``-terminated line, keys unique within the file."""
     source = Path(path)
     try:
-        data = source.read_bytes()
+        data = read_regular(source)
     except OSError as exc:
         raise ConfigurationError(f"cannot read {str(source)!r}: {exc.strerror or exc}") from None
     if data and not data.endswith(b"\n"):

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING
 import attrs
 
 from servatus.errors import Unavailable
-from servatus.evidence import Marker, QueueEntry
+from servatus.evidence import MAX_JOB, Marker, QueueEntry
 from servatus_slurm.markers import (
     ID_LENGTH,
     MARKER_GLOB,
     MARKER_NAME,
-    MAX_JOB,
     allocation_log_name,
     marker_from_groups,
     step_log_name,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from servatus.evidence import Marker, MarkerKind
+from servatus.evidence import MAX_JOB, Marker, MarkerKind
 
 ID_LENGTH = 24
 """Hex digits in an allocation id (96 random bits)."""
@@ -29,7 +29,6 @@ ALLOCATION_ID = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
 MARKER_GLOB = "servatus-" + "?" * ID_LENGTH + ".*"
 """Matches marker names and no log name: a campaign of 100,000 one-Task allocations has 200,000
 markers (about 15 MB listed) and as many logs, which the listing need not carry."""
-MAX_JOB = 2**32 - 1
 MAX_SLOT = 9999
 MAX_EXIT = 255
 

@@ -1,0 +1,227 @@
+"""The files the CLI reads and writes, when they are odd: empty names, FIFOs, deep nesting, huge
+numbers, links, and a filesystem or device that is full. One line, the spec's exit code, and
+nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servatus.cli import main
+from servatus.plan import _digest
+from servatus.testing import FakeScheduler
+from testkit import CPU_PROFILE
+
+
+@pytest.fixture
+def sweep(tmp_path: Path, config_path: Path) -> Path:
+    (tmp_path / "tasks.jsonl").write_text(
+        "".join(json.dumps({"key": f"k{i}", "args": ["/bin/true"]}) + "\n" for i in range(3))
+    )
+    assert main(["ensure", str(tmp_path / "state"), str(tmp_path / "tasks.jsonl")]) == 0
+    return tmp_path
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str], fake: FakeScheduler | None = None):
+    code = main(args, connect=fake or FakeScheduler())
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str, kind: str) -> str:
+    assert err.count("\n") == 1 and err.startswith(f"servatus: {kind}: "), err
+    return err
+
+
+def fill(filesystem: Path) -> Path:
+    filler = filesystem / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_an_empty_path_is_a_usage_error(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = str(sweep / "state")
+    for args in (
+        ["status", ""],
+        ["ensure", "", str(sweep / "tasks.jsonl")],
+        ["plan", state, "--output", ""],
+        ["plan", state, "--config", ""],
+        ["logs", state, "--task", "k0", "--output", ""],
+    ):
+        code, out, err = run(args, capsys)
+        assert (code, out) == (2, ""), args
+        assert "must not be empty" in err and err.count("\n") == 1
+
+
+def test_servatus_alone_prints_its_help_and_exits_2() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "servatus"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("Usage: servatus") and "\nCommands:\n" in done.stderr
+
+
+def test_a_full_output_device_is_75_in_one_line() -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "servatus", "plugins"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 75
+    one_line(done.stderr, "Unavailable")
+    assert "No space left on device" in done.stderr
+
+
+def test_a_saved_plan_that_finds_no_room_leaves_nothing(
+    sweep: Path, config_path: Path, small_tmpfs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = small_tmpfs / "plan.json"
+    args = ["plan", str(sweep / "state"), "--config", str(config_path), "--output", str(plan)]
+    filler = fill(small_tmpfs)
+    code, _, err = run(args, capsys)
+    assert code == 75
+    assert "No space left on device" in one_line(err, "Unavailable")
+    assert not plan.exists()
+    filler.unlink()
+    assert run(args, capsys)[0] == 0 and json.loads(plan.read_text())["schema"]
+
+
+def _with_a_log(sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]):
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    run(["plan", state, "--config", str(config_path), "--output", plan], capsys, fake)
+    run(["submit", state, plan], capsys, fake)
+    job = fake.jobs[0]
+    fake.logs[f"servatus-{job.allocation_id}-{job.job}.0.out"] = b"step log\n"
+    return fake, ["logs", state, "--task", "k0", "--output"]
+
+
+def test_logs_replace_only_a_regular_file(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, logs = _with_a_log(sweep, config_path, capsys)
+    out = sweep / "out"
+    out.mkdir()
+    (out / "target").write_text("keep me\n")
+    (out / "link").symlink_to("target")
+    os.mkfifo(out / "fifo")
+    (out / "directory").mkdir()
+    for name in ("link", "fifo", "directory"):
+        code, _, err = run([*logs, str(out / name)], capsys, fake)
+        assert code == 1, name
+        assert "is not a regular file" in one_line(err, "ConfigurationError")
+    assert (out / "link").is_symlink() and (out / "target").read_text() == "keep me\n"
+    assert sorted(p.name for p in out.iterdir()) == ["directory", "fifo", "link", "target"]
+    assert run([*logs, str(out / "target")], capsys, fake)[0] == 0
+    assert (out / "target").read_bytes() == b"step log\n"
+    assert sorted(p.name for p in out.iterdir()) == ["directory", "fifo", "link", "target"]
+
+
+def test_logs_that_find_no_room_are_75_and_leave_nothing(
+    sweep: Path, config_path: Path, small_tmpfs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake, logs = _with_a_log(sweep, config_path, capsys)
+    out = small_tmpfs / "out"
+    out.mkdir()
+    fill(small_tmpfs)
+    code, _, err = run([*logs, str(out / "k0.log")], capsys, fake)
+    assert code == 75
+    assert "No space left on device" in one_line(err, "Unavailable")
+    assert list(out.iterdir()) == []
+
+
+def test_a_fifo_is_refused_not_waited_on(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = sweep / "fifo"
+    os.mkfifo(fifo)
+    state = str(sweep / "state")
+    for args in (
+        ["submit", state, str(fifo)],
+        ["ensure", state, str(fifo)],
+        ["plan", state, "--config", str(fifo)],
+    ):
+        code, _, err = run(args, capsys)
+        assert code == 1, args
+        assert "is not a regular file" in err and err.count("\n") == 1, err
+
+
+def test_deep_nesting_and_huge_numbers_are_said_plainly(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(sweep / "state")
+    deep = sweep / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    code, _, err = run(["ensure", state, str(deep)], capsys)
+    assert code == 1 and err.rstrip().endswith("not a JSON object: nested too deeply"), err
+    deep_plan = sweep / "deep.json"
+    deep_plan.write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = run(["submit", state, str(deep_plan)], capsys)
+    assert code == 1 and "not a JSON plan document" in one_line(err, "StalePlan")
+    toml = sweep / "deep.toml"
+    toml.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    code, _, err = run(["plan", state, "--config", str(toml)], capsys)
+    assert code == 1 and "invalid TOML: nested too deeply" in one_line(err, "ConfigurationError")
+    toml.write_text(CPU_PROFILE.replace("cpus = 1", "cpus = " + "9" * 5000))
+    code, _, err = run(["plan", state, "--config", str(toml)], capsys)
+    assert code == 1 and "a number has too many digits" in one_line(err, "ConfigurationError")
+    assert "set_int_max_str_digits" not in err
+
+
+def test_a_duration_takes_ascii_digits_only(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_path.write_text(CPU_PROFILE.replace('"00:05:00"', '"\u0660\u0660:05:00"'))
+    code, _, err = run(["plan", str(sweep / "state"), "--config", str(config_path)], capsys)
+    assert code == 1
+    one_line(err, "ConfigurationError")
+
+
+def test_validate_refuses_a_rehashed_plan_it_cannot_read_as_written(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = str(sweep / "state"), sweep / "plan.json"
+    run(["plan", state, "--config", str(config_path), "--output", str(plan)], capsys)
+    document = json.loads(plan.read_text())
+    for change in (
+        lambda d: d["allocations"][0].update(task_keys=[None]),  # was read as the key "None"
+        lambda d: d["allocations"][0].update(task_keys=["not-a-task"]),
+        lambda d: d["allocations"][0].update(allocation_id="../../etc/passwd"),
+        lambda d: d.update(campaign_id="0" * 32),
+    ):
+        edited = json.loads(json.dumps(document))
+        change(edited)
+        edited["digest"] = _digest(edited)
+        altered = sweep / "altered.json"
+        altered.write_text(json.dumps(edited))
+        code, _, err = run(["validate", state, str(altered)], capsys)
+        assert code == 1, err
+        one_line(err, "StalePlan")
+
+
+def test_a_task_may_not_set_a_slurm_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps({"key": "a", "args": ["/bin/true"], "env": {"SLURM_JOB_ID": "1"}}) + "\n"
+    )
+    code, _, err = run(["ensure", str(tmp_path / "state"), str(tasks)], capsys)
+    assert code == 1
+    assert "SLURM_JOB_ID is Slurm's" in one_line(err, "ConfigurationError")
+    assert not (tmp_path / "state" / "journal").exists()
