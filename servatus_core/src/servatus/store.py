@@ -544,7 +544,7 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
 _LATEST = 2**36
 """Seconds since the epoch no record's time reaches (the year 4147): beyond it, a wall time is
 damage, and formatting it would fail."""
-_ALLOCATION_IDS = re.compile(r"(?:[0-9a-f]{24}\n)*", re.ASCII)
+_ALLOCATION_IDS = re.compile(r"[0-9a-f]{24}(?:\n[0-9a-f]{24})*", re.ASCII)
 
 
 def _in_range(column: str, values: list[Any]) -> bool:
@@ -552,14 +552,15 @@ def _in_range(column: str, values: list[Any]) -> bool:
     times are finite wall times, limits are not negative, job numbers are Slurm's."""
     if not values:
         return True
-    if column == "allocation":
-        return _ALLOCATION_IDS.fullmatch("".join(value + "\n" for value in values)) is not None
+    if column == "allocation":  # a newline inside an id would show as one separator too many
+        text = "\n".join(values)
+        return bool(_ALLOCATION_IDS.fullmatch(text)) and text.count("\n") == len(values) - 1
     if column == "time":
         return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < _LATEST
     if column == "seconds":
         return bool(min(values) >= 0 and max(values) < _LATEST)
     if column in {"job", "job or none"}:
-        jobs = [value for value in values if value is not None]
+        jobs = values if column == "job" else [value for value in values if value is not None]
         return not jobs or (min(jobs) >= 1 and max(jobs) <= MAX_JOB)
     return True
 
