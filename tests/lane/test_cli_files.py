@@ -192,7 +192,7 @@ def test_a_duration_takes_ascii_digits_only(
     one_line(err, "ConfigurationError")
 
 
-def test_validate_refuses_a_rehashed_plan_it_cannot_read_as_written(
+def test_a_rehashed_plan_that_does_not_hold_together_is_refused(
     sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = str(sweep / "state"), sweep / "plan.json"
@@ -203,15 +203,18 @@ def test_validate_refuses_a_rehashed_plan_it_cannot_read_as_written(
         lambda d: d["allocations"][0].update(task_keys=["not-a-task"]),
         lambda d: d["allocations"][0].update(allocation_id="../../etc/passwd"),
         lambda d: d.update(campaign_id="0" * 32),
+        lambda d: d.update(allocations=[]),  # its selection left as it was
+        lambda d: d["allocations"][0]["task_keys"].append("k2"),  # k2 twice
     ):
         edited = json.loads(json.dumps(document))
         change(edited)
         edited["digest"] = _digest(edited)
         altered = sweep / "altered.json"
         altered.write_text(json.dumps(edited))
-        code, _, err = run(["validate", state, str(altered)], capsys)
-        assert code == 1, err
-        one_line(err, "StalePlan")
+        for command in ("validate", "submit"):
+            code, _, err = run([command, state, str(altered)], capsys)
+            assert code == 1, err
+            one_line(err, "StalePlan")
 
 
 def test_a_task_may_not_set_a_slurm_variable(

@@ -388,6 +388,10 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
     malformed = [a.allocation_id for a in body.allocations if not _ID.fullmatch(a.allocation_id)]
     if malformed:
         raise StalePlan(f"{where}: not a usable plan (allocation id {malformed[0]!r})")
+    packed = [key for a in body.allocations for key in a.task_keys]
+    selected = set(body.decision.selected)
+    if len(packed) != len(selected) or selected.symmetric_difference(packed):
+        raise StalePlan(f"{where}: not a usable plan (its allocations differ from its selection)")
     request = body.request
     return Plan(
         campaign_id=body.campaign_id,
