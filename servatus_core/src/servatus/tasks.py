@@ -135,7 +135,7 @@ def _check(key: object, args: tuple[str, ...], env: Env, *, text: bool = True) -
     surrogate (the store proves that for a whole journal record at once)."""
     if not isinstance(key, str) or KEY_PATTERN.fullmatch(key) is None:
         raise ConfigurationError(
-            f"bad Task key {key!r}: use 1 to 128 of A-Z a-z 0-9 . _ -, "
+            f"bad Task key {key!r:.80}: use 1 to 128 of A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit"
         )
     if not args:
