@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from servatus.config import Target
 
 CPU_PROFILE = """\
@@ -85,7 +87,9 @@ def unmount(path: Path, *, fuse: bool = False) -> None:
 @contextmanager
 def tmpfs(mount: Path, options: str) -> Iterator[Path]:
     """A real tmpfs at ``mount`` (made if missing) for the block, always unmounted after; the
-    caller skips unless root."""
+    test is skipped unless it runs as root."""
+    if not is_root():
+        pytest.skip("mounting needs root")
     mount.mkdir(exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], check=True)
     try:
