@@ -151,6 +151,34 @@ def plugins(as_json: bool) -> None:
 
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
+    code = _run(args, connect)
+    try:
+        sys.stdout.flush()  # what is still buffered fails here, not as Python exits
+    except OSError as exc:
+        if not isinstance(exc, BrokenPipeError):
+            error = from_os_error(exc, "cannot write the output")
+            _fail(f"{type(error).__name__}: {error}")
+            code = code or error.exit_code
+        code = code or EXIT_ERROR
+        _discard_stdout()
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point the output that could not be written at /dev/null, so the interpreter's own last
+    flush does not fail again (and print a traceback) as the process exits."""
+    import os  # noqa: PLC0415
+
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (captured in tests)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
     try:
         # Without standalone mode, click returns the code of a raised Exit instead of raising.
         returned = cli.main(
@@ -176,10 +204,12 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
         _fail(f"{type(exc).__name__}: {exc}")
         return exc.exit_code
     except BrokenPipeError:
+        _discard_stdout()
         return EXIT_ERROR
     except OSError as exc:  # writing the output: a full disk, an I/O error
         error = from_os_error(exc, "cannot write the output")
         _fail(f"{type(error).__name__}: {error}")
+        _discard_stdout()
         return error.exit_code
     except Exception as exc:  # a bug: still one line, never a traceback
         _fail(f"unexpected error: {type(exc).__name__}: {exc}")
