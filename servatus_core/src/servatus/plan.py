@@ -384,7 +384,12 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
         profile = profile_from_document(body.profile, where=f"{where}: profile")
         holds = tuple((key, Hold(value)) for key, value in body.decision.held)
     except (cattrs.BaseValidationError, ValueError, ConfigurationError) as exc:
-        raise StalePlan(f"{where}: not a usable plan ({exc})") from None
+        problems = (
+            "; ".join(cattrs.transform_error(exc))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else str(exc)
+        )
+        raise StalePlan(f"{where}: not a usable plan ({problems})") from None
     malformed = [a.allocation_id for a in body.allocations if not _ID.fullmatch(a.allocation_id)]
     if malformed:
         raise StalePlan(f"{where}: not a usable plan (allocation id {malformed[0]!r})")

@@ -624,8 +624,9 @@ def _structure_record(kind: type[R]) -> Callable[[Any, Any], R]:
         row = {name: [value[name] if name in value else defaults[name]] for name in columns}
         try:
             return rows(row, None)[0]
-        except TypeError:
-            raise TypeError(f"not {what}: {value!r:.80}") from None
+        except TypeError as exc:  # "not <kind> columns: <what is wrong> in <field>"
+            problem = str(exc).partition(": ")[2]
+            raise TypeError(f"not {what} ({problem}): {value!r:.80}") from None
 
     return structure
 
