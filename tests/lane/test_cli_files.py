@@ -228,3 +228,14 @@ def test_a_task_may_not_set_a_slurm_variable(
     assert code == 1
     assert "SLURM_JOB_ID is Slurm's" in one_line(err, "ConfigurationError")
     assert not (tmp_path / "state" / "journal").exists()
+
+
+def test_json_output_is_valid_utf8_whatever_the_path(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"key": "a", "args": ["/bin/true"]}) + "\n")
+    state = os.fsdecode(os.fsencode(str(tmp_path)) + b"/st\xffate")
+    assert main(["ensure", state, str(tasks), "--json"]) == 0
+    out = capsysbinary.readouterr().out
+    assert json.loads(out.decode("utf-8"))["state"] == state  # the byte, escaped
