@@ -2,6 +2,6 @@
 
 import sys
 
-from servatus.cli import main
+from servatus.cli import console
 
-sys.exit(main())
+sys.exit(console())

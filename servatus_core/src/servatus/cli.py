@@ -155,29 +155,33 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
     code = _run(args, connect)
     try:
-        sys.stdout.flush()  # what is still buffered fails here, not as Python exits
+        if sys.stdout is not None:  # None when the program started with stdout closed
+            sys.stdout.flush()  # what is still buffered fails here, not as Python exits
     except OSError as exc:
         if not isinstance(exc, BrokenPipeError):
             error = from_os_error(exc, "cannot write the output")
             _fail(f"{type(error).__name__}: {error}")
             code = code or error.exit_code
         code = code or EXIT_ERROR
-        _discard_stdout()
     return code
 
 
-def _discard_stdout() -> None:
-    """Point the output that could not be written at /dev/null, so the interpreter's own last
-    flush does not fail again (and print a traceback) as the process exits."""
+def console() -> int:
+    """The ``servatus`` program (and ``python -m servatus``): :func:`main`, then, if the output
+    could not be written, stdout pointed at /dev/null so the interpreter's own last flush does
+    not fail again as the process exits (exit 120 and a traceback). Only the program does this:
+    a caller of :func:`main` keeps its stdout."""
     import os  # noqa: PLC0415
 
+    code = main()
     try:
-        fd = sys.stdout.fileno()
-    except (OSError, ValueError):  # not a real file (captured in tests)
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return code
 
 
 def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
@@ -206,12 +210,10 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
         _fail(f"{type(exc).__name__}: {exc}")
         return exc.exit_code
     except BrokenPipeError:
-        _discard_stdout()
         return EXIT_ERROR
     except OSError as exc:  # writing the output: a full disk, an I/O error
         error = from_os_error(exc, "cannot write the output")
         _fail(f"{type(error).__name__}: {error}")
-        _discard_stdout()
         return error.exit_code
     except Exception as exc:  # a bug: still one line, never a traceback
         _fail(f"unexpected error: {type(exc).__name__}: {exc}")
