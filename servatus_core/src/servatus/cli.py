@@ -7,7 +7,6 @@ output; human output escapes every non-printable character (:func:`human`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import operator
@@ -488,34 +487,15 @@ def plan_lines(plan: Plan) -> list[str]:
 def _save_plan(path: str, document: dict[str, Any]) -> None:
     """Write the plan owner-only, never over an existing file."""
     from servatus.errors import ConfigurationError, from_os_error  # noqa: PLC0415
+    from servatus.files import create_private  # noqa: PLC0415
 
     data = (json_text(document) + "\n").encode()
     try:
-        _create_private(path, data)
+        create_private(path, data)
     except FileExistsError:
         raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
     except OSError as exc:
         raise from_os_error(exc, f"cannot write {path}") from None
-
-
-def _create_private(path: str, data: bytes) -> None:
-    """Create ``path`` owner-only holding ``data``, synced; on any failure nothing is left."""
-    import os  # noqa: PLC0415
-
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
-    os.close(fd)
 
 
 @cli.command("plan")
@@ -788,39 +768,13 @@ def logs_command(
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        _write_private(output, data)
+        from servatus.errors import from_os_error  # noqa: PLC0415
+        from servatus.files import replace_private  # noqa: PLC0415
 
-
-def _write_private(path: str, data: bytes) -> None:
-    """Replace the regular file ``path`` (or create it) with ``data``, owner-only from the first
-    byte; a link, FIFO or device under that name is refused, never replaced or written through."""
-    import os  # noqa: PLC0415
-    import secrets  # noqa: PLC0415
-    import stat  # noqa: PLC0415
-
-    from servatus.errors import ConfigurationError, from_os_error  # noqa: PLC0415
-
-    try:
-        existing = os.lstat(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise from_os_error(exc, f"cannot write {path}") from None
-    else:
-        if not stat.S_ISREG(existing.st_mode):
-            raise ConfigurationError(f"{path} is not a regular file; logs replace only one")
-    directory = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(directory, f".servatus-log-{secrets.token_hex(8)}")
-    try:
-        _create_private(temporary, data)
         try:
-            os.replace(temporary, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-    except OSError as exc:
-        raise from_os_error(exc, f"cannot write {path}") from None
+            replace_private(output, data)
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot write {output}") from None
 
 
 @cli.command("doctor")

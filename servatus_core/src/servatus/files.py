@@ -1,13 +1,17 @@
-"""Reading the files a user names (Tasks files, stdin files, configs, saved plans).
+"""The files a user names: read (Tasks files, stdin files, configs, saved plans) and written
+(a saved plan, a log tail).
 
 Each is read whole, so a FIFO would block forever and a device such as ``/dev/zero`` would never
 end: only a regular file is read, and the check is made on the opened file, not on the name.
+What is written is owner-only from its first byte, synced, and never left half-written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 
 from servatus.errors import ConfigurationError
@@ -30,3 +34,45 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def create_private(path: str, data: bytes) -> None:
+    """Create ``path`` (never over an existing name, never through a link) owner-only holding
+    ``data``, synced; on any failure nothing is left. Failures are the OSError the caller maps
+    (``FileExistsError`` when the name is taken)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+
+
+def replace_private(path: str, data: bytes) -> None:
+    """Replace the regular file ``path`` (or create it) with ``data`` by a rename, so a reader
+    sees the old bytes or the new; a link, FIFO, device or directory under that name is
+    :class:`ConfigurationError`, never replaced or written through."""
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(existing.st_mode):
+            raise ConfigurationError(f"{path} is not a regular file; only one is replaced")
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(directory, f".servatus-{secrets.token_hex(8)}")
+    create_private(temporary, data)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
