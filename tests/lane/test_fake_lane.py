@@ -8,7 +8,13 @@ import pytest
 
 from servatus import Campaign, Task
 from servatus.config import Profile
-from servatus.errors import PlanRefused, StalePlan, SubmissionInterrupted, Unavailable
+from servatus.errors import (
+    PlanRefused,
+    ShapeRejected,
+    StalePlan,
+    SubmissionInterrupted,
+    Unavailable,
+)
 from servatus.plan import Hold
 from servatus.status import Execution, StopReason
 from servatus.testing import FakeScheduler
@@ -158,3 +164,46 @@ def test_fake_find_honours_the_name_pattern() -> None:
     assert len(markers_only.stdout.splitlines()) == 1
     everything = fake.run(["find", "-H", "/logs", "-name", "servatus-*", "-printf", "x"])
     assert len(everything.stdout.splitlines()) == 2
+
+
+def test_cancel_stops_a_listed_job_whose_submit_was_interrupted(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """After a lost sbatch answer the job may be running; cancel must reach it before reconcile."""
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    fake.lose_answer("sbatch")
+    with pytest.raises(SubmissionInterrupted):
+        campaign.submit(campaign.plan(profile))
+    fake.start()
+    assert states(campaign)["t0"] is Execution.UNRESOLVED
+    assert campaign.cancel(tasks=["t0"]).allocations == (fake.jobs[0].allocation_id,)
+    assert fake.jobs[0].state == "CANCELLED"
+
+
+@pytest.mark.parametrize(
+    ("said", "unresolved"),
+    [
+        (
+            "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+            True,
+        ),
+        (
+            "sbatch: error: Batch job submission failed: Zero Bytes were transmitted or received",
+            True,
+        ),
+        ("sbatch: error: Batch job submission failed: Invalid account or account/partition", False),
+    ],
+)
+def test_an_sbatch_that_lost_slurm_is_unresolved_not_refused(
+    tmp_path: Path, profile: Profile, said: str, unresolved: bool
+) -> None:
+    """A job may exist behind a timeout: recording it as not submitted could run it twice."""
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    fake.fail("sbatch", stderr=said + "\n")
+    expected = SubmissionInterrupted if unresolved else ShapeRejected
+    with pytest.raises(expected, match=said.rsplit(": ", 1)[-1]):
+        campaign.submit(campaign.plan(profile))
+    execution = Execution.UNRESOLVED if unresolved else Execution.NOT_SUBMITTED
+    assert states(campaign, offline=True)["t0"] is execution

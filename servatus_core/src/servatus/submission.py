@@ -30,6 +30,14 @@ RUNTIME_VARIABLES = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
 """Reserved variables whose values exist only once the job runs; the script exports them."""
 
 _JOB = re.compile(r"([1-9][0-9]{0,9})(?:;[^\s;]+)?")
+_NO_ANSWER = re.compile(
+    r"timed out|zero bytes|connection|communication|unable to contact|try again|temporarily"
+    r"|standby|not responding",
+    re.IGNORECASE,
+)
+"""What ``sbatch`` says when it lost the controller mid-request (``Socket timed out on send/recv
+operation``, ``Zero Bytes were transmitted or received``, ...): the job may exist, so the exit
+is no refusal."""
 
 Progress = Callable[[int, int, str, int], None]
 """Called after each accepted allocation: (index from 1, count, allocation id, job number)."""
@@ -123,8 +131,9 @@ def submit_allocations(
     """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced).
 
     A definite refusal by ``sbatch`` records the allocation as not submitted and stops with
-    :class:`ShapeRejected`; no answer, or an answer that is not a job number, leaves the intent
-    unresolved and stops with :class:`SubmissionInterrupted` (exit 3).
+    :class:`ShapeRejected`; no answer, an answer that is not a job number, or a failure that
+    says Slurm was lost mid-request leaves the intent unresolved and stops with
+    :class:`SubmissionInterrupted` (exit 3).
     """
     scripts = [
         hooks.batch_script(script_spec(profile, allocation, tasks, launcher))
@@ -160,8 +169,15 @@ def submit_allocations(
                 f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
             ) from exc
         if result.returncode != 0:
+            said = result.stderr.decode("utf-8", "replace")
+            reason = said.strip().splitlines()
+            if _NO_ANSWER.search(said):
+                raise SubmissionInterrupted(
+                    f"sbatch lost Slurm while submitting allocation {allocation.allocation_id} "
+                    f"({reason[-1]}); {done}; its Tasks are UNRESOLVED until servatus reconcile "
+                    f"decides"
+                )
             writer.add(Resolved(allocation_id=allocation.allocation_id, job=None))
-            reason = result.stderr.decode("utf-8", "replace").strip().splitlines()
             raise ShapeRejected(
                 f"sbatch refused allocation {allocation.allocation_id}: "
                 f"{reason[-1] if reason else f'exit {result.returncode}'}; {done}"
@@ -248,11 +264,13 @@ def cancellable(
     unknown += [f"Task {key}" for key in tasks if key not in keys]
     if unknown:
         raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
+    # An allocation without a receipt (unresolved, or recorded as not submitted) is cancelled
+    # whenever Slurm lists a job under its name: after an interrupted submit it may be running.
     alive = {
         attempt.allocation_id
         for attempt in report.attempts
         if attempt.execution in (Execution.QUEUED, Execution.RUNNING)
-        or (attempt.listed and attempt.execution is Execution.NOT_SUBMITTED)
+        or (attempt.listed and attempt.execution in (Execution.NOT_SUBMITTED, Execution.UNRESOLVED))
     }
     wanted_keys = set(tasks)
     wanted = set(allocations)
