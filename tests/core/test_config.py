@@ -836,3 +836,16 @@ def test_cli_profile_missing_config(
     err = capsys.readouterr().err
     assert err.startswith("servatus: ConfigurationError: SERVATUS.toml: cannot read")
     assert err.count("\n") == 1
+
+
+def test_signal_before_end_fits_slurms_sixteen_bits(tmp_path: Path) -> None:
+    """Caught when the profile loads (plan, doctor), not first at submit."""
+    from testkit import CPU_PROFILE
+
+    long = CPU_PROFILE.replace('"01:00:00"', '"24:00:00"').replace('"00:05:00"', '"20:00:00"')
+    path = tmp_path / "SERVATUS.toml"
+    path.write_text(long.replace("cpus = 1\n", 'cpus = 1\nsignal_before_end = "18:12:16"\n'))
+    with pytest.raises(ConfigurationError, match=r"at most 18:12:15: Slurm keeps --signal"):
+        Profile.load(path)
+    path.write_text(long.replace("cpus = 1\n", 'cpus = 1\nsignal_before_end = "18:12:15"\n'))
+    assert Profile.load(path).resources.signal_before_end == 65535

@@ -304,6 +304,10 @@ def _bind(value: object) -> str:
     return bind
 
 
+MAX_SIGNAL_BEFORE_END = 65535
+"""Seconds: Slurm keeps ``--signal`` times in 16 bits."""
+
+
 def _lead(text: object) -> int:
     """A positive duration, such as ``signal_before_end``."""
     seconds = parse_duration(_string(text))
@@ -724,6 +728,11 @@ def _pair_problems(profile: Profile) -> Iterator[str]:
         yield (
             f"resources.signal_before_end ({format_duration(lead)}) must be shorter than "
             f"resources.time_limit ({format_duration(resources.time_limit)})"
+        )
+    if lead is not None and lead > MAX_SIGNAL_BEFORE_END:
+        yield (
+            f"resources.signal_before_end ({format_duration(lead)}) must be at most "
+            f"{format_duration(MAX_SIGNAL_BEFORE_END)}: Slurm keeps --signal times in 16 bits"
         )
 
 

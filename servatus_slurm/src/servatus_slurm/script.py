@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from servatus.config import MAX_SIGNAL_BEFORE_END
 from servatus.errors import ConfigurationError
 from servatus.script import ScriptSpec, ScriptStep, job_name
 from servatus_slurm.markers import ALLOCATION_ID, allocation_log_pattern, step_log_name
@@ -30,8 +31,6 @@ RUNTIME_VARIABLES = {
 }
 """Run-time variables the script can export to steps, with where their values come from."""
 
-MAX_SIGNAL_BEFORE_END = 65535
-"""Slurm keeps ``--signal`` times in 16 bits."""
 STDIN_CHUNK = 1024
 """Input bytes per ``printf`` line, so no script line grows beyond a few KiB."""
 
