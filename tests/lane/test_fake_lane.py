@@ -16,7 +16,7 @@ from servatus.errors import (
     Unavailable,
 )
 from servatus.plan import Hold
-from servatus.status import Execution, StopReason
+from servatus.status import Execution, RunTime, StopReason
 from servatus.testing import FakeScheduler
 
 
@@ -176,7 +176,9 @@ def test_cancel_stops_a_listed_job_whose_submit_was_interrupted(
     with pytest.raises(SubmissionInterrupted):
         campaign.submit(campaign.plan(profile))
     fake.start()
-    assert states(campaign)["t0"] is Execution.UNRESOLVED
+    [task] = campaign.status().tasks
+    assert task.execution is Execution.UNRESOLVED and task.listed
+    assert task.run_time == RunTime(0, complete=False)  # running, maybe: not a final 0
     assert campaign.cancel(tasks=["t0"]).allocations == (fake.jobs[0].allocation_id,)
     assert fake.jobs[0].state == "CANCELLED"
 

@@ -457,7 +457,9 @@ def project(
         if not online:
             total = None
         elif total is None:
-            total = _ZERO
+            total = _UNKNOWN if unresolved else _ZERO
+        elif unresolved and total.complete:
+            total = _new(RunTime, (total.total, False))
         add(
             _new(
                 TaskStatus,
@@ -471,6 +473,8 @@ def project(
 _NOT_SUBMITTED = Execution.NOT_SUBMITTED
 _UNRESOLVED = Execution.UNRESOLVED
 _ZERO = RunTime(0)
+_UNKNOWN = RunTime(0, complete=False)
+"""An unresolved submission's run: its job may be running, and no marker of it is read."""
 _ACCEPTED = Outcome.ACCEPTED
 _UNOBSERVED = {
     Outcome.PENDING: Execution.UNRESOLVED,
