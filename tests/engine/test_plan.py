@@ -112,6 +112,16 @@ def test_only_restricts_and_refuses_unknown_keys() -> None:
         decide(KEYS, {}, Request(only=("nope",)))
 
 
+def test_only_restricts_retries_too() -> None:
+    lost = {"a": accepted(Execution.LOST), "b": accepted(Execution.LOST)}
+    request = Request(retry=("a", "b"), only=("a", "c"))
+    with pytest.raises(PlanRefused, match="b: not among --only") as refused:
+        decide(KEYS, lost, request, valid=set())
+    assert "a:" not in str(refused.value)
+    decision = decide(KEYS, lost, Request(retry=("a",), only=("a", "c")), valid=set())
+    assert decision.selected == ("a", "c")
+
+
 def test_packing_by_capacity_and_limit_and_deferral() -> None:
     profile = Profile("a100", target(max_allocations_per_submit=2), A100)
     decision = decide(KEYS, {}, Request())

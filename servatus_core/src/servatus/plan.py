@@ -147,7 +147,8 @@ def decide(
     for key in keys:
         state = work.get(key, _NO_WORK)
         if key in retry:
-            reason = _retry_refusal(state, is_valid=key in valid)
+            outside = only is not None and key not in only  # --only restricts every selection
+            reason = "not among --only" if outside else _retry_refusal(state, is_valid=key in valid)
             if reason:
                 problems.append(f"{key}: {reason}")
             else:
