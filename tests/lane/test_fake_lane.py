@@ -209,3 +209,17 @@ def test_an_sbatch_that_lost_slurm_is_unresolved_not_refused(
         campaign.submit(campaign.plan(profile))
     execution = Execution.UNRESOLVED if unresolved else Execution.NOT_SUBMITTED
     assert states(campaign, offline=True)["t0"] is execution
+
+
+def test_validate_without_an_answering_slurm_is_unavailable_not_a_rejection(
+    tmp_path: Path, profile: Profile
+) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    plan = campaign.plan(profile)
+    fake.fail("ping", returncode=127, stderr="sh: sbatch: not found\n")
+    with pytest.raises(Unavailable, match="sbatch: not found"):
+        campaign.validate(plan)
+    assert fake.count("sbatch") == 0  # no --test-only was run
+    [check] = campaign.validate(plan)
+    assert check.accepted

@@ -432,7 +432,8 @@ class Campaign:
         return Submitted(receipts=receipts)
 
     def validate(self, plan: Plan) -> tuple[ShapeCheck, ...]:
-        """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks)."""
+        """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks),
+        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection."""
         scripts = self.scripts(plan)
         shapes: dict[int, str] = {}
         for allocation, script in zip(plan.allocations, scripts, strict=True):
@@ -440,6 +441,8 @@ class Campaign:
         transport = self._connector()(plan.profile.target)
         checks = []
         try:
+            if shapes:  # as submit does: Slurm that does not answer rejects no shape
+                ping(transport, plan.profile.target)
             for tasks, script in sorted(shapes.items()):
                 result = transport.run(
                     [command(plan.profile.target, "sbatch"), "--test-only"],
