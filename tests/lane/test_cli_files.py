@@ -4,6 +4,8 @@ nothing left behind."""
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import subprocess
@@ -239,3 +241,21 @@ def test_json_output_is_valid_utf8_whatever_the_path(
     assert main(["ensure", state, str(tasks), "--json"]) == 0
     out = capsysbinary.readouterr().out
     assert json.loads(out.decode("utf-8"))["state"] == state  # the byte, escaped
+
+
+class _Full(io.TextIOBase):
+    """A stdout whose every write and flush fails with ENOSPC, as a full device's can."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_output_that_cannot_be_written_is_reported_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", _Full())
+    monkeypatch.setattr(sys, "stderr", err)
+    assert main(["plugins"]) == 75
+    one_line(err.getvalue(), "Unavailable")

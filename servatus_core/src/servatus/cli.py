@@ -156,11 +156,11 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
     try:
         if sys.stdout is not None:  # None when the program started with stdout closed
             sys.stdout.flush()  # what is still buffered fails here, not as Python exits
-    except OSError as exc:
-        if not isinstance(exc, BrokenPipeError):
+    except OSError as exc:  # reported once: a failure the command already reported stands
+        if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
             error = from_os_error(exc, "cannot write the output")
             _fail(f"{type(error).__name__}: {error}")
-            code = code or error.exit_code
+            code = error.exit_code
         code = code or EXIT_ERROR
     return code
 
