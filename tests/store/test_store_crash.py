@@ -44,7 +44,7 @@ WRITER = textwrap.dedent(
                 time.sleep(0.001)
                 os.pwrite(fd, data[start : start + 16384], offset + start)
 
-        store._write_all = write_slowly
+        store.write_all = write_slowly
     tasks = read_jsonl(jsonl)
     print("ready", flush=True)
     append_state(state, tasks)

@@ -28,12 +28,26 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(mode):
             raise ConfigurationError(f"{os.fspath(path)!r} is not a regular file")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_all(fd)
     finally:
         os.close(fd)
+
+
+def read_all(fd: int) -> bytes:
+    """Everything left to read from ``fd``."""
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 1 << 22):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``, however many writes the kernel takes for it."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
 
 
 def create_private(path: str, data: bytes) -> None:
@@ -44,9 +58,7 @@ def create_private(path: str, data: bytes) -> None:
     fd = os.open(path, flags, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data, 0)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -56,6 +56,7 @@ from servatus.errors import (
     input_problem,
 )
 from servatus.evidence import MAX_JOB
+from servatus.files import read_all, write_all
 from servatus.tasks import Roster, Task, as_roster, bulk, fields_valid
 
 SCHEMA = "servatus.campaign/4"
@@ -783,23 +784,6 @@ def sync(fd: int) -> None:
     os.fsync(fd)
 
 
-def _read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        chunk = os.read(fd, 1 << 22)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
-        offset += written
-
-
 def _check_owned(st: os.stat_result, name: str, kind: Callable[[int], bool]) -> None:
     if not kind(st.st_mode):
         raise UnsafeFilesystem(f"{name}: has the wrong type")
@@ -838,7 +822,7 @@ def read(path: str | Path) -> CampaignState:
         os.close(directory)
     try:
         _check_owned(os.fstat(fd), name, stat.S_ISREG)
-        data = _read_all(fd)
+        data = read_all(fd)
     except OSError as exc:
         raise from_os_error(exc, f"cannot read {name!r}") from None
     finally:
@@ -891,7 +875,7 @@ class Writer:
             _check_owned(st, self.name, stat.S_ISREG)
             if stat.S_IMODE(st.st_mode) != FILE_MODE:
                 os.fchmod(fd, FILE_MODE)
-            data = _read_all(fd)
+            data = read_all(fd)
         except OSError as exc:
             raise from_os_error(exc, f"cannot read {self.name!r}") from None
         self._fold, found = load(data, self.name)
@@ -945,7 +929,7 @@ class Writer:
         except Rejected as exc:
             raise TaskConflict(str(exc)) from None
         try:
-            _write_all(self._journal, data, self._end)
+            write_all(self._journal, data, self._end)
             sync(self._journal)
         except OSError as exc:
             self._broken = True
@@ -997,7 +981,7 @@ class Writer:
         renamed = False
         try:
             os.fchmod(fd, FILE_MODE)
-            _write_all(fd, data, 0)
+            write_all(fd, data, 0)
             sync(fd)
             os.rename(TEMPORARY, JOURNAL, src_dir_fd=self._directory, dst_dir_fd=self._directory)
             renamed = True
