@@ -11,7 +11,6 @@ import enum
 import hashlib
 import json
 import math
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -28,12 +27,9 @@ from servatus.config import (
     profile_to_document,
 )
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
+from servatus.script import ALLOCATION_ID, ALLOCATION_ID_HEX
 from servatus.status import Execution, Report
 from servatus.store import strict_scalars
-
-ALLOCATION_ID_HEX = 24
-"""Allocation ids are 24 lowercase hex digits: short enough for a job name, never guessable."""
-_ID = re.compile(f"[0-9a-f]{{{ALLOCATION_ID_HEX}}}")
 
 
 class Hold(enum.Enum):
@@ -391,7 +387,9 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
             else str(exc)
         )
         raise StalePlan(f"{where}: not a usable plan ({problems})") from None
-    malformed = [a.allocation_id for a in body.allocations if not _ID.fullmatch(a.allocation_id)]
+    malformed = [
+        a.allocation_id for a in body.allocations if not ALLOCATION_ID.fullmatch(a.allocation_id)
+    ]
     if malformed:
         raise StalePlan(f"{where}: not a usable plan (allocation id {malformed[0]!r})")
     packed = [key for a in body.allocations for key in a.task_keys]

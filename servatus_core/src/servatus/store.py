@@ -57,7 +57,8 @@ from servatus.errors import (
 )
 from servatus.evidence import MAX_JOB
 from servatus.files import read_all, write_all
-from servatus.tasks import Roster, Task, as_roster, bulk, fields_valid
+from servatus.script import ALLOCATION_ID
+from servatus.tasks import Roster, Task, as_roster, bulk, every_match, fields_valid
 
 SCHEMA = "servatus.campaign/4"
 """The journal's version tag, its first line. A future version upgrades older records as dicts.
@@ -545,7 +546,6 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
 _LATEST = 2**36
 """Seconds since the epoch no record's time reaches (the year 4147): beyond it, a wall time is
 damage, and formatting it would fail."""
-_ALLOCATION_IDS = re.compile(r"[0-9a-f]{24}(?:\n[0-9a-f]{24})*", re.ASCII)
 
 
 def _in_range(column: str, values: list[Any]) -> bool:
@@ -553,9 +553,8 @@ def _in_range(column: str, values: list[Any]) -> bool:
     times are finite wall times, limits are not negative, job numbers are Slurm's."""
     if not values:
         return True
-    if column == "allocation":  # a newline inside an id would show as one separator too many
-        text = "\n".join(values)
-        return bool(_ALLOCATION_IDS.fullmatch(text)) and text.count("\n") == len(values) - 1
+    if column == "allocation":
+        return every_match(ALLOCATION_ID, values)
     if column == "time":
         return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < _LATEST
     if column == "seconds":

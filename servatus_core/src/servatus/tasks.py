@@ -12,6 +12,7 @@ Slurm job name, and on a terminal, and it still admits keys built from numbers s
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import json
@@ -218,17 +219,22 @@ def _is_env_name(name: object) -> bool:
     )
 
 
-_KEYS = re.compile(rf"(?:{KEY_PATTERN.pattern}\n)*{KEY_PATTERN.pattern}")
-
-
-def _keys_valid(keys: Sequence[Any]) -> bool:
-    """Whether every key is a string matching :data:`KEY_PATTERN`, in one regex pass over all of
-    them: a key holding the separator would match as two, which the separator count catches."""
+def every_match(pattern: re.Pattern[str], values: Sequence[Any]) -> bool:
+    """Whether every value is a string ``pattern`` matches in full, decided in one regex pass
+    over them all joined by newlines (``pattern`` must not match one): a value holding the
+    separator would match as two, which the separator count catches."""
+    if not values:
+        return True
     try:
-        joined = "\n".join(keys)
+        joined = "\n".join(values)
     except TypeError:
         return False
-    return joined.count("\n") == len(keys) - 1 and _KEYS.fullmatch(joined) is not None
+    return joined.count("\n") == len(values) - 1 and _joined(pattern).fullmatch(joined) is not None
+
+
+@functools.cache
+def _joined(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(rf"(?:{pattern.pattern})(?:\n(?:{pattern.pattern}))*", pattern.flags)
 
 
 def fields_valid(keys: Sequence[Any], args: Sequence[Any], envs: Sequence[Any]) -> bool:
@@ -236,7 +242,7 @@ def fields_valid(keys: Sequence[Any], args: Sequence[Any], envs: Sequence[Any]) 
     checks but the text one (no NUL, no lone surrogate), decided in a few passes over whole
     columns instead of a call per Task: how a read of 100,000 stored Tasks validates them all
     without building them. False sends the caller to build each Task for the exact error."""
-    if keys and not _keys_valid(keys):
+    if not every_match(KEY_PATTERN, keys):
         return False
     if not set(map(type, args)) <= {list} or not all(args):
         return False

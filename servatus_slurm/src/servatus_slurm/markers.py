@@ -22,10 +22,10 @@ from __future__ import annotations
 import re
 
 from servatus.evidence import MAX_JOB, Marker, MarkerKind
+from servatus.script import ALLOCATION_ID_HEX
 
-ID_LENGTH = 24
+ID_LENGTH = ALLOCATION_ID_HEX
 """Hex digits in an allocation id (96 random bits)."""
-ALLOCATION_ID = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
 MARKER_GLOB = "servatus-" + "?" * ID_LENGTH + ".*"
 """Matches marker names and no log name: a campaign of 100,000 one-Task allocations has 200,000
 markers (about 15 MB listed) and as many logs, which the listing need not carry."""
