@@ -578,28 +578,39 @@ def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[st
     return unstructure
 
 
+class _ColumnProblem(TypeError):
+    """What is wrong with one column (``a wrong type in job``), for its caller to put in its own
+    words: a snapshot's columns and a single record report it differently."""
+
+
+def _column(column: str, name: str, values: list[Any]) -> list[Any]:
+    """One column of kind ``column`` checked and converted (times to floats, keys to tuples)."""
+    if not set(map(type, values)) <= _COLUMN_TYPES[column]:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    if not _in_range(column, values):
+        raise _ColumnProblem(f"a value out of range in {name}")
+    if column == "time":
+        return list(map(float, values))
+    if column == "keys":
+        try:
+            "".join(itertools.chain.from_iterable(values))  # every key a string
+        except TypeError:
+            raise _ColumnProblem(f"a wrong type in {name}") from None
+        return list(map(tuple, values))
+    return values
+
+
 def _structure_columns(kind: type[R]) -> Callable[[Any, Any], tuple[R, ...]]:
     columns = _COLUMNS[kind]
     what = f"{_TAGS[kind]} columns"
 
-    def field(name: str, values: list[Any]) -> list[Any]:
-        column = columns[name]
-        if not set(map(type, values)) <= _COLUMN_TYPES[column]:
-            raise TypeError(f"not {what}: a wrong type in {name}")
-        if not _in_range(column, values):
-            raise TypeError(f"not {what}: a value out of range in {name}")
-        if column == "time":
-            return list(map(float, values))
-        if column == "keys":
-            try:
-                "".join(itertools.chain.from_iterable(values))  # every key a string
-            except TypeError:
-                raise TypeError(f"not {what}: a wrong type in {name}") from None
-            return list(map(tuple, values))
-        return values
-
     def structure(value: Any, _: Any) -> tuple[R, ...]:
-        return tuple(map(kind, *map(field, columns, _columns(value, columns, what))))
+        arrays = _columns(value, columns, what)
+        try:
+            fields = list(map(_column, columns.values(), columns, arrays))
+        except _ColumnProblem as exc:
+            raise TypeError(f"not {what}: {exc}") from None
+        return tuple(map(kind, *fields))
 
     return structure
 
@@ -615,18 +626,19 @@ def _structure_record(kind: type[R]) -> Callable[[Any, Any], R]:
         if field.default is not attrs.NOTHING
     }
     required = columns.keys() - defaults.keys()
-    rows = _structure_columns(kind)
     what = f"a valid {_TAGS[kind]} record"
 
     def structure(value: Any, _: Any) -> R:
         if type(value) is not dict or not required <= value.keys() <= columns.keys():
             raise TypeError(f"not {what}: {value!r:.80}")
-        row = {name: [value[name] if name in value else defaults[name]] for name in columns}
         try:
-            return rows(row, None)[0]
-        except TypeError as exc:  # "not <kind> columns: <what is wrong> in <field>"
-            problem = str(exc).partition(": ")[2]
-            raise TypeError(f"not {what} ({problem}): {value!r:.80}") from None
+            row = [
+                _column(column, name, [value[name] if name in value else defaults[name]])[0]
+                for name, column in columns.items()
+            ]
+        except _ColumnProblem as exc:
+            raise TypeError(f"not {what} ({exc}): {value!r:.80}") from None
+        return kind(*row)
 
     return structure
 
