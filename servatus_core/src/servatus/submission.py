@@ -164,18 +164,16 @@ def submit_allocations(
         try:
             result = transport.run(sbatch, stdin=script.encode("utf-8", "surrogateescape"))
         except Unavailable as exc:
-            raise SubmissionInterrupted(
-                f"no answer from sbatch for allocation {allocation.allocation_id} ({exc}); "
-                f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
+            raise _interrupted(
+                f"no answer from sbatch for allocation {allocation.allocation_id} ({exc}); {done}"
             ) from exc
         if result.returncode != 0:
             said = result.stderr.decode("utf-8", "replace")
             reason = said.strip().splitlines()
             if _NO_ANSWER.search(said):
-                raise SubmissionInterrupted(
+                raise _interrupted(
                     f"sbatch lost Slurm while submitting allocation {allocation.allocation_id} "
-                    f"({reason[-1]}); {done}; its Tasks are UNRESOLVED until servatus reconcile "
-                    f"decides"
+                    f"({reason[-1]}); {done}"
                 )
             writer.add(Resolved(allocation_id=allocation.allocation_id, job=None))
             raise ShapeRejected(
@@ -184,23 +182,28 @@ def submit_allocations(
             )
         job = parse_job(result.stdout)
         if job is None:
-            raise SubmissionInterrupted(
-                f"sbatch answered allocation {allocation.allocation_id} with no job number; "
-                f"{done}; its Tasks are UNRESOLVED until servatus reconcile decides"
+            raise _interrupted(
+                f"sbatch answered allocation {allocation.allocation_id} with no job number; {done}"
             )
         try:
             writer.add(Receipt(allocation_id=allocation.allocation_id, job=job))
         except Unavailable as exc:  # the job exists, and its durable intent will be resolved
-            raise SubmissionInterrupted(
+            raise _interrupted(
                 f"allocation {allocation.allocation_id} was accepted as job {job}, but its "
                 f"receipt could not be recorded ({exc}); {len(accepted) + 1} of "
-                f"{len(allocations)} allocations reached Slurm; its Tasks are UNRESOLVED until "
-                f"servatus reconcile decides"
+                f"{len(allocations)} allocations reached Slurm"
             ) from exc
         accepted.append(SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys))
         if progress is not None:
             progress(index, len(allocations), allocation.allocation_id, job)
     return tuple(accepted)
+
+
+def _interrupted(what: str) -> SubmissionInterrupted:
+    """A submission stopped with an intent that has no outcome, and what to do about it."""
+    return SubmissionInterrupted(
+        f"{what}; its Tasks are UNRESOLVED until servatus reconcile decides"
+    )
 
 
 RECONCILE_AFTER = 15 * 60

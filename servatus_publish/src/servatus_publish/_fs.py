@@ -21,6 +21,7 @@ from pathlib import Path
 import attrs
 
 from servatus.errors import (
+    TRANSIENT_ERRNOS,
     ConfigurationError,
     ServatusError,
     Unavailable,
@@ -33,13 +34,7 @@ O_FILE = os.O_RDONLY | os.O_NOFOLLOW | O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
 LOCK_NAME = ".servatus.lock"
 RESERVED_PREFIX = ".servatus"
 
-_UNAVAILABLE = {
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EIO,
-    errno.EMFILE,
-    errno.ENFILE,
-    errno.ENOMEM,
+_UNAVAILABLE = TRANSIENT_ERRNOS | {
     errno.EAGAIN,
     errno.EINTR,
     errno.ETIMEDOUT,
