@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -100,3 +101,19 @@ def tmpfs(mount: Path, options: str) -> Iterator[Path]:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+DATA = Path(__file__).parent / "data"
+"""Files written by earlier releases (``data/make_da44b63.py`` says how), read by upgrade tests."""
+
+
+def owner_only_copy(source: Path, into: Path) -> Path:
+    """A copy of committed campaign data with the modes servatus wrote: git keeps only the x bit."""
+    shutil.copytree(source, into)
+    for root, directories, files in os.walk(into):
+        os.chmod(root, 0o700)
+        for name in directories:
+            os.chmod(Path(root, name), 0o700)
+        for name in files:
+            os.chmod(Path(root, name), 0o600)
+    return into

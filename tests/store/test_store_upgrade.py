@@ -1,0 +1,91 @@
+"""A campaign written by an earlier release still opens and reads as written (ADR 0001)."""
+
+from __future__ import annotations
+
+import importlib.util
+import stat
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from servatus import store
+from servatus.campaign import Campaign
+from servatus.tasks import Task
+from testkit import DATA, owner_only_copy
+
+
+def _writer_script() -> ModuleType:
+    """The script that wrote the data: the records it wrote are what must be read back."""
+    spec = importlib.util.spec_from_file_location("make_da44b63", DATA / "make_da44b63.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+WRITTEN = _writer_script()
+
+
+@pytest.fixture
+def old_campaign(tmp_path: Path) -> Path:
+    return owner_only_copy(DATA / "da44b63" / "campaign", tmp_path / "campaign")
+
+
+def test_the_journal_holds_a_snapshot_and_a_tail(old_campaign: Path) -> None:
+    data = (old_campaign / store.JOURNAL).read_bytes()
+    found = store.scan(data, "journal")
+    first, *tail = map(store.decode, found.payloads)
+    assert isinstance(first, store.Snapshot)
+    assert first.state == store.fold(WRITTEN.BEFORE_COMPACTION)
+    assert tail == WRITTEN.AFTER_COMPACTION
+    assert found.end == len(data)
+
+
+def test_every_record_reads_as_written(old_campaign: Path) -> None:
+    state = store.read(old_campaign)
+    assert state == store.fold(WRITTEN.BEFORE_COMPACTION + WRITTEN.AFTER_COMPACTION)
+    assert state.campaign_id == "0123456789abcdef0123456789abcdef"
+    assert state.created_at == 1764600000.25
+    assert state.sealed
+    assert state.revision == 17
+    assert state.tasks.keys == ("a", "b", "c", "d", "e", "f")
+    assert state.tasks.by_key()["a"] == Task(
+        "a", ["python", "train.py", "--lr", "1e-3"], stdin=b"\0\xff{}", env={"A": "1"}
+    )
+    assert state.tasks.by_key()["b"].args == ("python", "train.py", "é ü")
+    assert state.tasks.by_key()["c"].env.to_dict() == {"X": "", "Y": "=y"}
+    assert state.tasks.by_key()["e"].stdin == b"line\n"
+    assert {i.allocation_id: (i.task_keys, i.target, i.time_limit) for i in state.intents} == {
+        "a1a1a1a1a1a1a1a1a1a1a1a1": (("a", "b"), WRITTEN.ONE, 600),
+        "a2a2a2a2a2a2a2a2a2a2a2a2": (("c",), WRITTEN.ONE, 0),
+        "a3a3a3a3a3a3a3a3a3a3a3a3": (("d",), WRITTEN.ONE, 60),
+        "b4b4b4b4b4b4b4b4b4b4b4b4": (("e", "f"), WRITTEN.TWO, 3600),
+        "b5b5b5b5b5b5b5b5b5b5b5b5": (("e",), WRITTEN.TWO, 0),
+        "b6b6b6b6b6b6b6b6b6b6b6b6": (("f",), WRITTEN.ONE, 120),
+    }
+    assert [(r.allocation_id[:2], r.job) for r in state.receipts] == [("a1", 1001), ("b4", 4000000)]
+    assert [(r.allocation_id[:2], r.job) for r in state.resolutions] == [
+        ("a2", None),
+        ("a3", 1003),
+        ("b5", None),
+    ]
+    assert state.target_identities() == {
+        WRITTEN.ONE: WRITTEN.TARGET_ONE,
+        WRITTEN.TWO: WRITTEN.TARGET_TWO,
+    }
+
+
+def test_the_writer_takes_it_over(old_campaign: Path) -> None:
+    before = store.read(old_campaign)
+    with store.writing(old_campaign) as writer:
+        assert writer.state == before
+        writer.compact()
+        writer.commit(store.Receipt("b6b6b6b6b6b6b6b6b6b6b6b6", 1006))
+    after = store.read(old_campaign)
+    assert after.revision == before.revision + 1
+    assert after.receipts[-1] == store.Receipt("b6b6b6b6b6b6b6b6b6b6b6b6", 1006)
+    assert stat.S_IMODE((old_campaign / store.JOURNAL).stat().st_mode) == 0o600
+    assert Campaign.open(old_campaign).tasks.keys == before.tasks.keys
