@@ -192,7 +192,7 @@ def test_a_snapshot_stores_columns() -> None:
 @pytest.mark.parametrize(
     ("column", "change"),
     [
-        ("intents", lambda c: c.pop("time_limit")),
+        ("intents", lambda c: c.pop("plan_digest")),  # only a column with a default may be absent
         ("intents", lambda c: c.update(extra=[1, 2])),
         ("intents", lambda c: c["allocation_id"].pop()),
         ("intents", lambda c: c.update(task_keys=[["a", 1], ["a"]])),
@@ -211,6 +211,14 @@ def test_snapshot_columns_are_structured_strictly(column: str, change: Any) -> N
     change(document["state"][column])
     with pytest.raises(TypeError):
         store.decode(json.dumps(document).encode())
+
+
+def test_a_column_with_a_default_may_be_absent() -> None:
+    document = state_document()
+    document["state"]["intents"].pop("time_limit")  # as written before the field existed
+    state = store.decode(json.dumps(document).encode())
+    assert isinstance(state, store.Snapshot)
+    assert state.state.intents[0].time_limit == 0
 
 
 def test_an_empty_roster_is_four_empty_columns() -> None:

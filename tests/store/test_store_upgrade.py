@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import stat
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import attrs
+import cattrs
 import pytest
 
 from servatus import store
@@ -89,3 +92,76 @@ def test_the_writer_takes_it_over(old_campaign: Path) -> None:
     assert after.receipts[-1] == store.Receipt("b6b6b6b6b6b6b6b6b6b6b6b6", 1006)
     assert stat.S_IMODE((old_campaign / store.JOURNAL).stat().st_mode) == 0o600
     assert Campaign.open(old_campaign).tasks.keys == before.tasks.keys
+
+
+@attrs.frozen
+class LaterIntent:
+    """:class:`store.Intent` as a later release may define it: one more field, with a default."""
+
+    allocation_id: str
+    task_keys: tuple[str, ...]
+    plan_digest: str
+    created_at: float
+    target: str
+    time_limit: int = 0
+    lease: int = 0
+
+
+@attrs.frozen
+class LaterState(store.CampaignState):
+    intents: tuple[LaterIntent, ...] = ()
+    settled: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class LaterSnapshot:
+    state: LaterState
+
+
+@pytest.fixture
+def later(monkeypatch: pytest.MonkeyPatch) -> cattrs.Converter:
+    """The journal's converter as a later release with those fields would build it."""
+    monkeypatch.setitem(store._TAGS, LaterIntent, "intent")
+    monkeypatch.setitem(
+        store._COLUMNS, LaterIntent, {**store._COLUMNS[store.Intent], "lease": "seconds"}
+    )
+    return store._converter(store._structure_roster)
+
+
+def test_a_field_with_a_default_needs_no_new_journal_version(
+    old_campaign: Path, later: cattrs.Converter
+) -> None:
+    payload = store.scan((old_campaign / store.JOURNAL).read_bytes(), "journal").payloads[0]
+    document = json.loads(payload)
+    assert document.pop("type") == "snapshot"
+    old = store.fold(WRITTEN.BEFORE_COMPACTION)
+    state = later.structure(document, LaterSnapshot).state
+    assert state.settled == ()
+    assert [attrs.astuple(i)[:-1] for i in state.intents] == list(map(attrs.astuple, old.intents))
+    assert {i.lease for i in state.intents} == {0}
+    assert (state.receipts, state.resolutions, state.tasks) == (
+        old.receipts,
+        old.resolutions,
+        old.tasks,
+    )
+    newer = attrs.evolve(state, intents=(attrs.evolve(state.intents[0], lease=7),), settled=("a",))
+    assert later.structure(later.unstructure(LaterSnapshot(newer)), LaterSnapshot).state == newer
+
+
+def test_unknown_fields_are_still_refused(old_campaign: Path, later: cattrs.Converter) -> None:
+    payload = store.scan((old_campaign / store.JOURNAL).read_bytes(), "journal").payloads[0]
+    document = json.loads(payload)
+    document.pop("type")
+    document["state"]["unknown"] = []
+    with pytest.raises(cattrs.BaseValidationError):
+        later.structure(document, LaterSnapshot)
+    del document["state"]["unknown"]
+    document["state"]["intents"]["unknown"] = [1, 2, 3]
+    with pytest.raises(cattrs.BaseValidationError):
+        later.structure(document, LaterSnapshot)
+    document["state"]["intents"].pop("unknown")
+    document["state"]["intents"].pop("plan_digest")  # a column without a default is required
+    with pytest.raises(cattrs.BaseValidationError):
+        later.structure(document, LaterSnapshot)
+    with pytest.raises(TypeError, match=r"\$\.state\.intents"):
+        store.decode(json.dumps({"type": "snapshot", **document}).encode())

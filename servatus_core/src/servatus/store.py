@@ -600,14 +600,33 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
     return values
 
 
+def _defaults(kind: type[Any]) -> dict[str, Any]:
+    """The fields of ``kind`` that have a default, with it: a record or a snapshot written
+    before such a field existed lacks it, and reads as if it held the default."""
+    return {
+        field.name: field.default
+        for field in attrs.fields(kind)
+        if field.default is not attrs.NOTHING
+    }
+
+
 def _structure_columns(kind: type[R]) -> Callable[[Any, Any], tuple[R, ...]]:
+    """A snapshot's columns of ``kind``; the column of a field with a default may be absent."""
     columns = _COLUMNS[kind]
+    defaults = _defaults(kind)
     what = f"{_TAGS[kind]} columns"
 
     def structure(value: Any, _: Any) -> tuple[R, ...]:
-        arrays = _columns(value, columns, what)
+        present = [name for name in columns if type(value) is not dict or name in value]
+        if not columns.keys() - present <= defaults.keys():
+            raise TypeError(f"not {what}: {value!r:.80}")
+        arrays = dict(zip(present, _columns(value, present, what), strict=True))
+        rows = len(arrays[present[0]]) if present else 0
         try:
-            fields = list(map(_column, columns.values(), columns, arrays))
+            fields = [
+                _column(column, name, arrays[name]) if name in arrays else [defaults[name]] * rows
+                for name, column in columns.items()
+            ]
         except _ColumnProblem as exc:
             raise TypeError(f"not {what}: {exc}") from None
         return tuple(map(kind, *fields))
@@ -620,11 +639,7 @@ def _structure_record(kind: type[R]) -> Callable[[Any, Any], R]:
     snapshot's columns are checked by one schema, :data:`_COLUMNS`. A field with a default (an
     intent's ``time_limit``) may be absent."""
     columns = _COLUMNS[kind]
-    defaults = {
-        field.name: field.default
-        for field in attrs.fields(kind)  # type: ignore[arg-type]
-        if field.default is not attrs.NOTHING
-    }
+    defaults = _defaults(kind)
     required = columns.keys() - defaults.keys()
     what = f"a valid {_TAGS[kind]} record"
 
