@@ -18,8 +18,9 @@ from launch_helpers import (
     srun_environment,
 )
 
+from servatus.direct import DirectLauncher
 from servatus.errors import ConfigurationError
-from servatus.launcher import ENV_COMMAND, DirectLauncher, StepCommand
+from servatus.launcher import ENV_COMMAND, StepCommand
 from servatus.plugins import hooks
 from servatus.submission import RUNTIME_VARIABLES, step_environment
 from servatus.tasks import Task

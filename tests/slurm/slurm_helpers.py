@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 
 from servatus.config import Target
-from servatus.launcher import DirectLauncher
+from servatus.direct import DirectLauncher
 from servatus.script import ScriptSpec, ScriptStep
 from testkit import make_target
 

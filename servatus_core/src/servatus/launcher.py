@@ -2,8 +2,9 @@
 
 A launcher is a plugin (``servatus_launchers``) selected by name with ``[target] launcher``.
 Setting ``apptainer`` and ``image`` selects ``apptainer``; otherwise ``direct`` runs the Task's
-absolute ``args[0]`` under ``env -i``. This module is also the built-in plugin that registers the
-direct launcher.
+absolute ``args[0]`` under ``env -i`` (:mod:`servatus.direct`, the built-in plugin). This module
+holds what every launcher shares; it imports no hook machinery, so hook specs and scripts can name
+its types without an import cycle.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 
 from servatus.errors import ConfigurationError
-from servatus.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from servatus.config import Target
@@ -80,43 +80,3 @@ def check_program(args: Sequence[str], launcher: str) -> None:
             f"the {launcher} launcher cannot run a program whose path contains '=', "
             f"got {args[0]!r}; env would read it as a variable"
         )
-
-
-@attrs.frozen
-class DirectLauncher:
-    """Runs the Task's absolute ``args[0]`` under ``env -i`` with its variables as arguments."""
-
-    name: str = "direct"
-
-    def check(self, target: Target, args: Sequence[str]) -> None:
-        check_program(args, self.name)
-
-    def command(
-        self,
-        target: Target,
-        args: Sequence[str],
-        env: Mapping[str, str],
-        *,
-        inherit: Sequence[str],
-        gpus: int,
-    ) -> StepCommand:
-        self.check(target, args)
-        carried = [*inherit, *(["CUDA_VISIBLE_DEVICES"] if gpus else [])]
-        assignments = tuple(f"{name}={value}" for name, value in sorted(env.items()))
-        if not carried:
-            return StepCommand(argv=(ENV_COMMAND, "-i", *assignments, *args))
-        # Run-time values are read by a fixed shell snippet; the Task's own words stay "$@".
-        # An unset CUDA_VISIBLE_DEVICES stays unset rather than becoming empty.
-        pieces = [
-            f'${{{name}+{name}="${name}"}}'
-            if name == "CUDA_VISIBLE_DEVICES"
-            else f'{name}="${name}"'
-            for name in carried
-        ]
-        script = f'exec {ENV_COMMAND} -i {" ".join(pieces)} "$@"'
-        return StepCommand(argv=(SHELL, "-c", script, "servatus-step", *assignments, *args))
-
-
-@hookimpl
-def servatus_launchers() -> list[Launcher]:
-    return [DirectLauncher()]
