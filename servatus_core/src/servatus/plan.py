@@ -11,12 +11,14 @@ import enum
 import hashlib
 import json
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypedDict
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_structure_fn_from_attrs, make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
+from cattrs.v import format_exception
 
 from servatus.config import (
     Profile,
@@ -298,74 +300,150 @@ class Plan:
         return same and self.allocations == other.allocations
 
 
-@attrs.frozen
-class _DecisionDocument:
-    selected: list[str]
-    held: list[tuple[str, str]]
-    deferred: list[str]
-    continuation: dict[str, Any] | None = None
-    spent: dict[str, int] = attrs.Factory(dict)
-    extensions: list[str] = attrs.Factory(list)
+def _reserved_decision() -> dict[str, Any]:
+    """Fields a saved Decision holds for budgeted continuation: written empty, and on reading
+    checked (:class:`_Reserved`) and set aside until continuation uses them."""
+    return {"continuation": None, "spent": {}, "extensions": []}
 
 
-@attrs.frozen
-class _AllocationDocument:
-    allocation_id: str
-    task_keys: list[str]
+class _Reserved(TypedDict, total=False):
+    continuation: dict[str, Any] | None
+    spent: dict[str, int]
+    extensions: list[str]
 
 
-@attrs.frozen
-class _RequestDocument:
-    retry: list[str]
-    retry_failed: bool
-    only: list[str] | None
-    tasks_per_allocation: int | None
+class _Unusable(ValueError):
+    """A problem a hook words itself; ``located`` ones get the plan's name in front."""
+
+    def __init__(self, message: str, *, located: bool = False) -> None:
+        super().__init__(message)
+        self.located = located
 
 
-@attrs.frozen
-class _PlanDocument:
-    schema: Literal["servatus.plan/4"]
-    campaign_id: str
-    revision: int
-    created_at: float
-    probe: bool
-    profile: dict[str, Any]
-    request: _RequestDocument
-    decision: _DecisionDocument
-    allocations: list[_AllocationDocument]
-    digest: str
+_HOLDS = tuple[tuple[str, Hold], ...]
+_AS_LISTS: dict[Any, Any] = {
+    tuple[str, ...]: list[str],
+    tuple[str, ...] | None: list[str] | None,
+    tuple[Allocation, ...]: list[Allocation],
+}
+"""The value types' tuples, read as the lists a document holds."""
+
+_SHOWN: dict[Any, Any] = {
+    tuple[str, ...]: list,
+    tuple[str, ...] | None: list[str] | None,
+    tuple[Allocation, ...]: list,
+    _HOLDS: list,
+}
+"""How messages name those tuples: as the document's lists (``expected list``)."""
 
 
-_converter = strict_scalars(make_converter(forbid_extra_keys=True))
+def _every_field_required(kind: type[Any], converter: cattrs.Converter, *omit: str) -> Any:
+    """A structure hook for ``kind`` that requires every field but ``omit``: a document stores
+    them all, so one that lacks a field was not written by servatus, whatever defaults the value
+    type has."""
+    attrs.resolve_types(kind)
+    fields = [field.evolve(default=attrs.NOTHING) for field in attrs.fields(kind)]
+    overrides: dict[str, Any] = {name: override(omit=True) for name in omit}
+    return make_dict_structure_fn_from_attrs(fields, kind, converter, **overrides)
+
+
+def _plan_converter() -> cattrs.Converter:
+    """One converter for the saved plan: the value types themselves, every field required,
+    unknown keys and loose scalars refused."""
+    converter = strict_scalars(make_converter(forbid_extra_keys=True))
+    for kind, stored in _AS_LISTS.items():
+        converter.register_structure_hook_func(_exactly(kind), _read_as(converter, stored))
+    converter.register_structure_hook_func(_exactly(_HOLDS), _structure_holds(converter))
+    converter.register_unstructure_hook_func(
+        _exactly(_HOLDS), lambda held: [[key, hold.value] for key, hold in held]
+    )
+    converter.register_unstructure_hook_func(  # 100,000 of them: built here, not one by one
+        _exactly(tuple[Allocation, ...]),
+        lambda allocations: [
+            {"allocation_id": a.allocation_id, "task_keys": list(a.task_keys)} for a in allocations
+        ],
+    )
+    converter.register_structure_hook(Profile, _structure_profile(converter))
+    converter.register_unstructure_hook(Profile, profile_to_document)
+    for kind in (Request, Allocation):
+        converter.register_structure_hook(kind, _every_field_required(kind, converter))
+    converter.register_structure_hook(Decision, _structure_decision(converter))
+    decision = make_dict_unstructure_fn(Decision, converter)
+    converter.register_unstructure_hook(
+        Decision, lambda value: {**decision(value), **_reserved_decision()}
+    )
+    converter.register_structure_hook(Plan, _every_field_required(Plan, converter, "warnings"))
+    converter.register_unstructure_hook(
+        Plan, make_dict_unstructure_fn(Plan, converter, warnings=override(omit=True))
+    )
+    return converter
+
+
+def _exactly(kind: Any) -> Callable[[Any], bool]:
+    return lambda other: bool(other == kind)
+
+
+def _read_as(converter: cattrs.Converter, stored: Any) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _: Any) -> Any:
+        items = converter.structure(value, stored)
+        return None if items is None else tuple(items)
+
+    return structure
+
+
+def _structure_holds(converter: cattrs.Converter) -> Any:
+    def structure(value: Any, _: Any) -> tuple[tuple[str, Hold], ...]:
+        pairs = converter.structure(value, list[tuple[str, str]])
+        try:
+            return tuple((key, Hold(hold)) for key, hold in pairs)
+        except ValueError as exc:
+            raise _Unusable(str(exc)) from None
+
+    return structure
+
+
+def _structure_profile(converter: cattrs.Converter) -> Any:
+    def structure(value: Any, _: Any) -> Profile:
+        try:
+            return profile_from_document(converter.structure(value, dict[str, Any]))
+        except ConfigurationError as exc:
+            raise _Unusable(str(exc), located=True) from None
+
+    return structure
+
+
+def _structure_decision(converter: cattrs.Converter) -> Any:
+    """A Decision, its reserved fields (:class:`_Reserved`) checked and set aside."""
+    fields = _every_field_required(Decision, converter)
+
+    def structure(value: Any, _: Any) -> Decision:
+        if type(value) is not dict:
+            raise TypeError(f"not an object: {value!r:.40}")
+        reserved = {name: value[name] for name in _Reserved.__annotations__ if name in value}
+        own = {name: item for name, item in value.items() if name not in _Reserved.__annotations__}
+        problems: list[Exception] = []
+        decision = None
+        try:
+            decision = fields(own, Decision)
+        except cattrs.ClassValidationError as exc:
+            problems += exc.exceptions
+        try:
+            converter.structure(reserved, _Reserved)
+        except cattrs.ClassValidationError as exc:
+            problems += exc.exceptions
+        if problems or decision is None:
+            raise cattrs.ClassValidationError("While structuring Decision", problems, Decision)
+        return decision  # type: ignore[no-any-return]
+
+    return structure
+
+
+_converter = _plan_converter()
 
 
 def plan_to_document(plan: Plan) -> dict[str, Any]:
     """The saved ``servatus.plan/4`` document, sealed by a digest of everything else in it."""
-    body = _PlanDocument(
-        schema=PLAN_SCHEMA,
-        campaign_id=plan.campaign_id,
-        revision=plan.revision,
-        created_at=plan.created_at,
-        probe=plan.probe,
-        profile=profile_to_document(plan.profile),
-        request=_RequestDocument(
-            retry=list(plan.request.retry),
-            retry_failed=plan.request.retry_failed,
-            only=None if plan.request.only is None else list(plan.request.only),
-            tasks_per_allocation=plan.request.tasks_per_allocation,
-        ),
-        decision=_DecisionDocument(
-            selected=list(plan.decision.selected),
-            held=[(key, hold.value) for key, hold in plan.decision.held],
-            deferred=list(plan.decision.deferred),
-        ),
-        allocations=[],
-        digest="",
-    )
-    document: dict[str, Any] = _converter.unstructure(body)
-    document["allocations"] = [  # 100,000 of them: built here, not as values to unstructure
-        {"allocation_id": a.allocation_id, "task_keys": list(a.task_keys)} for a in plan.allocations
-    ]
+    document: dict[str, Any] = {"schema": PLAN_SCHEMA, **_converter.unstructure(plan)}
     document["digest"] = _digest(document)
     return document
 
@@ -376,48 +454,42 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
         raise StalePlan(f"{where}: not a {PLAN_SCHEMA} document")
     if data.get("digest") != _digest(data):
         raise StalePlan(f"{where}: the plan was altered after it was saved; plan again")
+    body = {name: value for name, value in data.items() if name not in ("schema", "digest")}
     try:
-        body = _converter.structure(data, _PlanDocument)
-        profile = profile_from_document(body.profile, where=f"{where}: profile")
-        holds = tuple((key, Hold(value)) for key, value in body.decision.held)
-    except (cattrs.BaseValidationError, ValueError, ConfigurationError) as exc:
-        problems = (
-            "; ".join(cattrs.transform_error(exc))
-            if isinstance(exc, cattrs.BaseValidationError)
-            else str(exc)
-        )
-        raise StalePlan(f"{where}: not a usable plan ({problems})") from None
+        plan: Plan = _converter.structure(body, Plan)
+    except cattrs.BaseValidationError as exc:
+        raise StalePlan(f"{where}: not a usable plan ({_problems(exc, where)})") from None
     malformed = [
-        a.allocation_id for a in body.allocations if not ALLOCATION_ID.fullmatch(a.allocation_id)
+        a.allocation_id for a in plan.allocations if not ALLOCATION_ID.fullmatch(a.allocation_id)
     ]
     if malformed:
         raise StalePlan(f"{where}: not a usable plan (allocation id {malformed[0]!r})")
-    packed = [key for a in body.allocations for key in a.task_keys]
-    selected = set(body.decision.selected)
+    packed = [key for a in plan.allocations for key in a.task_keys]
+    selected = set(plan.decision.selected)
     if len(packed) != len(selected) or selected.symmetric_difference(packed):
         raise StalePlan(f"{where}: not a usable plan (its allocations differ from its selection)")
-    request = body.request
-    return Plan(
-        campaign_id=body.campaign_id,
-        revision=body.revision,
-        profile=profile,
-        request=Request(
-            retry=tuple(request.retry),
-            retry_failed=request.retry_failed,
-            only=None if request.only is None else tuple(request.only),
-            tasks_per_allocation=request.tasks_per_allocation,
-        ),
-        probe=body.probe,
-        decision=Decision(
-            selected=tuple(body.decision.selected),
-            held=holds,
-            deferred=tuple(body.decision.deferred),
-        ),
-        allocations=tuple(
-            Allocation(a.allocation_id, tuple(a.task_keys)) for a in body.allocations
-        ),
-        created_at=body.created_at,
-    )
+    return plan
+
+
+def _problems(exc: cattrs.BaseValidationError, where: str) -> str:
+    """What is wrong, in cattrs' words (a tuple named as the list the document holds), or in a
+    hook's own when that is the only problem."""
+    leaves = list(_leaves(exc))
+    if len(leaves) == 1 and isinstance(leaves[0], _Unusable):
+        return f"{where}: {leaves[0]}" if leaves[0].located else str(leaves[0])
+
+    def describe(problem: BaseException, kind: Any) -> str:
+        return format_exception(problem, _SHOWN.get(kind, kind))
+
+    return "; ".join(cattrs.transform_error(exc, format_exception=describe))
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
 
 
 def _digest(document: Mapping[str, Any]) -> str:
