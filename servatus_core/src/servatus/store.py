@@ -416,7 +416,10 @@ def apply(state: CampaignState, change: object) -> CampaignState:
 
 _TASK_COLUMNS = ("key", "args", "stdin", "env")
 """A record stores its Tasks as these columns (stdin base64, ``""`` and ``{}`` when empty); a
-stored Task is its row, a tuple of the four values, until a :class:`Roster` builds it."""
+stored Task is its row, a tuple of the four values, until a :class:`Roster` builds it. A row is
+read by column name (:data:`_KEY` and the others), so a new column changes no reader."""
+
+_KEY, _ARGS, _STDIN, _ENV = map(_TASK_COLUMNS.index, ("key", "args", "stdin", "env"))
 
 
 def _stored_row(task: Task) -> tuple[str, list[str], str, dict[str, str]]:
@@ -424,19 +427,20 @@ def _stored_row(task: Task) -> tuple[str, list[str], str, dict[str, str]]:
     return task.key, list(task.args), stdin, task.env.to_dict()
 
 
-def _task_fields(row: tuple[Any, ...]) -> tuple[str, tuple[str, ...], bytes, dict[str, str]]:
-    key, args, stdin, env = row
+def _task_fields(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A stored row as the fields of its Task, by name; raises TypeError for a misshapen one."""
+    key, args, stdin, env = row[_KEY], row[_ARGS], row[_STDIN], row[_ENV]
     if type(args) is not list or type(stdin) is not str or type(env) is not dict:
         raise TypeError(f"Task {key!r:.80}: args must be an array, stdin a string, env an object")
     data = binascii.a2b_base64(stdin, strict_mode=True) if stdin else b""
-    return key, tuple(args), data, env
+    return {"key": key, "args": tuple(args), "stdin": data, "env": env}
 
 
 def _build_task(row: tuple[Any, ...]) -> Task:
     """A stored Task row as its Task, checked (:func:`decode` proved its record free of NUL and
     lone surrogates); a bad one is :class:`~servatus.errors.CorruptState`."""
     try:
-        return Task.stored(*_task_fields(row))
+        return Task.stored(**_task_fields(row))
     except (TypeError, ValueError, ServatusError) as exc:
         raise CorruptState(f"a stored Task is invalid: {exc}") from None
 
@@ -444,7 +448,7 @@ def _build_task(row: tuple[Any, ...]) -> Task:
 def _stored_args(row: tuple[Any, ...]) -> tuple[str, ...]:
     """A stored Task row's args, which :func:`_structure_stored_roster` checked when the record
     was read (planning reads them for every Task it selects)."""
-    return tuple(row[1])
+    return tuple(row[_ARGS])
 
 
 def _unstructure_roster(roster: Roster) -> dict[str, list[Any]]:
@@ -458,16 +462,15 @@ def _structure_roster(value: Any, _: Any) -> Roster:
     free of NUL and lone surrogates."""
     rows = zip(*_columns(value, _TASK_COLUMNS, "Task columns"), strict=True)
     fields = map(_task_fields, rows)
-    return as_roster(
-        [Task(key, args, stdin=stdin, env=env or None) for key, args, stdin, env in fields]
-    )
+    return as_roster([Task(**{**field, "env": field["env"] or None}) for field in fields])
 
 
 def _structure_stored_roster(value: Any, _: Any) -> Roster:
     """Tasks left as rows: every field of every Task checked now, column by column (the text was
     checked for the whole record by :func:`decode`); each Task is built when used."""
-    keys, args, stdins, envs = _columns(value, _TASK_COLUMNS, "Task columns")
-    rows = list(zip(keys, args, stdins, envs, strict=True))
+    columns = _columns(value, _TASK_COLUMNS, "Task columns")
+    keys, args, stdins, envs = columns[_KEY], columns[_ARGS], columns[_STDIN], columns[_ENV]
+    rows = list(zip(*columns, strict=True))
     if not (fields_valid(keys, args, envs) and all(map(_is_base64, stdins))):
         for row in rows:  # the exact error: build each Task until one fails
             _build_task(row)
