@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_helpers import make_tasks
 
-from servatus import store
+from servatus import ids, store
 from servatus.campaign import Campaign, append_state, create_state, ensure_state, seal_state
 from servatus.errors import Busy, ConfigurationError, CorruptState, TaskConflict, UnsafeFilesystem
 from servatus.tasks import Task
@@ -96,7 +96,7 @@ def test_fold_rejects_impossible_histories(records: list[object]) -> None:
 def test_an_intent_names_its_target_by_key() -> None:
     state = store.fold(ALL_RECORDS)
     assert state.target_identities() == {LOCAL: '{"host":null}'}
-    assert len(LOCAL) == store.TARGET_KEY_HEX
+    assert len(LOCAL) == ids.TARGET_KEY_HEX
     assert {intent.target for intent in state.intents} == {LOCAL}
     damaged = attrs.evolve(state, targets=())
     with pytest.raises(store.Rejected, match="unrecorded targets"):

@@ -37,6 +37,7 @@ from cattrs.preconf.json import make_converter
 
 from servatus.errors import ConfigurationError, Unavailable, input_problem
 from servatus.files import read_regular
+from servatus.strict import config_integer, config_string, kind_of
 
 DEFAULT_PROFILE = "default"
 """The name of the one profile a file without ``[profiles]`` tables defines."""
@@ -189,37 +190,9 @@ def capacity(target: Target, resources: Resources) -> int:
 _T = TypeVar("_T")
 
 
-def _kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return f"a {type(value).__name__}"
-
-
-def _string(value: object) -> str:
-    if not isinstance(value, str):
-        raise ConfigurationError(f"expected a string, got {_kind(value)}")
-    return value
-
-
-def _integer(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"expected an integer, got {_kind(value)}")
-    return value
-
-
 def _text(value: object) -> str:
     """A non-empty string without control characters (it reaches command lines and scripts)."""
-    text = _string(value)
+    text = config_string(value)
     if not text:
         raise ConfigurationError("must not be empty")
     if not text.isprintable():
@@ -259,14 +232,14 @@ _image = _without(":")
 
 
 def _positive(value: object) -> int:
-    number = _integer(value)
+    number = config_integer(value)
     if number <= 0:
         raise ConfigurationError(f"must be positive, got {number}")
     return number
 
 
 def _count(value: object) -> int:
-    number = _integer(value)
+    number = config_integer(value)
     if number < 0:
         raise ConfigurationError(f"must not be negative, got {number}")
     return number
@@ -310,14 +283,14 @@ MAX_SIGNAL_BEFORE_END = 65535
 
 def _lead(text: object) -> int:
     """A positive duration, such as ``signal_before_end``."""
-    seconds = parse_duration(_string(text))
+    seconds = parse_duration(config_string(text))
     if seconds <= 0:
         raise ConfigurationError(f"invalid duration {text!r}: must be longer than zero")
     return seconds
 
 
 def _limit(text: object) -> int:
-    return parse_time_limit(_string(text))
+    return parse_time_limit(config_string(text))
 
 
 def _whole_minutes(value: object) -> int:
@@ -344,8 +317,8 @@ _TimeLimit = NewType("_TimeLimit", int)
 _Lead = NewType("_Lead", int)
 
 _RULES: dict[Any, Callable[[object], Any]] = {
-    str: _string,
-    int: _integer,
+    str: config_string,
+    int: config_integer,
     _Text: _text,
     _Host: _host,
     _Absolute: _absolute,
@@ -431,7 +404,7 @@ def _make_converter() -> cattrs.Converter:
 
         def structure(value: Any, kind: Any) -> Any:
             if not isinstance(value, list | tuple):
-                raise ConfigurationError(f"expected an array, got {_kind(value)}")
+                raise ConfigurationError(f"expected an array, got {kind_of(value)}")
             return inner(value, kind)
 
         return structure
@@ -519,7 +492,7 @@ def _dotted(path: tuple[str, ...]) -> str:
 
 def _structure(data: Any, kind: type[_T], where: str) -> _T:
     if not isinstance(data, dict):
-        raise ConfigurationError(f"{where}: expected a table, got {_kind(data)}")
+        raise ConfigurationError(f"{where}: expected a table, got {kind_of(data)}")
     try:
         return _converter.structure(data, kind)
     except (ClassValidationError, IterableValidationError, ConfigurationError) as exc:
@@ -702,7 +675,7 @@ def _value_problems(profile: Profile) -> Iterator[str]:
             yield from _check(f"target.binds[{index}]", _bind, bind)
     for key, value in target.launcher_options:
         yield from _check(f"target.launcher_options.{_key(key)}", _text, key)
-        yield from _check(f"target.launcher_options.{_key(key)}", _string, value)
+        yield from _check(f"target.launcher_options.{_key(key)}", config_string, value)
     for field, rule in _RESOURCES_RULES.items():
         yield from _check(f"resources.{field}", rule, getattr(resources, field))
     if resources.signal_before_end is not None:

@@ -29,9 +29,9 @@ from servatus.config import (
     profile_to_document,
 )
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
-from servatus.script import ALLOCATION_ID, ALLOCATION_ID_HEX
+from servatus.ids import ALLOCATION_ID, ALLOCATION_ID_HEX
 from servatus.status import Execution, Report
-from servatus.store import strict_scalars
+from servatus.strict import strict_scalars
 
 
 class Hold(enum.Enum):

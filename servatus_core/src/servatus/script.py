@@ -6,7 +6,6 @@ only chooses shell syntax and run-marker names, which its evidence reader parses
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import attrs
@@ -47,11 +46,6 @@ class ScriptSpec:
     inherit: tuple[str, ...] = ()
     depends_on: str | None = None
 
-
-ALLOCATION_ID_HEX = 24
-"""Allocation ids are 24 lowercase hex digits: short enough for a job name, never guessable."""
-ALLOCATION_ID = re.compile(f"[0-9a-f]{{{ALLOCATION_ID_HEX}}}")
-"""A whole allocation id, the one shape the planner makes, the store keeps and scripts name."""
 
 JOB_NAME_PREFIX = "servatus-"
 

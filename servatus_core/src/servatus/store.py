@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import binascii
 import fcntl
-import hashlib
 import itertools
 import json
 import math
@@ -57,7 +56,8 @@ from servatus.errors import (
 )
 from servatus.evidence import MAX_JOB
 from servatus.files import read_all, write_all
-from servatus.script import ALLOCATION_ID
+from servatus.ids import ALLOCATION_ID, target_key
+from servatus.strict import strict_scalars
 from servatus.tasks import Roster, Task, as_roster, bulk, every_match, fields_valid
 
 SCHEMA = "servatus.campaign/4"
@@ -133,16 +133,6 @@ class Appended:
 @attrs.frozen
 class Sealed:
     """Authoring ended; no Task is ever added again."""
-
-
-TARGET_KEY_HEX = 16
-"""A Target key is this many hex digits of the SHA-256 of the Target's identity."""
-
-
-def target_key(identity: str) -> str:
-    """The short key intents name a Target by: a digest of its identity (canonical JSON)."""
-    data = identity.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()[:TARGET_KEY_HEX]
 
 
 @record("target")
@@ -497,21 +487,6 @@ def _is_base64(text: Any) -> bool:
     return True
 
 
-def _strict(kind: type[Any]) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _: Any) -> Any:
-        if type(value) is not kind:
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        return value
-
-    return structure
-
-
-def _structure_float(value: Any, _: Any) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise TypeError(f"expected a finite number, got {value!r:.40}")
-    return float(value)
-
-
 def _is_tuple_of(kind: type[Any]) -> Callable[[Any], bool]:
     many = tuple[kind, ...]  # type: ignore[valid-type]
     return lambda other: bool(other == many)
@@ -670,15 +645,6 @@ def _converter(roster: Callable[[Any, Any], Roster]) -> cattrs.Converter:
         converter.register_structure_hook_func(_is_tuple_of(kind), _structure_columns(kind))
         converter.register_unstructure_hook_func(_is_tuple_of(kind), _unstructure_columns(kind))
     return strict_scalars(converter)
-
-
-def strict_scalars(converter: cattrs.Converter) -> cattrs.Converter:
-    """Take a string, integer or boolean only as itself (cattrs' JSON converter would make
-    ``"None"`` of a null) and a float only from a number; returns ``converter``."""
-    for kind in (str, int, bool):
-        converter.register_structure_hook(kind, _strict(kind))
-    converter.register_structure_hook(float, _structure_float)
-    return converter
 
 
 _CONVERTER = _converter(_structure_roster)

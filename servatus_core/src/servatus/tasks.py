@@ -28,6 +28,7 @@ from cattrs.preconf.json import make_converter
 
 from servatus.errors import ConfigurationError, input_problem
 from servatus.files import read_regular
+from servatus.strict import line_strings
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """Every valid Task key matches this in full."""
@@ -443,33 +444,7 @@ class _Line:
     env: dict[str, str] | None = None
 
 
-def _strict_str(value: Any, _: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _strict_str_list(value: Any, _: Any) -> list[str]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected an array of strings, got {type(value).__name__}")
-    return [_strict_str(item, str) for item in value]
-
-
-def _strict_str_dict(value: Any, _: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise TypeError(f"expected an object of strings, got {type(value).__name__}")
-    return {name: _strict_str(item, str) for name, item in value.items()}
-
-
-def _line_converter() -> cattrs.Converter:
-    converter = make_converter(forbid_extra_keys=True)
-    converter.register_structure_hook(str, _strict_str)
-    converter.register_structure_hook_func(lambda kind: kind == list[str], _strict_str_list)
-    converter.register_structure_hook_func(lambda kind: kind == dict[str, str], _strict_str_dict)
-    return converter
-
-
-_LINES = _line_converter()
+_LINES = line_strings(make_converter(forbid_extra_keys=True))
 
 
 def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

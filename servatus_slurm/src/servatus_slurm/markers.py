@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from servatus.evidence import MAX_JOB, Marker, MarkerKind
-from servatus.script import ALLOCATION_ID_HEX
+from servatus.ids import ALLOCATION_ID_HEX
 
 ID_LENGTH = ALLOCATION_ID_HEX
 """Hex digits in an allocation id (96 random bits)."""
