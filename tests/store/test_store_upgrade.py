@@ -95,15 +95,9 @@ def test_the_writer_takes_it_over(old_campaign: Path) -> None:
 
 
 @attrs.frozen
-class LaterIntent:
+class LaterIntent(store.Intent):
     """:class:`store.Intent` as a later release may define it: one more field, with a default."""
 
-    allocation_id: str
-    task_keys: tuple[str, ...]
-    plan_digest: str
-    created_at: float
-    target: str
-    time_limit: int = 0
     lease: int = 0
 
 
