@@ -1,27 +1,36 @@
 """The two engine fixes the real cluster forced, pinned without it (fast, no Slurm needed).
 
 1. A cancelled step's ``srun`` returns after the batch script's ``stop`` marker, and its watcher
-   writes ``end.<slot>.143``: the real cluster does this every time (``test_lane_outcomes``). That
-   end marker is the stop, not a failure: ``ENDING`` while listed, ``STOPPED`` once purged.
+   writes ``end.<slot>.143``: the real cluster does this every time
+   (``tests/lane_cluster/test_lane_outcomes.py``). That end marker is the stop, not a failure:
+   ``ENDING`` while listed, ``STOPPED`` once purged; an end stamped at the stop's very mtime (a
+   coarse file server clock) is the stop too.
 2. An intent records the profile's time limit, so a ``LOST`` run counts at its whole limit.
 
-Marked ``cluster`` with the rest of this directory; they run in a second.
+They need no cluster, so they run in the fast lane (they used to sit, marked ``cluster``, with
+the real-cluster tests).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from servatus import Campaign, Task
 from servatus.config import Profile
-from servatus.evidence import QueueEntry
-from servatus.status import Execution, Observation, SlotEnd, slot_execution
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
+from servatus.status import (
+    Execution,
+    Observation,
+    Outcome,
+    SlotEnd,
+    Submission,
+    project,
+    slot_execution,
+)
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 
-pytestmark = pytest.mark.cluster
+ALLOC = "0123456789abcdef01234567"
 
 
 def observed(end: SlotEnd | None, *, stop: float | None) -> Observation:
@@ -37,6 +46,32 @@ def test_an_end_marker_written_after_the_stop_is_a_stop() -> None:
     assert slot_execution(None, observed(SlotEnd(143, 104.9), stop=104.9), 0)[0] is (
         Execution.STOPPED
     )
+
+
+def test_an_end_stamped_at_the_stop_time_is_a_stop_in_the_projection() -> None:
+    """The same rule through ``project``, from markers: end and stop share one mtime."""
+    accepted = Submission(ALLOC, ("a", "b"), "ssh:hpc", 1000.0, 3600, Outcome.ACCEPTED, 42)
+
+    def mark(
+        kind: MarkerKind, at: float, slot: int | None = None, code: int | None = None
+    ) -> Marker:
+        return Marker(ALLOC, 42, kind, at, slot, code)
+
+    markers = (
+        mark(MarkerKind.START, 2000.0),
+        mark(MarkerKind.STOP, 2100.0),
+        mark(MarkerKind.END, 2100.0, slot=0, code=143),  # the same mtime as the stop
+        mark(MarkerKind.END, 2099.0, slot=1, code=143),  # a second before it: a failure
+    )
+    for queue, first in (
+        ((QueueEntry(42, f"servatus-{ALLOC}", "CANCELLED"),), Execution.ENDING),
+        ((), Execution.STOPPED),
+    ):
+        report = project(("a", "b"), [accepted], {"ssh:hpc": Evidence(queue, markers)}, now=3000.0)
+        a, b = report.tasks
+        assert (a.execution, a.exit_code) == (first, None)
+        assert (b.execution, b.exit_code) == (Execution.FAILED, 143)
+    assert a.detail is None  # cancelled: no limit marker, no other reason
 
 
 def test_end_markers_that_decide_stay_decisive() -> None:
