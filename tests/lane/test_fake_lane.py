@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,20 @@ def test_validate_without_an_answering_slurm_is_unavailable_not_a_rejection(
     assert fake.count("sbatch") == 0  # no --test-only was run
     [check] = campaign.validate(plan)
     assert check.accepted
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0])
+def test_running_time_is_read_on_the_file_servers_clock(
+    tmp_path: Path, profile: Profile, skew: float
+) -> None:
+    """With the laptop an hour off the file server, a Task two minutes into its run reads two
+    minutes: laptop time minus the start marker's mtime read 0 or the cap."""
+    server = [time.time() + skew]
+    fake = FakeScheduler(clock=lambda: server[0])
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    fake.start()
+    server[0] += 120
+    (status,) = campaign.status().tasks
+    assert status.execution is Execution.RUNNING
+    assert status.run_time == RunTime(120, complete=False)

@@ -156,7 +156,7 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
         else:
             checks.append(Check(name, PASS, path))
 
-    listing = _run(transport, reader.marker_command(target))
+    listing = _run(transport, reader.marker_command(target, clock=False))  # no clock file written
     if listing is None:
         checks.append(Check("find -printf", UNAVAILABLE, "no answer"))
     elif listing.returncode != 0:

@@ -167,7 +167,7 @@ class FakeScheduler:
     # -- the commands -----------------------------------------------------------------------
 
     def _answer(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        base = os.path.basename(argv[0])
+        base = _command_name(argv)
         handler = getattr(self, f"_cmd_{base}", None)
         if handler is None:
             return CommandResult(argv, 127, b"", f"{base}: command not found\n".encode())
@@ -233,9 +233,17 @@ class FakeScheduler:
         return CommandResult(argv, 0, text.encode(), b"")
 
     def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
+        """A plain ``find``, or the clock listing (``sh -c SCRIPT find LOG_ROOT GLOB FORMAT``),
+        which prints the clock file's row first, stamped by this fake's (the file server's)
+        clock."""
+        rows = []
+        if _is_script(argv):
+            pattern = argv[5] if len(argv) > 5 else "*"
+            rows.append(f"servatus-clock.{os.getuid()} {self.clock():.10f} 0\n")
+        else:
+            pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
         listed = re.compile(fnmatch.translate(pattern)).match
-        rows = [
+        rows += [
             f"{name} {at:.10f} 0\n" for name, at in sorted(self.markers.items()) if listed(name)
         ]
         now = self.clock()
@@ -292,8 +300,20 @@ class FakeScheduler:
         self.markers[name] = self.clock()
 
 
+def _is_script(argv: Sequence[str]) -> bool:
+    return len(argv) > 3 and os.path.basename(argv[0]) == "sh" and argv[1] == "-c"
+
+
+def _command_name(argv: Sequence[str]) -> str:
+    """The basename of the program, or the ``$0`` a ``sh -c`` script is given (``find`` for the
+    clock listing, ``sh`` for doctor's directory probe)."""
+    if _is_script(argv):
+        return argv[3]
+    return os.path.basename(argv[0]) if argv else ""
+
+
 def _control_name(argv: Sequence[str]) -> str:
-    base = os.path.basename(argv[0]) if argv else ""
+    base = _command_name(argv)
     if base == "sbatch" and "--version" in argv:
         return "ping"
     return base
