@@ -9,6 +9,7 @@ import pytest
 
 from servatus import Campaign, Task
 from servatus.config import Profile
+from servatus.doctor import diagnose
 from servatus.errors import (
     PlanRefused,
     ShapeRejected,
@@ -241,3 +242,34 @@ def test_running_time_is_read_on_the_file_servers_clock(
     (status,) = campaign.status().tasks
     assert status.execution is Execution.RUNNING
     assert status.run_time == RunTime(120, complete=False)
+
+
+@pytest.mark.parametrize("control", ["fail", "unavailable", "lose_answer"])
+@pytest.mark.parametrize("name", ["/usr/bin/squeue", "sqeue", "sbatch --version", ""])
+def test_a_control_naming_no_known_command_is_refused(control: str, name: str) -> None:
+    fake = FakeScheduler()
+    with pytest.raises(ValueError, match="its controls name one of ping, sbatch, squeue"):
+        getattr(fake, control)(name)
+
+
+def test_a_ping_that_ran_and_failed_reads_the_same_everywhere(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Named by the command that ran, never by the control, and never as "did not answer"."""
+    said = "sbatch --version ran and failed (exit 1): sbatch: error: refused by FakeScheduler"
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    plan = campaign.plan(profile)
+    for act in (campaign.submit, campaign.validate):
+        fake.fail("ping")
+        with pytest.raises(Unavailable) as caught:
+            act(plan)
+        assert str(caught.value) == said
+    fake.fail("ping")
+    checks = diagnose(profile, connect=fake).checks
+    assert (checks[0].status, checks[0].detail) == ("fail", said)
+    fake.unavailable("ping")
+    with pytest.raises(Unavailable, match=r"^sbatch --version did not answer: .* from sbatch$"):
+        campaign.submit(plan)
+    fake.unavailable("ping")
+    assert diagnose(profile, connect=fake).checks[0].detail == "sbatch --version did not answer"

@@ -24,7 +24,7 @@ from servatus.script import ScriptSpec, ScriptStep, job_name
 from servatus.status import Execution, Report, Submission
 from servatus.store import Intent, Receipt, Resolved, Writer
 from servatus.tasks import Task
-from servatus.transport import Transport
+from servatus.transport import CommandResult, Transport
 
 RUNTIME_VARIABLES = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
 """Reserved variables whose values exist only once the job runs; the script exports them."""
@@ -96,14 +96,31 @@ def script_spec(
     )
 
 
+PING_UNANSWERED = "sbatch --version did not answer"
+
+
+def ping_problem(result: CommandResult) -> str | None:
+    """What is wrong with an ``sbatch --version`` that ran, in the words submit, validate and
+    doctor share (it ran and failed, or printed nothing); None when it printed a version."""
+    if result.returncode != 0:
+        said = result.stderr.decode("utf-8", "replace").strip()
+        reason = said.splitlines()[-1][:200] if said else "no message"
+        return f"sbatch --version ran and failed (exit {result.returncode}): {reason}"
+    if not result.stdout.strip():
+        return "sbatch --version ran but printed no version"
+    return None
+
+
 def ping(transport: Transport, target: Target) -> str:
     """``sbatch --version``: proves Slurm answers before anything is recorded."""
-    result = transport.run([command(target, "sbatch"), "--version"])
-    text = result.stdout.decode("utf-8", "replace").strip()
-    if result.returncode != 0 or not text:
-        message = result.stderr.decode("utf-8", "replace").strip()[:200] or "no answer"
-        raise Unavailable(f"Slurm did not answer sbatch --version: {message}")
-    return text
+    try:
+        result = transport.run([command(target, "sbatch"), "--version"])
+    except Unavailable as exc:
+        raise Unavailable(f"{PING_UNANSWERED}: {exc}") from exc
+    problem = ping_problem(result)
+    if problem is not None:
+        raise Unavailable(problem)
+    return result.stdout.decode("utf-8", "replace").strip()
 
 
 def parse_job(stdout: bytes) -> int | None:

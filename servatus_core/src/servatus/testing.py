@@ -2,9 +2,10 @@
 
 Pass it as ``connect=`` to :class:`~servatus.Campaign` or :func:`servatus.cli.main`. It answers
 the commands Servatus runs (``sbatch``, ``squeue``, ``scancel``, ``scontrol``, the run-marker
-``find``, ``tail`` and ``test``) the way a cluster would, and its controls move jobs along and make
-commands fail. Controls name commands by basename (``"sbatch"``), except the ``sbatch --version``
-check, which is ``"ping"``.
+``find``, ``tail`` and ``doctor``'s ``sh`` probe) the way a cluster would, and its controls move
+jobs along and make commands fail. Controls name commands by basename (``"sbatch"``), except the
+``sbatch --version`` check, which is ``"ping"``; a name outside :data:`CONTROL_NAMES` is refused
+with ``ValueError``.
 
 It is a stand-in for tests of *your* code and of Servatus' own decisions; every behaviour it
 models is also proven against a real Slurm in Servatus' own test suite.
@@ -91,16 +92,26 @@ class FakeScheduler:
 
     def fail(self, command: str, *, times: int = 1, returncode: int = 1, stderr: str = "") -> None:
         """The next ``times`` runs of ``command`` run and say no (a nonzero exit)."""
-        message = stderr or f"{command}: error: refused by FakeScheduler"
+        program = _program(self._known(command))
+        message = stderr or f"{program}: error: refused by FakeScheduler\n"
         self._faults[command] = _Fault("fail", times, returncode, message)
 
     def unavailable(self, command: str, *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` get no answer (a dropped connection)."""
-        self._faults[command] = _Fault("unavailable", times)
+        self._faults[self._known(command)] = _Fault("unavailable", times)
 
     def lose_answer(self, command: str = "sbatch", *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` take effect, but their answer never arrives."""
-        self._faults[command] = _Fault("lose", times)
+        self._faults[self._known(command)] = _Fault("lose", times)
+
+    def _known(self, command: str) -> str:
+        """A control that names no command the fake answers would never fire: refuse it."""
+        if command not in CONTROL_NAMES:
+            raise ValueError(
+                f"FakeScheduler has no command {command!r}; its controls name one of "
+                f"{', '.join(CONTROL_NAMES)}"
+            )
+        return command
 
     def start(self, job: int | None = None) -> None:
         """Start a pending job (every pending one without ``job``): it writes its start marker."""
@@ -156,12 +167,13 @@ class FakeScheduler:
             fault.times -= 1
             if fault.times <= 0:
                 del self._faults[name]
+            program = _program(name)
             if fault.mode == "unavailable":
-                raise Unavailable(f"FakeScheduler: no answer from {name}")
+                raise Unavailable(f"FakeScheduler: no answer from {program}")
             if fault.mode == "fail":
                 return CommandResult(call, fault.returncode, b"", fault.stderr.encode())
             self._answer(call, stdin)
-            raise Unavailable(f"FakeScheduler: the answer of {name} was lost")
+            raise Unavailable(f"FakeScheduler: the answer of {program} was lost")
         return self._answer(call, stdin)
 
     # -- the commands -----------------------------------------------------------------------
@@ -298,6 +310,16 @@ class FakeScheduler:
 
         name = marker_name(job.allocation_id, job.job, kind, slot=slot, exit_code=exit_code)
         self.markers[name] = self.clock()
+
+
+CONTROL_NAMES = ("ping", "sbatch", "squeue", "scancel", "scontrol", "find", "tail", "sh")
+"""What a control may name: each command the fake answers, by basename (``sh`` is doctor's
+directory probe), and ``ping``, the ``sbatch --version`` check."""
+
+
+def _program(control: str) -> str:
+    """The command a control name stands for, as its own messages would name it."""
+    return "sbatch" if control == "ping" else control
 
 
 def _is_script(argv: Sequence[str]) -> bool:
