@@ -11,6 +11,7 @@ import functools
 import json
 import operator
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -23,6 +24,7 @@ from servatus.errors import (
     EXIT_OK,
     EXIT_USAGE,
     ServatusError,
+    StateWarning,
     from_os_error,
 )
 from servatus.transport import Connect
@@ -152,7 +154,10 @@ def plugins(as_json: bool) -> None:
 
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
-    code = _run(args, connect)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", StateWarning)
+        warnings.showwarning = _warn
+        code = _run(args, connect)
     try:
         if sys.stdout is not None:  # None when the program started with stdout closed
             sys.stdout.flush()  # what is still buffered fails here, not as Python exits
@@ -163,6 +168,11 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
             code = error.exit_code
         code = code or EXIT_ERROR
     return code
+
+
+def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A warning is one line, like an error: ``servatus: warning: ...``."""
+    _fail(f"warning: {message}")
 
 
 def console() -> int:
