@@ -135,7 +135,9 @@ def ensure_state(
 ) -> tuple[store.CampaignState, Authoring]:
     """Create the campaign (appendable unless ``sealed``), or append the Tasks it has not seen.
 
-    ``sealed`` only applies when creating; an existing campaign keeps its authoring state.
+    With ``sealed``, an existing appendable campaign is sealed after the append: asking for a
+    sealed campaign and getting an appendable one would leave it open to later appends. The
+    result's ``sealed`` says what the campaign is now.
     """
     batch = check_unique(tasks)
     with store.writing(path, create=True) as writer:
@@ -150,6 +152,8 @@ def ensure_state(
                     f"campaign {str(path)!r} is sealed; {len(new)} new Task(s) cannot be added"
                 )
             state = writer.commit(store.Appended(new))
+        if sealed and not state.sealed:
+            state = writer.commit(store.Sealed())
     return state, _result(state, created=False, added=len(new), existing=existing)
 
 
@@ -222,7 +226,8 @@ class Campaign:
         probe: Probe | None = None,
         connect: Connect | None = None,
     ) -> Campaign:
-        """Create (appendable unless ``sealed``) or append unseen Tasks; safe to rerun."""
+        """Create (appendable unless ``sealed``) or append unseen Tasks, then seal if ``sealed``;
+        safe to rerun."""
         state, _ = ensure_state(path, tasks, sealed=sealed)
         return cls(path, probe=probe, connect=connect, _state=state)
 

@@ -384,7 +384,8 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
     elif command == "seal":
         echo(f"sealed {state}: {done.total} Task{'s' if done.total != 1 else ''}")
     else:
-        echo(f"{command} {state}: {done.added} new, {done.existing} existing")
+        sealed = "; sealed" if done.sealed else ""
+        echo(f"{command} {state}: {done.added} new, {done.existing} existing{sealed}")
 
 
 @cli.command("create")
@@ -404,10 +405,14 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
 @cli.command("ensure")
 @click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
-@click.option("--sealed", is_flag=True, help="Create the campaign sealed (default: appendable).")
+@click.option(
+    "--sealed",
+    is_flag=True,
+    help="Create the campaign sealed, or seal it after appending (default: appendable).",
+)
 @json_option
 def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> None:
-    """Create a campaign, or append unseen Tasks; existing keys must match."""
+    """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it."""
     from servatus.campaign import ensure_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
