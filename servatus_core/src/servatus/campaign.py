@@ -37,6 +37,8 @@ from servatus.submission import (
     ping,
     resolve,
     scancel,
+    script_may_exceed,
+    script_problem,
     script_spec,
     submit_allocations,
 )
@@ -45,6 +47,7 @@ from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
     from servatus.doctor import Diagnosis
+    from servatus.launcher import Launcher
 
 Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
@@ -350,7 +353,28 @@ class Campaign:
                 checked.add(args)
         if problems:
             raise ConfigurationError("; ".join(problems))
+        self._check_scripts(state, profile, made, launcher)
         return made
+
+    def _check_scripts(
+        self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
+    ) -> None:
+        """Refuse a plan whose batch script ``submit`` would refuse, in its Tasks' terms; only
+        the allocations whose content could reach ``max_script_bytes`` are rendered."""
+        roster, index, registry = state.tasks, state.tasks.by_key(), self._hooks()
+        problems: list[str] = []
+        size, target = roster.size, profile.target
+        for allocation in made.allocations:
+            if not script_may_exceed(target, list(map(size, allocation.task_keys))):
+                continue
+            problem = script_problem(registry, profile, allocation, index, launcher)
+            if problem is not None:
+                problems.append(problem)
+                if len(problems) == _SHOWN_CONFLICTS:
+                    problems.append("(further allocations not checked)")
+                    break
+        if problems:
+            raise ConfigurationError("; ".join(problems))
 
     def plan(
         self,

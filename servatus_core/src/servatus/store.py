@@ -315,7 +315,9 @@ class Fold:
             campaign_id=self.campaign_id,
             created_at=self.created_at,
             sealed=self.sealed,
-            tasks=Roster(tuple(self.task_keys), list(self.tasks), _build_task, _stored_args),
+            tasks=Roster(
+                tuple(self.task_keys), list(self.tasks), _build_task, _stored_args, _stored_size
+            ),
             intents=tuple(self.intents.values()),
             receipts=tuple(self.receipts.values()),
             resolutions=tuple(self.resolutions.values()),
@@ -450,6 +452,18 @@ def _stored_args(row: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(row[1])
 
 
+def _stored_size(row: tuple[Any, ...]) -> int:
+    """:func:`~servatus.tasks.content_size` of a stored Task row (stdin's length from its base64,
+    rounded up), without building the Task."""
+    _, args, stdin, env = row
+    return (
+        -(-len(stdin) * 3 // 4)
+        + sum(map(len, args))
+        + sum(map(len, env))
+        + sum(map(len, env.values()))
+    )
+
+
 def _unstructure_roster(roster: Roster) -> dict[str, list[Any]]:
     rows = [_stored_row(item) if type(item) is Task else item for item in roster.stored()]
     columns = list(zip(*rows, strict=True)) or [()] * len(_TASK_COLUMNS)
@@ -474,7 +488,7 @@ def _structure_stored_roster(value: Any, _: Any) -> Roster:
     if not (fields_valid(keys, args, envs) and all(map(_is_base64, stdins))):
         for row in rows:  # the exact error: build each Task until one fails
             _build_task(row)
-    return Roster(tuple(keys), rows, _build_task, _stored_args)
+    return Roster(tuple(keys), rows, _build_task, _stored_args, _stored_size)
 
 
 def _columns(value: Any, names: Iterable[str], what: str) -> list[list[Any]]:

@@ -23,7 +23,7 @@ from servatus.plugins import Hooks
 from servatus.script import ScriptSpec, ScriptStep, job_name
 from servatus.status import Execution, Report, Submission
 from servatus.store import Intent, Receipt, Resolved, Writer
-from servatus.tasks import Task
+from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
 
 RUNTIME_VARIABLES = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
@@ -93,6 +93,82 @@ def script_spec(
         signal_before_end=resources.signal_before_end,
         steps=tuple(steps),
         inherit=RUNTIME_VARIABLES,
+    )
+
+
+SCRIPT_ROOM = 16384
+"""Bytes a batch script may take beyond its steps (options, helpers) in the planning bound."""
+STEP_ROOM = 8192
+"""Bytes a step may take beyond its Task's content (the launcher's words, ``srun`` options)."""
+ESCAPE_GROWTH = 16
+"""The most a character of a Task's content can grow by in a script: four UTF-8 bytes, each a
+four-character octal escape."""
+_TOO_LARGE = {
+    "stdin": "give it its input in a file it reads instead",
+    "env": "pass large values through a file it reads instead",
+    "args": "pass large values through a file it reads instead",
+}
+
+
+def script_may_exceed(target: Target, sizes: Sequence[int]) -> bool:
+    """Whether the batch script of Tasks of these content sizes can be over
+    ``max_script_bytes``: a bound that never says no wrongly, so planning renders only the
+    scripts that may be too large instead of every one (100,000 allocations)."""
+    bound = ESCAPE_GROWTH * sum(sizes) + STEP_ROOM * len(sizes) + SCRIPT_ROOM
+    return bound > target.max_script_bytes
+
+
+def script_problem(
+    hooks: Hooks,
+    profile: Profile,
+    allocation: Allocation,
+    tasks: Mapping[str, Task],
+    launcher: Launcher,
+) -> str | None:
+    """Why the allocation's batch script cannot be sent, found at planning, or None. A script
+    over ``max_script_bytes`` is put in the user's terms: the Task with the most content and its
+    largest part (stdin, env, args) when even its script alone is too large, else the number of
+    Tasks in the allocation."""
+    try:
+        hooks.batch_script(script_spec(profile, allocation, tasks, launcher))
+    except ConfigurationError as exc:
+        bound = profile.target.max_script_bytes
+        unbounded = attrs.evolve(
+            profile, target=attrs.evolve(profile.target, max_script_bytes=2**62)
+        )
+
+        def size(keys: tuple[str, ...]) -> int:
+            spec = script_spec(
+                unbounded, Allocation(allocation.allocation_id, keys), tasks, launcher
+            )
+            return len(hooks.batch_script(spec).encode("utf-8", "surrogateescape"))
+
+        try:
+            total = size(allocation.task_keys)
+        except ConfigurationError:
+            return str(exc)  # not about its size
+        task = max((tasks[key] for key in allocation.task_keys), key=content_size)
+        if len(allocation.task_keys) > 1 and size((task.key,)) <= bound:
+            why = (
+                f"the {len(allocation.task_keys)} Tasks of one allocation do not fit in one "
+                "batch script; plan fewer per allocation (--tasks-per-allocation)"
+            )
+        else:
+            why = _too_large(task)
+        return f"{why} (its batch script is {total} bytes, over max_script_bytes {bound})"
+    return None
+
+
+def _too_large(task: Task) -> str:
+    """The Task's largest part, which a script too large even for it alone is blamed on."""
+    parts = {
+        "stdin": len(task.stdin),
+        "env": sum(len(name) + len(value) + 1 for name, value in task.env.items()),
+        "args": sum(len(arg) + 1 for arg in task.args),
+    }
+    cause = max(parts, key=lambda part: parts[part])
+    return (
+        f"Task {task.key!r}: its {cause} ({parts[cause]} bytes) is too large; {_TOO_LARGE[cause]}"
     )
 
 

@@ -259,6 +259,13 @@ def fields_valid(keys: Sequence[Any], args: Sequence[Any], envs: Sequence[Any]) 
     return True
 
 
+def content_size(task: Task) -> int:
+    """What a Task puts into its batch script before escaping: stdin bytes, and characters of
+    its args and of its env's names and values."""
+    env = sum(len(name) + len(value) for name, value in task.env.items())
+    return len(task.stdin) + sum(map(len, task.args)) + env
+
+
 class Roster(Sequence[Task]):
     """A campaign's Tasks in the order they were added, immutable.
 
@@ -268,7 +275,7 @@ class Roster(Sequence[Task]):
     for, ``args`` reads a document's args without building it.
     """
 
-    __slots__ = ("_args", "_build", "_index", "_items", "keys")
+    __slots__ = ("_args", "_build", "_index", "_items", "_size", "keys")
 
     def __init__(
         self,
@@ -276,11 +283,13 @@ class Roster(Sequence[Task]):
         items: list[Any],
         build: Callable[[Any], Task] | None = None,
         args: Callable[[Any], tuple[str, ...]] | None = None,
+        size: Callable[[Any], int] | None = None,
     ) -> None:
         self.keys = keys
         self._items = items
         self._build = build
         self._args = args
+        self._size = size
         self._index: dict[str, int] | None = None
 
     def __len__(self) -> int:
@@ -329,6 +338,17 @@ class Roster(Sequence[Task]):
         if type(item) is Task or self._args is None:
             return self._task(position).args
         return self._args(item)
+
+    def size(self, key: str) -> int:
+        """:func:`content_size` of the Task under ``key`` (KeyError if none), read off its stored
+        document when it can be: planning bounds the script of every allocation it makes."""
+        position = self._position(key)
+        if position is None:
+            raise KeyError(key)
+        item = self._items[position]
+        if type(item) is Task or self._size is None:
+            return content_size(self._task(position))
+        return self._size(item)
 
     def by_key(self) -> Mapping[str, Task]:
         """A read-only view by key that builds only the Tasks looked up."""
@@ -555,6 +575,7 @@ __all__ = [
     "Task",
     "as_roster",
     "check_unique",
+    "content_size",
     "fields_valid",
     "read_jsonl",
 ]
