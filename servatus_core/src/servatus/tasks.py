@@ -160,7 +160,7 @@ def _check(key: object, args: tuple[str, ...], env: Env, *, text: bool = True) -
             )
         if not (type(value) is str if not text else _text(value)):
             raise ConfigurationError(
-                f"Task {key}: {name} must be a UTF-8 string without NUL, got {value!r}"
+                f"Task {key}: env {name} must be a UTF-8 string without NUL, got {value!r}"
             )
 
 
@@ -424,13 +424,18 @@ def check_unique(tasks: Iterable[Task]) -> tuple[Task, ...]:
         if task.key in seen:
             raise ConfigurationError(f"Task key {task.key} appears more than once")
         seen.add(task.key)
-        slurm = [name for name in task.env if name.startswith(SLURM_ENV_PREFIX)]
-        if slurm:
-            raise ConfigurationError(
-                f"Task {task.key}: {slurm[0]} is Slurm's; no {SLURM_ENV_PREFIX}* variable "
-                "reaches a step"
-            )
+        problem = slurm_problem(task)
+        if problem is not None:
+            raise ConfigurationError(problem)
     return batch
+
+
+def slurm_problem(task: Task) -> str | None:
+    """Why a Task being authored cannot set the environment it asks for, or None."""
+    slurm = [name for name in task.env if name.startswith(SLURM_ENV_PREFIX)]
+    if not slurm:
+        return None
+    return f"Task {task.key}: {slurm[0]} is Slurm's; no {SLURM_ENV_PREFIX}* variable reaches a step"
 
 
 @contextmanager
@@ -496,7 +501,7 @@ def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for name, value in pairs:
         if name in document:
-            raise ValueError(f"field {name!r} appears twice")
+            raise ConfigurationError(f"field {json.dumps(name)} appears twice")
         document[name] = value
     return document
 
@@ -515,24 +520,68 @@ def parse_line(raw: bytes, *, base: Path) -> Task:
         document = json.loads(
             text, object_pairs_hook=_no_duplicate_names, parse_constant=_no_constants
         )
+    except ConfigurationError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ConfigurationError(f"not a JSON object: {input_problem(exc)}") from None
     if not isinstance(document, dict):
-        raise ConfigurationError("not a JSON object")
+        raise ConfigurationError(f"a Task line must be a JSON object with {_FIELDS}")
     try:
         line = _LINES.structure(document, _Line)
     except cattrs.ClassValidationError as exc:
-        raise ConfigurationError("; ".join(cattrs.transform_error(exc))) from None
+        raise ConfigurationError(_line_problem(exc)) from None
     stdin = b""
     if line.stdin_file is not None:
         source = base / line.stdin_file
+        if "\0" in line.stdin_file:
+            raise ConfigurationError('"stdin_file" must be a path without NUL bytes')
         try:
             stdin = read_regular(source)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot read stdin_file {str(source)!r}: {exc.strerror or exc}"
             ) from None
-    return Task(line.key, line.args, stdin=stdin, env=line.env)
+        except ConfigurationError:
+            raise ConfigurationError(
+                f"cannot read stdin_file {str(source)!r}: it is not a regular file"
+            ) from None
+    task = Task(line.key, line.args, stdin=stdin, env=line.env)
+    problem = slurm_problem(task)
+    if problem is not None:
+        raise ConfigurationError(problem)
+    return task
+
+
+_FIELDS = '"key", "args" and optionally "stdin_file" and "env"'
+_KINDS = {
+    "key": "a string",
+    "args": "an array of strings",
+    "stdin_file": "a string, a path relative to the Tasks file",
+    "env": "an object of strings",
+}
+"""What each field of a Task line holds, in the words a line's author knows."""
+
+
+def _line_problem(exc: cattrs.ClassValidationError) -> str:
+    """A structuring failure of one line in its author's terms: unknown and missing fields by
+    name, and what a field of the wrong type must be (no cattrs paths or Python types)."""
+    problems = []
+    with_notes, without = exc.group_exceptions()
+    for sub in without:
+        if isinstance(sub, cattrs.ForbiddenExtraKeysError):
+            names = ", ".join(json.dumps(name) for name in sorted(sub.extra_fields))
+            plural = "s" if len(sub.extra_fields) > 1 else ""
+            problems.append(f"unknown field{plural} {names}; a Task line has {_FIELDS}")
+        else:
+            problems.append(str(sub))
+    for sub, note in with_notes:
+        if isinstance(sub, KeyError):
+            problems.append(f'missing field "{note.name}"')
+        else:
+            problems.append(f'"{note.name}" must be {_KINDS.get(note.name, "something else")}')
+    return "; ".join(problems)
 
 
 def read_jsonl(path: str | Path) -> tuple[Task, ...]:
@@ -578,4 +627,5 @@ __all__ = [
     "content_size",
     "fields_valid",
     "read_jsonl",
+    "slurm_problem",
 ]
