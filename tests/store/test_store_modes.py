@@ -108,3 +108,16 @@ def test_an_empty_directory_a_umask_left_group_writable_is_adopted(
     assert main(["create", str(tmp_path / "state"), str(tasks)]) == 0
     assert capsys.readouterr().err == ""
     assert mode(tmp_path / "state") == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+@pytest.mark.parametrize("entry", ["", "journal"])
+def test_state_another_user_owns_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str
+) -> None:
+    create_state(tmp_path / "state", make_tasks("t", 1))
+    path = tmp_path / "state" / entry if entry else tmp_path / "state"
+    os.chown(path, 12345, 12345)
+    code, err = run(["status", "{state}", "--offline"], tmp_path, capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert f"UnsafeFilesystem: {path}: is owned by uid 12345, not by you" in err
