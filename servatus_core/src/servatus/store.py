@@ -1090,7 +1090,7 @@ def _make_directory(path: Path) -> None:
 
 def _make_private(path: Path) -> None:
     """Make an empty directory of the user's owner-only (someone else's is refused later)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # as _open_directory does
     try:
         if os.fstat(fd).st_uid == os.geteuid():
             os.fchmod(fd, DIRECTORY_MODE)
