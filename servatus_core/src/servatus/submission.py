@@ -163,13 +163,17 @@ def _too_large(task: Task) -> str:
     """The Task's largest part, which a script too large even for it alone is blamed on."""
     parts = {
         "stdin": len(task.stdin),
-        "env": sum(len(name) + len(value) + 1 for name, value in task.env.items()),
-        "args": sum(len(arg) + 1 for arg in task.args),
+        "env": sum(_utf8(name) + _utf8(value) + 1 for name, value in task.env.items()),
+        "args": sum(_utf8(arg) + 1 for arg in task.args),
     }
     cause = max(parts, key=lambda part: parts[part])
     return (
         f"Task {task.key!r}: its {cause} ({parts[cause]} bytes) is too large; {_TOO_LARGE[cause]}"
     )
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
 
 
 PING_UNANSWERED = "sbatch --version did not answer"
