@@ -10,12 +10,16 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from servatus import Campaign, Task
 from servatus.cli import main
+from servatus.errors import ConfigurationError
 from servatus.plan import _digest
+from servatus.tasks import read_jsonl
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 
@@ -259,3 +263,43 @@ def test_output_that_cannot_be_written_is_reported_once(monkeypatch: pytest.Monk
     monkeypatch.setattr(sys, "stderr", err)
     assert main(["plugins"]) == 75
     one_line(err.getvalue(), "Unavailable")
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["status", "{tmp}/st\0ate", "--offline"], "campaign '{tmp}/st\\x00ate'"),
+        (["create", "{tmp}/new\0", "{tmp}/tasks.jsonl"], "campaign '{tmp}/new\\x00'"),
+        (["ensure", "{tmp}/new", "{tmp}/ta\0sks.jsonl"], "path '{tmp}/ta\\x00sks.jsonl'"),
+        (["plan", "{tmp}/state", "--config", "{tmp}/c\0.toml"], "path '{tmp}/c\\x00.toml'"),
+        (["plan", "{tmp}/state", "--config", "{config}", "--output", "p\0"], "path 'p\\x00'"),
+        (["submit", "{tmp}/state", "{tmp}/p\0.json"], "path '{tmp}/p\\x00.json'"),
+        (["logs", "{tmp}/state", "--task", "k0", "--output", "{tmp}/o\0"], "path '{tmp}/o\\x00'"),
+    ],
+    ids=["state", "create", "tasks-file", "config", "plan-output", "plan-file", "logs-output"],
+)
+def test_a_nul_byte_in_any_path_is_bad_input(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    fake = _with_a_log(sweep, config_path, capsys)[0] if argv[0] == "logs" else None
+    args = [arg.format(tmp=sweep, config=config_path) for arg in argv]
+    code, _, err = run(args, capsys, fake)
+    assert code == 1
+    line = one_line(err, "ConfigurationError")
+    assert f"{named.format(tmp=sweep)} contains a NUL byte" in line
+    assert not (sweep / "new").exists()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: Campaign.ensure("st\0ate", [Task("a", ["/bin/true"])]),
+        lambda: Campaign.create("st\0ate", [Task("a", ["/bin/true"])]),
+        lambda: Campaign.open("st\0ate"),
+        lambda: read_jsonl("tasks\0.jsonl"),
+    ],
+    ids=["ensure", "create", "open", "read_jsonl"],
+)
+def test_a_nul_byte_through_the_api_is_configuration_error(call: Callable[[], object]) -> None:
+    with pytest.raises(ConfigurationError, match="contains a NUL byte"):
+        call()

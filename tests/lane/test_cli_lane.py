@@ -12,6 +12,7 @@ import pytest
 
 from servatus.cli import main
 from servatus.testing import FakeScheduler
+from testkit import CPU_PROFILE
 
 
 @pytest.fixture
@@ -291,3 +292,60 @@ def test_cancel_without_a_selection_is_a_usage_error(
     code, out, err = run(["cancel", str(sweep / "state")], FakeScheduler(), capsys)
     assert (code, out) == (2, "")
     assert "name at least one --task or --allocation" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("task", "said"),
+    [
+        ({"stdin_file": "big.json"}, "Task 'big': its stdin (30000 bytes) is too large; give it"),
+        ({"env": {"BLOB": "x" * 30000}}, "Task 'big': its env (30005 bytes) is too large; pass"),
+        ({"args": ["/bin/echo", "x" * 30000]}, "Task 'big': its args (30011 bytes) is too large"),
+    ],
+    ids=["stdin", "env", "args"],
+)
+def test_plan_refuses_a_script_over_max_script_bytes_naming_task_and_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], task: dict[str, object], said: str
+) -> None:
+    """plan used to save such a plan, and submit refused it for good with a hint about stdin
+    whatever the cause."""
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE.replace("[profiles", "max_script_bytes = 20000\n\n[profiles"))
+    (tmp_path / "big.json").write_text("y" * 30000)
+    lines = [{"key": "small", "args": ["/bin/true"]}, {"key": "big", "args": ["/bin/cat"], **task}]
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    state, plan = str(tmp_path / "state"), tmp_path / "plan.json"
+    assert main(["ensure", state, str(tmp_path / "tasks.jsonl")]) == 0
+    capsys.readouterr()
+    fake = FakeScheduler()
+    code, _, err = run(
+        ["plan", state, "--config", str(config), "--output", str(plan)], fake, capsys
+    )
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"servatus: ConfigurationError: {said}")
+    assert "over max_script_bytes 20000" in err
+    assert not plan.exists() and fake.calls == []
+
+
+def test_plan_says_fewer_tasks_per_allocation_when_no_task_is_large(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(
+        CPU_PROFILE.replace("max_tasks_per_allocation = 2", "max_tasks_per_allocation = 8")
+        .replace("max_cpus_per_allocation = 2", "max_cpus_per_allocation = 8")
+        .replace("max_memory_mib_per_allocation = 2000", "max_memory_mib_per_allocation = 8000")
+        .replace("[profiles", "max_script_bytes = 9000\n\n[profiles")
+    )
+    lines = [{"key": f"k{i}", "args": ["/bin/echo", "z" * 100]} for i in range(8)]
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    state = str(tmp_path / "state")
+    assert main(["ensure", state, str(tmp_path / "tasks.jsonl")]) == 0
+    capsys.readouterr()
+    code, _, err = run(["plan", state, "--config", str(config)], FakeScheduler(), capsys)
+    assert code == 1 and "the 8 Tasks of one allocation do not fit" in err, err
+    code, _, err = run(
+        ["plan", state, "--config", str(config), "--tasks-per-allocation", "1"],
+        FakeScheduler(),
+        capsys,
+    )
+    assert code == 0, err

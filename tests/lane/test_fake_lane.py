@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from servatus import Campaign, Task
 from servatus.config import Profile
+from servatus.doctor import diagnose
 from servatus.errors import (
     PlanRefused,
     ShapeRejected,
@@ -223,3 +225,51 @@ def test_validate_without_an_answering_slurm_is_unavailable_not_a_rejection(
     assert fake.count("sbatch") == 0  # no --test-only was run
     [check] = campaign.validate(plan)
     assert check.accepted
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0])
+def test_running_time_is_read_on_the_file_servers_clock(
+    tmp_path: Path, profile: Profile, skew: float
+) -> None:
+    """With the laptop an hour off the file server, a Task two minutes into its run reads two
+    minutes: laptop time minus the start marker's mtime read 0 or the cap."""
+    server = [time.time() + skew]
+    fake = FakeScheduler(clock=lambda: server[0])
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    fake.start()
+    server[0] += 120
+    (status,) = campaign.status().tasks
+    assert status.execution is Execution.RUNNING
+    assert status.run_time == RunTime(120, complete=False)
+
+
+@pytest.mark.parametrize("control", ["fail", "unavailable", "lose_answer"])
+@pytest.mark.parametrize("name", ["/usr/bin/squeue", "sqeue", "sbatch --version", ""])
+def test_a_control_naming_no_known_command_is_refused(control: str, name: str) -> None:
+    fake = FakeScheduler()
+    with pytest.raises(ValueError, match="its controls name one of ping, sbatch, squeue"):
+        getattr(fake, control)(name)
+
+
+def test_a_ping_that_ran_and_failed_reads_the_same_everywhere(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Named by the command that ran, never by the control, and never as "did not answer"."""
+    said = "sbatch --version ran and failed (exit 1): sbatch: error: refused by FakeScheduler"
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    plan = campaign.plan(profile)
+    for act in (campaign.submit, campaign.validate):
+        fake.fail("ping")
+        with pytest.raises(Unavailable) as caught:
+            act(plan)
+        assert str(caught.value) == said
+    fake.fail("ping")
+    checks = diagnose(profile, connect=fake).checks
+    assert (checks[0].status, checks[0].detail) == ("fail", said)
+    fake.unavailable("ping")
+    with pytest.raises(Unavailable, match=r"^sbatch --version did not answer: .* from sbatch$"):
+        campaign.submit(plan)
+    fake.unavailable("ping")
+    assert diagnose(profile, connect=fake).checks[0].detail == "sbatch --version did not answer"

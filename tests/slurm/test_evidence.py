@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_commands(tmp_path: Path) -> None:
         "--states=all",
         "--format=%A|%j|%T",
     ]
-    assert READER.marker_command(target) == [
+    assert READER.marker_command(target, clock=False) == [
         "find",
         "-H",
         f"{tmp_path}/logs",
@@ -48,6 +49,14 @@ def test_commands(tmp_path: Path) -> None:
         "-type",
         "f",
         "-printf",
+        "%f %T@ %s\\n",
+    ]
+    clocked = READER.marker_command(target)
+    assert clocked[:2] == ["/bin/sh", "-c"]
+    assert clocked[3:] == [
+        "find",
+        f"{tmp_path}/logs",
+        "servatus-" + "?" * 24 + ".*",
         "%f %T@ %s\\n",
     ]
 
@@ -190,8 +199,9 @@ def test_real_find_lists_markers_but_not_logs(tmp_path: Path) -> None:
     for name in [*markers, f"servatus-{ALLOCATION}-9.out", step_log_name(ALLOCATION, 9, 0)]:
         (logs / name).touch()
     result = LocalTransport().run(READER.marker_command(make_target(tmp_path, log_root=str(logs))))
-    listed = sorted(line.split(b" ")[0].decode() for line in result.stdout.splitlines())
-    assert listed == sorted(markers)
+    clock, *rows = (line.split(b" ")[0].decode() for line in result.stdout.splitlines())
+    assert clock == f"servatus-clock.{os.getuid()}"
+    assert sorted(rows) == sorted(markers)
     assert len(READER.parse_markers(result)) == len(markers)
 
 
@@ -209,6 +219,44 @@ def test_listing_of_many_markers_fits_the_output_bound(tmp_path: Path) -> None:
     result = LocalTransport().run(["/bin/cat", str(listing)])
     assert not result.truncated and len(result.stdout) == len(rows) > 16 * 1024 * 1024
     assert len(READER.parse_markers(result)) == 240_000
+
+
+def test_the_listing_reads_the_file_servers_clock(tmp_path: Path) -> None:
+    """The clock row comes first, from a per-user owner-only file whose mtime the listing itself
+    stamps: "now" on the clock that stamps the markers, however stale the file was."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    target = make_target(tmp_path, log_root=str(logs))
+    clock_file = logs / f"servatus-clock.{os.getuid()}"
+    before = time.time()
+    first = LocalTransport().run(READER.marker_command(target))
+    assert before - 1 <= READER.parse_clock(first) <= time.time() + 1
+    assert clock_file.stat().st_mode & 0o777 == 0o600
+    os.utime(clock_file, (1000.0, 1000.0))
+    again = READER.parse_clock(LocalTransport().run(READER.marker_command(target)))
+    assert again >= before - 1
+    assert READER.parse_markers(first) == []
+
+
+def test_doctor_listing_writes_nothing(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    target = make_target(tmp_path, log_root=str(logs))
+    assert LocalTransport().run(READER.marker_command(target, clock=False)).returncode == 0
+    assert list(logs.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        b"",
+        f"{marker_name(ALLOCATION, 9, MarkerKind.START)} 1.0 0\n".encode(),
+        b"servatus-clock.1 x 0\n",
+    ],
+)
+def test_a_listing_without_the_clock_row_is_unusable(stdout: bytes) -> None:
+    with pytest.raises(Unavailable, match="clock"):
+        READER.parse_clock(result(stdout))
 
 
 def test_missing_log_root_is_unavailable(tmp_path: Path) -> None:

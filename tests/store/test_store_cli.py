@@ -248,3 +248,24 @@ def test_two_concurrent_appends(tmp_path: Path) -> None:
                 expected_blocks[1] + expected_blocks[0],
             )
         assert store.read(race).revision == 1 + len(winners)
+
+
+def test_ensure_sealed_appends_unseen_tasks_then_seals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asked for a sealed campaign, ensure never leaves it appendable, and says it sealed it."""
+    state = str(tmp_path / "state")
+    first = write_jsonl(tmp_path / "first.jsonl", make_tasks("t", 2))
+    both = write_jsonl(tmp_path / "both.jsonl", make_tasks("t", 3))
+    assert main(["ensure", state, str(first)]) == 0
+    capsys.readouterr()
+    assert main(["ensure", state, str(both), "--sealed"]) == 0
+    assert capsys.readouterr().out == f"ensure {state}: 1 new, 2 existing; sealed\n"
+    campaign = Campaign.open(state)
+    assert campaign.sealed and [t.key for t in campaign.tasks] == ["t-0", "t-1", "t-2"]
+    assert main(["ensure", state, str(both), "--sealed", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sealed"] is True
+    assert main(["append", state, str(first)]) == 1
+    api = Campaign.ensure(tmp_path / "api", make_tasks("a", 1))
+    assert Campaign.ensure(tmp_path / "api", make_tasks("a", 2), sealed=True).sealed
+    assert api.appendable  # the object read before the change keeps what it read

@@ -15,7 +15,14 @@ from store_helpers import make_tasks
 
 from servatus import ids, store
 from servatus.campaign import Campaign, append_state, create_state, ensure_state, seal_state
-from servatus.errors import Busy, ConfigurationError, CorruptState, TaskConflict, UnsafeFilesystem
+from servatus.errors import (
+    Busy,
+    ConfigurationError,
+    CorruptState,
+    StateWarning,
+    TaskConflict,
+    UnsafeFilesystem,
+)
 from servatus.tasks import Task
 
 LOCAL = store.target_key('{"host":null}')
@@ -297,7 +304,9 @@ def test_the_writer_restores_permissions(tmp_path: Path) -> None:
     create_state(tmp_path / "state", make_tasks("t", 1), appendable=True)
     os.chmod(tmp_path / "state", 0o755)
     os.chmod(tmp_path / "state" / "journal", 0o644)
-    append_state(tmp_path / "state", make_tasks("u", 1))
+    with pytest.warns(StateWarning, match="other users can read it") as said:
+        append_state(tmp_path / "state", make_tasks("u", 1))
+    assert all("made it owner-only" in str(warning.message) for warning in said)
     assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "state" / "journal").stat().st_mode) == 0o600
 

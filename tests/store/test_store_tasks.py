@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from servatus.campaign import create_state
+from servatus.cli import main
 from servatus.errors import ConfigurationError
 from servatus.tasks import Task, check_unique, read_jsonl
 
@@ -150,10 +152,10 @@ def test_empty_file_has_no_tasks(tmp_path: Path) -> None:
         ('{"key": "a", "args": ["x"]}', 1, "newline"),
         ('{"key": "a", "args": ["x"]}\n{"key": "b", "args": ["x"]}', 2, "newline"),
         ('{"key": "a", "args": ["x"]}\n\n', 2, "JSON"),
-        ('{"key": "a", "args": ["x"], "extra": 1}\n', 1, "extra"),
-        ('{"key": "a", "args": ["x"], "stdin": "hello"}\n', 1, "extra"),
-        ('{"args": ["x"]}\n', 1, "required"),
-        ('{"key": "a"}\n', 1, "required"),
+        ('{"key": "a", "args": ["x"], "extra": 1}\n', 1, 'unknown field "extra"'),
+        ('{"key": "a", "args": ["x"], "stdin": "hello"}\n', 1, 'unknown field "stdin"'),
+        ('{"args": ["x"]}\n', 1, 'missing field "key"'),
+        ('{"key": "a"}\n', 1, 'missing field "args"'),
         ('{"key": "a", "args": "x"}\n', 1, "args"),
         ('{"key": "a", "args": [1]}\n', 1, "args"),
         ('{"key": 1, "args": ["x"]}\n', 1, "key"),
@@ -189,3 +191,55 @@ def test_invalid_utf8_names_the_line(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"nope\.jsonl"):
         read_jsonl(tmp_path / "nope.jsonl")
+
+
+SLURM_LINE = '{"key": "a", "args": ["x"], "env": {"SLURM_CPUS": "2"}}'
+AUTHORING_ERRORS = [
+    ('{"key": "a", "args": ["x"], "cpus": 2}', 'unknown field "cpus"; a Task line has "key", '
+     '"args" and optionally "stdin_file" and "env"'),
+    ('{"key": "a", "args": ["x"], "b": 1, "c": 2}', 'unknown fields "b", "c"; a Task line has'),
+    ('{"key": "a", "args": ["x"], "env": ["A"]}', '"env" must be an object of strings'),
+    ('{"key": "a", "args": ["x"], "env": {"A": 1}}', '"env" must be an object of strings'),
+    ('{"key": "a", "args": "x"}', '"args" must be an array of strings'),
+    ('{"key": "a", "args": ["x", 2]}', '"args" must be an array of strings'),
+    ('{"key": 7, "args": ["x"]}', '"key" must be a string'),
+    ('{"key": "a", "args": ["x"], "stdin_file": 3}', '"stdin_file" must be a string, a path'),
+    ('{"key": "a", "args": ["x"], "stdin_file": "x\\u0000y"}', '"stdin_file" must be a path '
+     "without NUL bytes"),
+    ('{"key": "a", "args": ["x"], "stdin_file": "missing.json"}', "cannot read stdin_file "
+     "'{dir}/missing.json': No such file or directory"),
+    ('{"key": "a", "args": ["x"], "stdin_file": "."}', "cannot read stdin_file '{dir}': Is a "
+     "directory"),
+    ('{"key": "a", "args": ["x"], "stdin_file": "/dev/null"}', "cannot read stdin_file "
+     "'/dev/null': it is not a regular file"),
+    ('{"args": ["x"]}', 'missing field "key"'),
+    ('{"key": "a", "key": "b", "args": ["x"]}', 'field "key" appears twice'),
+    ('{"key": ', "not valid JSON: Expecting value at column 9"),
+    ('["a"]', 'a Task line must be a JSON object with "key", "args"'),
+    (SLURM_LINE, "Task a: SLURM_CPUS is Slurm's; no SLURM_* variable reaches a step"),
+    ('{"key": "a", "args": ["x"], "env": {"A": "\\u0000"}}', "Task a: env A must be a UTF-8"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["create", "ensure", "append"])
+@pytest.mark.parametrize(("line", "said"), AUTHORING_ERRORS)
+def test_every_authoring_error_names_file_and_line_in_the_authors_terms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, line: str, said: str
+) -> None:
+    """The third line is bad; the message is the file, the line, and what is wrong in the
+    words of the file, never cattrs' paths or Python's types."""
+    state = tmp_path / "state"
+    if command == "append":
+        create_state(state, [Task("first", ["x"])], appendable=True)
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(f'{{"key": "z", "args": ["x"]}}\n{{"key": "y", "args": ["x"]}}\n{line}\n')
+    journal = (state / "journal").read_bytes() if command == "append" else None
+    assert main([command, str(state), str(path)]) == 1
+    err = capsys.readouterr().err
+    expected = said.format(dir=tmp_path)
+    assert err.startswith(f"servatus: ConfigurationError: {path}:3: {expected}"), err
+    assert err.count("\n") == 1 and "@ $" not in err and "dict[" not in err
+    if journal is None:
+        assert not (state / "journal").exists()
+    else:
+        assert (state / "journal").read_bytes() == journal

@@ -37,6 +37,8 @@ from servatus.submission import (
     ping,
     resolve,
     scancel,
+    script_may_exceed,
+    script_problem,
     script_spec,
     submit_allocations,
 )
@@ -45,6 +47,7 @@ from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
     from servatus.doctor import Diagnosis
+    from servatus.launcher import Launcher
 
 Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
@@ -135,7 +138,9 @@ def ensure_state(
 ) -> tuple[store.CampaignState, Authoring]:
     """Create the campaign (appendable unless ``sealed``), or append the Tasks it has not seen.
 
-    ``sealed`` only applies when creating; an existing campaign keeps its authoring state.
+    With ``sealed``, an existing appendable campaign is sealed after the append: asking for a
+    sealed campaign and getting an appendable one would leave it open to later appends. The
+    result's ``sealed`` says what the campaign is now.
     """
     batch = check_unique(tasks)
     with store.writing(path, create=True) as writer:
@@ -150,6 +155,8 @@ def ensure_state(
                     f"campaign {str(path)!r} is sealed; {len(new)} new Task(s) cannot be added"
                 )
             state = writer.commit(store.Appended(new))
+        if sealed and not state.sealed:
+            state = writer.commit(store.Sealed())
     return state, _result(state, created=False, added=len(new), existing=existing)
 
 
@@ -222,7 +229,8 @@ class Campaign:
         probe: Probe | None = None,
         connect: Connect | None = None,
     ) -> Campaign:
-        """Create (appendable unless ``sealed``) or append unseen Tasks; safe to rerun."""
+        """Create (appendable unless ``sealed``) or append unseen Tasks, then seal if ``sealed``;
+        safe to rerun."""
         state, _ = ensure_state(path, tasks, sealed=sealed)
         return cls(path, probe=probe, connect=connect, _state=state)
 
@@ -345,7 +353,28 @@ class Campaign:
                 checked.add(args)
         if problems:
             raise ConfigurationError("; ".join(problems))
+        self._check_scripts(state, profile, made, launcher)
         return made
+
+    def _check_scripts(
+        self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
+    ) -> None:
+        """Refuse a plan whose batch script ``submit`` would refuse, in its Tasks' terms; only
+        the allocations whose content could reach ``max_script_bytes`` are rendered."""
+        roster, index, registry = state.tasks, state.tasks.by_key(), self._hooks()
+        problems: list[str] = []
+        size, target = roster.size, profile.target
+        for allocation in made.allocations:
+            if not script_may_exceed(target, list(map(size, allocation.task_keys))):
+                continue
+            problem = script_problem(registry, profile, allocation, index, launcher)
+            if problem is not None:
+                problems.append(problem)
+                if len(problems) == _SHOWN_CONFLICTS:
+                    problems.append("(further allocations not checked)")
+                    break
+        if problems:
+            raise ConfigurationError("; ".join(problems))
 
     def plan(
         self,

@@ -11,6 +11,7 @@ import functools
 import json
 import operator
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -23,6 +24,7 @@ from servatus.errors import (
     EXIT_OK,
     EXIT_USAGE,
     ServatusError,
+    StateWarning,
     from_os_error,
 )
 from servatus.transport import Connect
@@ -152,7 +154,10 @@ def plugins(as_json: bool) -> None:
 
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
-    code = _run(args, connect)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", StateWarning)
+        warnings.showwarning = _warn
+        code = _run(args, connect)
     try:
         if sys.stdout is not None:  # None when the program started with stdout closed
             sys.stdout.flush()  # what is still buffered fails here, not as Python exits
@@ -163,6 +168,11 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
             code = error.exit_code
         code = code or EXIT_ERROR
     return code
+
+
+def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A warning is one line, like an error: ``servatus: warning: ...``."""
+    _fail(f"warning: {message}")
 
 
 def console() -> int:
@@ -374,7 +384,8 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
     elif command == "seal":
         echo(f"sealed {state}: {done.total} Task{'s' if done.total != 1 else ''}")
     else:
-        echo(f"{command} {state}: {done.added} new, {done.existing} existing")
+        sealed = "; sealed" if done.sealed else ""
+        echo(f"{command} {state}: {done.added} new, {done.existing} existing{sealed}")
 
 
 @cli.command("create")
@@ -394,10 +405,14 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
 @cli.command("ensure")
 @click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
-@click.option("--sealed", is_flag=True, help="Create the campaign sealed (default: appendable).")
+@click.option(
+    "--sealed",
+    is_flag=True,
+    help="Create the campaign sealed, or seal it after appending (default: appendable).",
+)
 @json_option
 def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> None:
-    """Create a campaign, or append unseen Tasks; existing keys must match."""
+    """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it."""
     from servatus.campaign import ensure_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 

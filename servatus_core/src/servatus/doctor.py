@@ -18,7 +18,7 @@ from servatus.errors import EXIT_ERROR, EXIT_OK, EXIT_TEMPFAIL, ConfigurationErr
 from servatus.plan import Allocation
 from servatus.plugins import Hooks
 from servatus.plugins import hooks as default_hooks
-from servatus.submission import command, script_spec
+from servatus.submission import PING_UNANSWERED, command, ping_problem, script_spec
 from servatus.tasks import Task
 from servatus.transport import CommandResult, Transport
 
@@ -123,9 +123,12 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
     checks = []
     version = _run(transport, [command(target, "sbatch"), "--version"])
     if version is None:
-        return [Check("slurm version", UNAVAILABLE, "sbatch --version did not answer")]
+        return [Check("slurm version", UNAVAILABLE, PING_UNANSWERED)]
+    problem = ping_problem(version)
     found = slurm_version(version.stdout.decode("utf-8", "replace"))
-    if version.returncode != 0 or found is None:
+    if problem is not None:
+        checks.append(Check("slurm version", FAIL, problem))
+    elif found is None:
         checks.append(Check("slurm version", FAIL, f"unusable answer: {_said(version)}"))
     elif found < MIN_VERSION:
         checks.append(
@@ -156,7 +159,7 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
         else:
             checks.append(Check(name, PASS, path))
 
-    listing = _run(transport, reader.marker_command(target))
+    listing = _run(transport, reader.marker_command(target, clock=False))  # no clock file written
     if listing is None:
         checks.append(Check("find -printf", UNAVAILABLE, "no answer"))
     elif listing.returncode != 0:

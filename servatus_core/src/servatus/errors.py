@@ -82,6 +82,11 @@ class SubmissionInterrupted(ServatusError):
     exit_code = EXIT_INTERRUPTED_SUBMISSION
 
 
+class StateWarning(UserWarning):
+    """Campaign state other users can read (but not write): it is used, and said, since only
+    its owner-only modes keep a Task's stdin and environment private."""
+
+
 TRANSIENT_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
 )
@@ -127,6 +132,7 @@ __all__ = [
     "ServatusError",
     "ShapeRejected",
     "StalePlan",
+    "StateWarning",
     "StillWaiting",
     "SubmissionInterrupted",
     "TaskConflict",

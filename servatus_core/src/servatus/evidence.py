@@ -65,9 +65,16 @@ class EvidenceReader(Protocol):
 
     def parse_queue(self, result: CommandResult) -> list[QueueEntry]: ...
 
-    def marker_command(self, target: Target) -> list[str]: ...
+    def marker_command(self, target: Target, *, clock: bool = True) -> list[str]:
+        """The one remote command that lists the run markers of ``log_root``; with ``clock``
+        it also reads the file server's clock first (a write: ``doctor`` lists without it)."""
+        ...
 
     def parse_markers(self, result: CommandResult) -> list[Marker]: ...
+
+    def parse_clock(self, result: CommandResult) -> float:
+        """The file server's time that a ``clock`` listing printed, in UNIX seconds."""
+        ...
 
     def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:
         """Where the allocation's log (``slot`` None) or a step's log is on the target."""
@@ -76,10 +83,16 @@ class EvidenceReader(Protocol):
 
 @attrs.frozen
 class Evidence:
-    """One Target's two listings: ``None`` where a listing was not fetched (``--offline``)."""
+    """One Target's two listings: ``None`` where a listing was not fetched (``--offline``).
+
+    ``clock`` is the file server's time when the markers were listed, on the clock that stamps
+    marker mtimes: "now" for a running Task's run time, so no span mixes two clocks. ``None``
+    where no listing read it (then run time falls back to the caller's ``now``).
+    """
 
     queue: tuple[QueueEntry, ...] | None
     markers: tuple[Marker, ...] | None
+    clock: float | None = None
 
 
 def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) -> list[QueueEntry]:
@@ -90,15 +103,18 @@ def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) ->
     return reader.parse_queue(result)
 
 
-def fetch_markers(transport: Transport, reader: EvidenceReader, target: Target) -> list[Marker]:
-    """One listing of ``log_root``; an unreadable log_root is unavailable evidence."""
+def fetch_markers(
+    transport: Transport, reader: EvidenceReader, target: Target
+) -> tuple[list[Marker], float]:
+    """One listing of ``log_root`` with the file server's clock; an unreadable (or unstampable)
+    log_root is unavailable evidence."""
     result = transport.run(reader.marker_command(target))
     if result.returncode != 0:
         raise Unavailable(
             f"listing {target.log_root} failed (exit {result.returncode}): "
             f"{_first_line(result.stderr)}"
         )
-    return reader.parse_markers(result)
+    return reader.parse_markers(result), reader.parse_clock(result)
 
 
 def fetch(transport: Transport, reader: EvidenceReader, target: Target) -> Evidence:
@@ -108,8 +124,8 @@ def fetch(transport: Transport, reader: EvidenceReader, target: Target) -> Evide
     markers visible, so it is never mistaken for lost.
     """
     queue = fetch_queue(transport, reader, target)
-    markers = fetch_markers(transport, reader, target)
-    return Evidence(queue=tuple(queue), markers=tuple(markers))
+    markers, clock = fetch_markers(transport, reader, target)
+    return Evidence(queue=tuple(queue), markers=tuple(markers), clock=clock)
 
 
 def _first_line(data: bytes) -> str:

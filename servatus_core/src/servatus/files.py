@@ -17,11 +17,21 @@ import stat
 from servatus.errors import ConfigurationError
 
 
+def checked_path(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` as text, or :class:`ConfigurationError` when no file can have that name (a NUL
+    byte, which the operating system's calls refuse with a bare ``ValueError``)."""
+    text = os.fspath(path)
+    if "\0" in text:
+        raise ConfigurationError(f"{what} {text!r} contains a NUL byte; no file can have that name")
+    return text
+
+
 def read_regular(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file ``path``. A directory is ``IsADirectoryError`` like any
     read of one; any other kind of file is :class:`ConfigurationError`; other failures are the
     OSError the caller maps."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO opens at once
+    fd = os.open(checked_path(path, "path"), flags)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
@@ -55,7 +65,7 @@ def create_private(path: str, data: bytes) -> None:
     ``data``, synced; on any failure nothing is left. Failures are the OSError the caller maps
     (``FileExistsError`` when the name is taken)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o600)
+    fd = os.open(checked_path(path, "path"), flags, 0o600)
     try:
         os.fchmod(fd, 0o600)
         write_all(fd, data, 0)
@@ -73,7 +83,7 @@ def replace_private(path: str, data: bytes) -> None:
     sees the old bytes or the new; a link, FIFO, device or directory under that name is
     :class:`ConfigurationError`, never replaced or written through."""
     try:
-        existing = os.lstat(path)
+        existing = os.lstat(checked_path(path, "path"))
     except FileNotFoundError:
         pass
     else:

@@ -334,15 +334,16 @@ def _run_time(
     return _new(RunTime, (total if total > 0 else 0, True))
 
 
-_Context = tuple[dict[str, QueueEntry], dict[str, _Record]]
+_Context = tuple[dict[str, QueueEntry], dict[str, _Record], float | None]
 
 
 def _context(evidence: Evidence | None) -> _Context | None:
-    """A Target's queue entries by job name and its folded markers; None unless both listings
-    were read."""
+    """A Target's queue entries by job name, its folded markers and its file server's clock;
+    None unless both listings were read."""
     if evidence is None or evidence.queue is None or evidence.markers is None:
         return None
-    return {entry.name: entry for entry in evidence.queue}, _fold(evidence.markers)
+    queue = {entry.name: entry for entry in evidence.queue}
+    return queue, _fold(evidence.markers), evidence.clock
 
 
 def project(
@@ -355,7 +356,9 @@ def project(
 ) -> Report:
     """Project every Task's status. ``submissions`` are in recording order; ``evidence`` is keyed
     by each submission's ``target``. ``offline`` (or a missing listing) projects without Slurm:
-    accepted work reads ``ACCEPTED`` and run time is unknown.
+    accepted work reads ``ACCEPTED`` and run time is unknown. A running Task's run time runs to
+    its Target's :attr:`~servatus.evidence.Evidence.clock`, the clock that stamped its start
+    marker; ``now`` stands in only for evidence that did not read it.
 
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
@@ -374,6 +377,7 @@ def project(
     last_target: str | None = None
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, _Record] | None = None
+    server_now = now
     for allocation_id, task_keys, target, _, time_limit, outcome, recorded in submissions:
         if target is not last_target:
             last_target = target
@@ -385,7 +389,8 @@ def project(
                 online = False
                 queue = folded = None
             else:
-                queue, folded = context
+                queue, folded, clock = context
+                server_now = now if clock is None else clock
         entry = None if queue is None else queue.get(JOB_NAME_PREFIX + allocation_id)
         job = recorded
         if entry is not None:
@@ -421,7 +426,7 @@ def project(
         for slot, key in enumerate(task_keys):
             end = ends[slot]
             execution, exit_code, detail = _execution(entry, start, stop, limit, end)
-            run_time = _run_time(execution, start, stop, ends, slot, time_limit, now)
+            run_time = _run_time(execution, start, stop, ends, slot, time_limit, server_now)
             attempt = _new(
                 Attempt,
                 (

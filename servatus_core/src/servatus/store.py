@@ -30,9 +30,11 @@ import math
 import operator
 import os
 import re
+import shlex
 import stat
 import time
 import uuid
+import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -48,6 +50,7 @@ from servatus.errors import (
     ConfigurationError,
     CorruptState,
     ServatusError,
+    StateWarning,
     TaskConflict,
     Unavailable,
     UnsafeFilesystem,
@@ -55,7 +58,7 @@ from servatus.errors import (
     input_problem,
 )
 from servatus.evidence import MAX_JOB
-from servatus.files import read_all, write_all
+from servatus.files import checked_path, read_all, write_all
 from servatus.ids import ALLOCATION_ID, target_key
 from servatus.strict import strict_scalars
 from servatus.tasks import Roster, Task, as_roster, bulk, every_match, fields_valid
@@ -302,7 +305,9 @@ class Fold:
             campaign_id=self.campaign_id,
             created_at=self.created_at,
             sealed=self.sealed,
-            tasks=Roster(tuple(self.task_keys), list(self.tasks), _build_task, _stored_args),
+            tasks=Roster(
+                tuple(self.task_keys), list(self.tasks), _build_task, _stored_args, _stored_size
+            ),
             intents=tuple(self.intents.values()),
             receipts=tuple(self.receipts.values()),
             resolutions=tuple(self.resolutions.values()),
@@ -441,6 +446,18 @@ def _stored_args(row: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(row[_ARGS])
 
 
+def _stored_size(row: tuple[Any, ...]) -> int:
+    """:func:`~servatus.tasks.content_size` of a stored Task row (stdin's length from its base64,
+    rounded up), without building the Task."""
+    args, stdin, env = row[_ARGS], row[_STDIN], row[_ENV]
+    return (
+        -(-len(stdin) * 3 // 4)
+        + sum(map(len, args))
+        + sum(map(len, env))
+        + sum(map(len, env.values()))
+    )
+
+
 def _unstructure_roster(roster: Roster) -> dict[str, list[Any]]:
     rows = [_stored_row(item) if type(item) is Task else item for item in roster.stored()]
     columns = list(zip(*rows, strict=True)) or [()] * len(_TASK_COLUMNS)
@@ -464,7 +481,7 @@ def _structure_stored_roster(value: Any, _: Any) -> Roster:
     if not (fields_valid(keys, args, envs) and all(map(_is_base64, stdins))):
         for row in rows:  # the exact error: build each Task until one fails
             _build_task(row)
-    return Roster(tuple(keys), rows, _build_task, _stored_args)
+    return Roster(tuple(keys), rows, _build_task, _stored_args, _stored_size)
 
 
 def _columns(value: Any, names: Iterable[str], what: str) -> list[list[Any]]:
@@ -779,14 +796,35 @@ def sync(fd: int) -> None:
     os.fsync(fd)
 
 
-def _check_owned(st: os.stat_result, name: str, kind: Callable[[int], bool]) -> None:
+def _check_owned(
+    st: os.stat_result, name: str, kind: Callable[[int], bool], *, tightened: bool = False
+) -> None:
+    """Refuse what is not ours or what other users can write (they could change the record);
+    warn of what they can only read. ``tightened``: the caller makes it owner-only now."""
     if not kind(st.st_mode):
         raise UnsafeFilesystem(f"{name}: has the wrong type")
     if st.st_uid != os.geteuid():
         raise UnsafeFilesystem(f"{name}: is owned by uid {st.st_uid}, not by you")
+    mode = stat.S_IMODE(st.st_mode)
+    wanted = DIRECTORY_MODE if stat.S_ISDIR(st.st_mode) else FILE_MODE
+    if mode & 0o022:
+        raise UnsafeFilesystem(
+            f"{name}: other users can write it (mode {mode:04o}), so it is not used; if the "
+            f"record is as you left it, make it owner-only: chmod {wanted:o} {shlex.quote(name)}"
+        )
+    if mode & 0o077:
+        done = (
+            f"made it owner-only ({wanted:04o})"
+            if tightened
+            else f"make it owner-only: chmod {wanted:o} {shlex.quote(name)}"
+        )
+        warnings.warn(
+            StateWarning(f"{name}: other users can read it (mode {mode:04o}); {done}"),
+            stacklevel=3,
+        )
 
 
-def _open_directory(path: Path) -> int:
+def _open_directory(path: Path, *, tightened: bool = False) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -794,7 +832,7 @@ def _open_directory(path: Path) -> int:
     except OSError as exc:
         raise from_os_error(exc, f"cannot open campaign {str(path)!r}") from None
     try:
-        _check_owned(os.fstat(fd), str(path), stat.S_ISDIR)
+        _check_owned(os.fstat(fd), str(path), stat.S_ISDIR, tightened=tightened)
     except BaseException:
         os.close(fd)
         raise
@@ -803,7 +841,7 @@ def _open_directory(path: Path) -> int:
 
 def read(path: str | Path) -> CampaignState:
     """Read a campaign without the lock, up to its last complete record."""
-    path = Path(path)
+    path = Path(checked_path(path, "campaign"))
     name = str(path / JOURNAL)
     directory = _open_directory(path)
     try:
@@ -831,7 +869,7 @@ def journal_version(path: str | Path) -> tuple[int, ...] | None:
     in), so an unchanged journal need not be read and folded again; None when it cannot be seen."""
     try:
         st = os.stat(Path(path) / JOURNAL, follow_symlinks=False)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the name, which read refuses
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -867,7 +905,7 @@ class Writer:
         self._journal = fd
         try:
             st = os.fstat(fd)
-            _check_owned(st, self.name, stat.S_ISREG)
+            _check_owned(st, self.name, stat.S_ISREG, tightened=True)
             if stat.S_IMODE(st.st_mode) != FILE_MODE:
                 os.fchmod(fd, FILE_MODE)
             data = read_all(fd)
@@ -1028,8 +1066,20 @@ def _make_directory(path: Path) -> None:
             raise ConfigurationError(
                 f"{str(path)!r} exists and is not a campaign; choose a new or empty directory"
             ) from None
+        if not entries:  # nothing recorded to protect yet: a user's empty directory (umask 002
+            _make_private(path)  # makes it 0775) becomes owner-only instead of being refused
     except OSError as exc:
         raise from_os_error(exc, f"cannot create {str(path)!r}") from None
+
+
+def _make_private(path: Path) -> None:
+    """Make an empty directory of the user's owner-only (someone else's is refused later)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # as _open_directory does
+    try:
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, DIRECTORY_MODE)
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -1039,10 +1089,10 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
     With ``create``, STATE is made (owner-only) when missing and ``state`` may be None. The lock
     also removes a leftover ``journal.tmp`` and truncates a torn tail before anything is written.
     """
-    path = Path(path)
+    path = Path(checked_path(path, "campaign"))
     if create:
         _make_directory(path)
-    directory = _open_directory(path)
+    directory = _open_directory(path, tightened=True)
     try:
         st = os.fstat(directory)
         if stat.S_IMODE(st.st_mode) != DIRECTORY_MODE:
@@ -1053,7 +1103,7 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
         os.close(directory)
         raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
     try:
-        _check_owned(os.fstat(lock), str(path / LOCK), stat.S_ISREG)
+        _check_owned(os.fstat(lock), str(path / LOCK), stat.S_ISREG, tightened=True)
         os.fchmod(lock, FILE_MODE)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -23,8 +23,8 @@ from servatus.plugins import Hooks
 from servatus.script import ScriptSpec, ScriptStep, job_name
 from servatus.status import Execution, Report, Submission
 from servatus.store import Intent, Receipt, Resolved, Writer
-from servatus.tasks import Task
-from servatus.transport import Transport
+from servatus.tasks import Task, content_size
+from servatus.transport import CommandResult, Transport
 
 RUNTIME_VARIABLES = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
 """Reserved variables whose values exist only once the job runs; the script exports them."""
@@ -96,14 +96,111 @@ def script_spec(
     )
 
 
+SCRIPT_ROOM = 16384
+"""Bytes a batch script may take beyond its steps (options, helpers) in the planning bound."""
+STEP_ROOM = 8192
+"""Bytes a step may take beyond its Task's content (the launcher's words, ``srun`` options)."""
+ESCAPE_GROWTH = 16
+"""The most a character of a Task's content can grow by in a script: four UTF-8 bytes, each a
+four-character octal escape."""
+_TOO_LARGE = {
+    "stdin": "give it its input in a file it reads instead",
+    "env": "pass large values through a file it reads instead",
+    "args": "pass large values through a file it reads instead",
+}
+
+
+def script_may_exceed(target: Target, sizes: Sequence[int]) -> bool:
+    """Whether the batch script of Tasks of these content sizes can be over
+    ``max_script_bytes``: a bound that never says no wrongly, so planning renders only the
+    scripts that may be too large instead of every one (100,000 allocations)."""
+    bound = ESCAPE_GROWTH * sum(sizes) + STEP_ROOM * len(sizes) + SCRIPT_ROOM
+    return bound > target.max_script_bytes
+
+
+def script_problem(
+    hooks: Hooks,
+    profile: Profile,
+    allocation: Allocation,
+    tasks: Mapping[str, Task],
+    launcher: Launcher,
+) -> str | None:
+    """Why the allocation's batch script cannot be sent, found at planning, or None. A script
+    over ``max_script_bytes`` is put in the user's terms: the Task with the most content and its
+    largest part (stdin, env, args) when even its script alone is too large, else the number of
+    Tasks in the allocation."""
+    try:
+        hooks.batch_script(script_spec(profile, allocation, tasks, launcher))
+    except ConfigurationError as exc:
+        bound = profile.target.max_script_bytes
+        unbounded = attrs.evolve(
+            profile, target=attrs.evolve(profile.target, max_script_bytes=2**62)
+        )
+
+        def size(keys: tuple[str, ...]) -> int:
+            spec = script_spec(
+                unbounded, Allocation(allocation.allocation_id, keys), tasks, launcher
+            )
+            return len(hooks.batch_script(spec).encode("utf-8", "surrogateescape"))
+
+        try:
+            total = size(allocation.task_keys)
+        except ConfigurationError:
+            return str(exc)  # not about its size
+        task = max((tasks[key] for key in allocation.task_keys), key=content_size)
+        if len(allocation.task_keys) > 1 and size((task.key,)) <= bound:
+            why = (
+                f"the {len(allocation.task_keys)} Tasks of one allocation do not fit in one "
+                "batch script; plan fewer per allocation (--tasks-per-allocation)"
+            )
+        else:
+            why = _too_large(task)
+        return f"{why} (its batch script is {total} bytes, over max_script_bytes {bound})"
+    return None
+
+
+def _too_large(task: Task) -> str:
+    """The Task's largest part, which a script too large even for it alone is blamed on."""
+    parts = {
+        "stdin": len(task.stdin),
+        "env": sum(_utf8(name) + _utf8(value) + 1 for name, value in task.env.items()),
+        "args": sum(_utf8(arg) + 1 for arg in task.args),
+    }
+    cause = max(parts, key=lambda part: parts[part])
+    return (
+        f"Task {task.key!r}: its {cause} ({parts[cause]} bytes) is too large; {_TOO_LARGE[cause]}"
+    )
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+PING_UNANSWERED = "sbatch --version did not answer"
+
+
+def ping_problem(result: CommandResult) -> str | None:
+    """What is wrong with an ``sbatch --version`` that ran, in the words submit, validate and
+    doctor share (it ran and failed, or printed nothing); None when it printed a version."""
+    if result.returncode != 0:
+        said = result.stderr.decode("utf-8", "replace").strip()
+        reason = said.splitlines()[-1][:200] if said else "no message"
+        return f"sbatch --version ran and failed (exit {result.returncode}): {reason}"
+    if not result.stdout.strip():
+        return "sbatch --version ran but printed no version"
+    return None
+
+
 def ping(transport: Transport, target: Target) -> str:
     """``sbatch --version``: proves Slurm answers before anything is recorded."""
-    result = transport.run([command(target, "sbatch"), "--version"])
-    text = result.stdout.decode("utf-8", "replace").strip()
-    if result.returncode != 0 or not text:
-        message = result.stderr.decode("utf-8", "replace").strip()[:200] or "no answer"
-        raise Unavailable(f"Slurm did not answer sbatch --version: {message}")
-    return text
+    try:
+        result = transport.run([command(target, "sbatch"), "--version"])
+    except Unavailable as exc:
+        raise Unavailable(f"{PING_UNANSWERED}: {exc}") from exc
+    problem = ping_problem(result)
+    if problem is not None:
+        raise Unavailable(problem)
+    return result.stdout.decode("utf-8", "replace").strip()
 
 
 def parse_job(stdout: bytes) -> int | None:

@@ -161,7 +161,7 @@ def _check(key: object, args: tuple[str, ...], env: Env, *, text: bool = True) -
             )
         if not (type(value) is str if not text else _text(value)):
             raise ConfigurationError(
-                f"Task {key}: {name} must be a UTF-8 string without NUL, got {value!r}"
+                f"Task {key}: env {name} must be a UTF-8 string without NUL, got {value!r}"
             )
 
 
@@ -260,6 +260,13 @@ def fields_valid(keys: Sequence[Any], args: Sequence[Any], envs: Sequence[Any]) 
     return True
 
 
+def content_size(task: Task) -> int:
+    """What a Task puts into its batch script before escaping: stdin bytes, and characters of
+    its args and of its env's names and values."""
+    env = sum(len(name) + len(value) for name, value in task.env.items())
+    return len(task.stdin) + sum(map(len, task.args)) + env
+
+
 class Roster(Sequence[Task]):
     """A campaign's Tasks in the order they were added, immutable.
 
@@ -269,7 +276,7 @@ class Roster(Sequence[Task]):
     for, ``args`` reads a document's args without building it.
     """
 
-    __slots__ = ("_args", "_build", "_index", "_items", "keys")
+    __slots__ = ("_args", "_build", "_index", "_items", "_size", "keys")
 
     def __init__(
         self,
@@ -277,11 +284,13 @@ class Roster(Sequence[Task]):
         items: list[Any],
         build: Callable[[Any], Task] | None = None,
         args: Callable[[Any], tuple[str, ...]] | None = None,
+        size: Callable[[Any], int] | None = None,
     ) -> None:
         self.keys = keys
         self._items = items
         self._build = build
         self._args = args
+        self._size = size
         self._index: dict[str, int] | None = None
 
     def __len__(self) -> int:
@@ -330,6 +339,17 @@ class Roster(Sequence[Task]):
         if type(item) is Task or self._args is None:
             return self._task(position).args
         return self._args(item)
+
+    def size(self, key: str) -> int:
+        """:func:`content_size` of the Task under ``key`` (KeyError if none), read off its stored
+        document when it can be: planning bounds the script of every allocation it makes."""
+        position = self._position(key)
+        if position is None:
+            raise KeyError(key)
+        item = self._items[position]
+        if type(item) is Task or self._size is None:
+            return content_size(self._task(position))
+        return self._size(item)
 
     def by_key(self) -> Mapping[str, Task]:
         """A read-only view by key that builds only the Tasks looked up."""
@@ -405,13 +425,18 @@ def check_unique(tasks: Iterable[Task]) -> tuple[Task, ...]:
         if task.key in seen:
             raise ConfigurationError(f"Task key {task.key} appears more than once")
         seen.add(task.key)
-        slurm = [name for name in task.env if name.startswith(SLURM_ENV_PREFIX)]
-        if slurm:
-            raise ConfigurationError(
-                f"Task {task.key}: {slurm[0]} is Slurm's; no {SLURM_ENV_PREFIX}* variable "
-                "reaches a step"
-            )
+        problem = slurm_problem(task)
+        if problem is not None:
+            raise ConfigurationError(problem)
     return batch
+
+
+def slurm_problem(task: Task) -> str | None:
+    """Why a Task being authored cannot set the environment it asks for, or None."""
+    slurm = [name for name in task.env if name.startswith(SLURM_ENV_PREFIX)]
+    if not slurm:
+        return None
+    return f"Task {task.key}: {slurm[0]} is Slurm's; no {SLURM_ENV_PREFIX}* variable reaches a step"
 
 
 @contextmanager
@@ -451,7 +476,7 @@ def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for name, value in pairs:
         if name in document:
-            raise ValueError(f"field {name!r} appears twice")
+            raise ConfigurationError(f"field {json.dumps(name)} appears twice")
         document[name] = value
     return document
 
@@ -470,24 +495,68 @@ def parse_line(raw: bytes, *, base: Path) -> Task:
         document = json.loads(
             text, object_pairs_hook=_no_duplicate_names, parse_constant=_no_constants
         )
+    except ConfigurationError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ConfigurationError(f"not a JSON object: {input_problem(exc)}") from None
     if not isinstance(document, dict):
-        raise ConfigurationError("not a JSON object")
+        raise ConfigurationError(f"a Task line must be a JSON object with {_FIELDS}")
     try:
         line = _LINES.structure(document, _Line)
     except cattrs.ClassValidationError as exc:
-        raise ConfigurationError("; ".join(cattrs.transform_error(exc))) from None
+        raise ConfigurationError(_line_problem(exc)) from None
     stdin = b""
     if line.stdin_file is not None:
         source = base / line.stdin_file
+        if "\0" in line.stdin_file:
+            raise ConfigurationError('"stdin_file" must be a path without NUL bytes')
         try:
             stdin = read_regular(source)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot read stdin_file {str(source)!r}: {exc.strerror or exc}"
             ) from None
-    return Task(line.key, line.args, stdin=stdin, env=line.env)
+        except ConfigurationError:
+            raise ConfigurationError(
+                f"cannot read stdin_file {str(source)!r}: it is not a regular file"
+            ) from None
+    task = Task(line.key, line.args, stdin=stdin, env=line.env)
+    problem = slurm_problem(task)
+    if problem is not None:
+        raise ConfigurationError(problem)
+    return task
+
+
+_FIELDS = '"key", "args" and optionally "stdin_file" and "env"'
+_KINDS = {
+    "key": "a string",
+    "args": "an array of strings",
+    "stdin_file": "a string, a path relative to the Tasks file",
+    "env": "an object of strings",
+}
+"""What each field of a Task line holds, in the words a line's author knows."""
+
+
+def _line_problem(exc: cattrs.ClassValidationError) -> str:
+    """A structuring failure of one line in its author's terms: unknown and missing fields by
+    name, and what a field of the wrong type must be (no cattrs paths or Python types)."""
+    problems = []
+    with_notes, without = exc.group_exceptions()
+    for sub in without:
+        if isinstance(sub, cattrs.ForbiddenExtraKeysError):
+            names = ", ".join(json.dumps(name) for name in sorted(sub.extra_fields))
+            plural = "s" if len(sub.extra_fields) > 1 else ""
+            problems.append(f"unknown field{plural} {names}; a Task line has {_FIELDS}")
+        else:
+            problems.append(str(sub))
+    for sub, note in with_notes:
+        if isinstance(sub, KeyError):
+            problems.append(f'missing field "{note.name}"')
+        else:
+            problems.append(f'"{note.name}" must be {_KINDS.get(note.name, "something else")}')
+    return "; ".join(problems)
 
 
 def read_jsonl(path: str | Path) -> tuple[Task, ...]:
@@ -530,6 +599,8 @@ __all__ = [
     "Task",
     "as_roster",
     "check_unique",
+    "content_size",
     "fields_valid",
     "read_jsonl",
+    "slurm_problem",
 ]

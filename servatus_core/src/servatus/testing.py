@@ -2,9 +2,10 @@
 
 Pass it as ``connect=`` to :class:`~servatus.Campaign` or :func:`servatus.cli.main`. It answers
 the commands Servatus runs (``sbatch``, ``squeue``, ``scancel``, ``scontrol``, the run-marker
-``find``, ``tail`` and ``test``) the way a cluster would, and its controls move jobs along and make
-commands fail. Controls name commands by basename (``"sbatch"``), except the ``sbatch --version``
-check, which is ``"ping"``.
+``find``, ``tail`` and ``doctor``'s ``sh`` probe) the way a cluster would, and its controls move
+jobs along and make commands fail. Controls name commands by basename (``"sbatch"``), except the
+``sbatch --version`` check, which is ``"ping"``; a name outside :data:`CONTROL_NAMES` is refused
+with ``ValueError``.
 
 It is a stand-in for tests of *your* code and of Servatus' own decisions; every behaviour it
 models is also proven against a real Slurm in Servatus' own test suite.
@@ -91,16 +92,26 @@ class FakeScheduler:
 
     def fail(self, command: str, *, times: int = 1, returncode: int = 1, stderr: str = "") -> None:
         """The next ``times`` runs of ``command`` run and say no (a nonzero exit)."""
-        message = stderr or f"{command}: error: refused by FakeScheduler"
+        program = _program(self._known(command))
+        message = stderr or f"{program}: error: refused by FakeScheduler\n"
         self._faults[command] = _Fault("fail", times, returncode, message)
 
     def unavailable(self, command: str, *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` get no answer (a dropped connection)."""
-        self._faults[command] = _Fault("unavailable", times)
+        self._faults[self._known(command)] = _Fault("unavailable", times)
 
     def lose_answer(self, command: str = "sbatch", *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` take effect, but their answer never arrives."""
-        self._faults[command] = _Fault("lose", times)
+        self._faults[self._known(command)] = _Fault("lose", times)
+
+    def _known(self, command: str) -> str:
+        """A control that names no command the fake answers would never fire: refuse it."""
+        if command not in CONTROL_NAMES:
+            raise ValueError(
+                f"FakeScheduler has no command {command!r}; its controls name one of "
+                f"{', '.join(CONTROL_NAMES)}"
+            )
+        return command
 
     def start(self, job: int | None = None) -> None:
         """Start a pending job (every pending one without ``job``): it writes its start marker."""
@@ -156,18 +167,19 @@ class FakeScheduler:
             fault.times -= 1
             if fault.times <= 0:
                 del self._faults[name]
+            program = _program(name)
             if fault.mode == "unavailable":
-                raise Unavailable(f"FakeScheduler: no answer from {name}")
+                raise Unavailable(f"FakeScheduler: no answer from {program}")
             if fault.mode == "fail":
                 return CommandResult(call, fault.returncode, b"", fault.stderr.encode())
             self._answer(call, stdin)
-            raise Unavailable(f"FakeScheduler: the answer of {name} was lost")
+            raise Unavailable(f"FakeScheduler: the answer of {program} was lost")
         return self._answer(call, stdin)
 
     # -- the commands -----------------------------------------------------------------------
 
     def _answer(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        base = os.path.basename(argv[0])
+        base = _command_name(argv)
         handler = getattr(self, f"_cmd_{base}", None)
         if handler is None:
             return CommandResult(argv, 127, b"", f"{base}: command not found\n".encode())
@@ -233,9 +245,17 @@ class FakeScheduler:
         return CommandResult(argv, 0, text.encode(), b"")
 
     def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
+        """A plain ``find``, or the clock listing (``sh -c SCRIPT find LOG_ROOT GLOB FORMAT``),
+        which prints the clock file's row first, stamped by this fake's (the file server's)
+        clock."""
+        rows = []
+        if _is_script(argv):
+            pattern = argv[5] if len(argv) > 5 else "*"
+            rows.append(f"servatus-clock.{os.getuid()} {self.clock():.10f} 0\n")
+        else:
+            pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
         listed = re.compile(fnmatch.translate(pattern)).match
-        rows = [
+        rows += [
             f"{name} {at:.10f} 0\n" for name, at in sorted(self.markers.items()) if listed(name)
         ]
         now = self.clock()
@@ -292,8 +312,30 @@ class FakeScheduler:
         self.markers[name] = self.clock()
 
 
+CONTROL_NAMES = ("ping", "sbatch", "squeue", "scancel", "scontrol", "find", "tail", "sh")
+"""What a control may name: each command the fake answers, by basename (``sh`` is doctor's
+directory probe), and ``ping``, the ``sbatch --version`` check."""
+
+
+def _program(control: str) -> str:
+    """The command a control name stands for, as its own messages would name it."""
+    return "sbatch" if control == "ping" else control
+
+
+def _is_script(argv: Sequence[str]) -> bool:
+    return len(argv) > 3 and os.path.basename(argv[0]) == "sh" and argv[1] == "-c"
+
+
+def _command_name(argv: Sequence[str]) -> str:
+    """The basename of the program, or the ``$0`` a ``sh -c`` script is given (``find`` for the
+    clock listing, ``sh`` for doctor's directory probe)."""
+    if _is_script(argv):
+        return argv[3]
+    return os.path.basename(argv[0]) if argv else ""
+
+
 def _control_name(argv: Sequence[str]) -> str:
-    base = os.path.basename(argv[0]) if argv else ""
+    base = _command_name(argv)
     if base == "sbatch" and "--version" in argv:
         return "ping"
     return base

@@ -41,6 +41,17 @@ MAX_ROWS = 1_000_000
 MAX_LINE = 512
 """Longer lines are not ours: our names are under 80 bytes."""
 
+CLOCK_SCRIPT = (
+    'umask 077 && clock="$1/servatus-clock.$(id -u)" && touch -- "$clock" '
+    '&& find "$clock" -maxdepth 0 -printf "$3" '
+    '&& exec find -H "$1" -mindepth 1 -maxdepth 1 -name "$2" -type f -printf "$3"'
+)
+"""``sh -c`` text of the clock listing: ``$1`` log_root, ``$2`` the marker glob, ``$3`` the row
+format. The clock file is ``servatus-clock.<uid>``, one per user (users who share a ``log_root``
+cannot touch each other's owner-only file), and matches neither the marker glob nor a log name.
+``touch`` of an existing file asks the server for its own time (``UTIME_NOW``)."""
+_CLOCK_ROW = re.compile(rb"servatus-clock\.[0-9]{1,10} ([0-9]{1,12}(?:\.[0-9]{1,10})?) [0-9]{1,20}")
+
 _PADDING = r"[ \t\r\v\f]*"
 """What ``bytes.strip`` removes from a line (squeue pads some fields)."""
 _QUEUE_ROW = re.compile(
@@ -110,9 +121,25 @@ class SlurmEvidenceReader:
                 append(_new(QueueEntry, (number, name, state)))
         return entries
 
-    def marker_command(self, target: Target) -> list[str]:
+    def marker_command(self, target: Target, *, clock: bool = True) -> list[str]:
         """``-H`` follows a symlinked ``log_root`` itself (and nothing below it); a marker is a
-        regular file, so a directory or link under a marker's name is no evidence."""
+        regular file, so a directory or link under a marker's name is no evidence.
+
+        With ``clock``, one ``sh`` first touches the user's clock file in ``log_root`` and
+        prints its row, then runs the same ``find``: the file server stamps that mtime as it
+        stamps the markers', so the first row is its "now" (:data:`CLOCK_SCRIPT`). ``$0`` is
+        ``find``, so the shell's own complaints name the listing.
+        """
+        if clock:
+            return [
+                "/bin/sh",
+                "-c",
+                CLOCK_SCRIPT,
+                "find",
+                target.log_root,
+                MARKER_GLOB,
+                MARKER_FORMAT,
+            ]
         return [
             "find",
             "-H",
@@ -140,6 +167,15 @@ class SlurmEvidenceReader:
             if marker is not None:
                 append(marker)
         return markers
+
+    def parse_clock(self, result: CommandResult) -> float:
+        """The mtime of the clock row that a ``clock`` listing prints first; a listing without
+        it is unusable (it would leave run time to another clock)."""
+        end = result.stdout.find(b"\n")
+        match = _CLOCK_ROW.fullmatch(result.stdout[: end if end >= 0 else len(result.stdout)])
+        if result.returncode != 0 or match is None:
+            raise Unavailable("find did not read the file server's clock; the listing is unusable")
+        return float(match[1])
 
     def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:
         """The allocation's Slurm log (``slot`` None) or the step log of ``slot``."""

@@ -364,6 +364,6 @@ def render(spec: ScriptSpec) -> str:
     if size > target.max_script_bytes:
         raise ConfigurationError(
             f"the batch script of allocation {spec.allocation_id} is {size} bytes, over "
-            f"max_script_bytes ({target.max_script_bytes}); move large stdin into files"
+            f"max_script_bytes ({target.max_script_bytes})"
         )
     return script
