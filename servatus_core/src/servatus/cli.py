@@ -114,7 +114,20 @@ def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")(func)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click's own handler, which would write a blank
+    line before :func:`_run` reports it."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(
     __version__, "--version", prog_name="servatus", message="%(prog)s %(version)s"
 )
@@ -196,7 +209,7 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
             return returned
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt):
         click.echo("servatus: interrupted; recorded intent survives; run status", err=True)
         return EXIT_CTRL_C
     except _NO_ARGUMENTS as exc:  # click 8.2+: the help, as help, but still a usage error
@@ -507,7 +520,12 @@ def _save_plan(path: str, document: dict[str, Any]) -> None:
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Retry this Task.")
 @click.option("--retry-failed", is_flag=True, help="Retry every failed or stopped Task.")
 @click.option("--only", "only", multiple=True, metavar="KEY", help="Plan only these Tasks.")
-@click.option("--tasks-per-allocation", type=click.IntRange(min=1), metavar="N")
+@click.option(
+    "--tasks-per-allocation",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Pack at most N Tasks into one allocation (never more than the profile fits).",
+)
 @click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
 @json_option
 @paused_gc
@@ -724,8 +742,12 @@ def reconcile_command(state: str, as_json: bool) -> None:
 
 @cli.command("cancel")
 @click.argument("state", callback=_not_empty)
-@click.option("--task", "tasks", multiple=True, metavar="KEY")
-@click.option("--allocation", "allocations", multiple=True, metavar="ID")
+@click.option(
+    "--task", "tasks", multiple=True, metavar="KEY", help="Cancel this Task's allocations."
+)
+@click.option(
+    "--allocation", "allocations", multiple=True, metavar="ID", help="Cancel this allocation."
+)
 @json_option
 def cancel_command(
     state: str, tasks: tuple[str, ...], allocations: tuple[str, ...], as_json: bool
@@ -745,9 +767,29 @@ def cancel_command(
 
 @cli.command("logs")
 @click.argument("state", callback=_not_empty)
-@click.option("--task", "tasks", multiple=True, metavar="KEY")
-@click.option("--allocation", "allocations", multiple=True, metavar="ID")
-@click.option("--bytes", "size", type=click.IntRange(1, 1048576), default=65536, show_default=True)
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="KEY",
+    help="This Task's step log (in its current allocation, or in each --allocation).",
+)
+@click.option(
+    "--allocation",
+    "allocations",
+    multiple=True,
+    metavar="ID",
+    help="This allocation's log (with --task: that Task's step log in it).",
+)
+@click.option(
+    "--bytes",
+    "size",
+    type=click.IntRange(1, 1048576),
+    default=65536,
+    show_default=True,
+    help="Print at most the last N bytes of each log.",
+    metavar="N",
+)
 @click.option("--output", callback=_not_empty, metavar="FILE", help="Write the log here (0600).")
 def logs_command(
     state: str,
