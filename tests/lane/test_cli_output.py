@@ -3,9 +3,23 @@ and the lines a user reads when something did not go as planned."""
 
 from __future__ import annotations
 
-import click
+import json
+from pathlib import Path
 
-from servatus.cli import cli
+import click
+import pytest
+
+from servatus.cli import cli, main
+from servatus.testing import FakeScheduler
+
+
+def run(
+    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(args, connect=fake)
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def _commands(group: click.Group) -> list[click.Command]:
@@ -24,3 +38,24 @@ def test_every_command_and_option_has_help_text() -> None:
     ]
     missing += [command.name or "" for command in _commands(cli) if not command.help]
     assert missing == []
+
+
+def test_a_newline_in_a_value_never_starts_an_output_line(
+    tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"key": "k0", "args": ["/usr/bin/true"]}) + "\n")
+    state = str(tmp_path / "st\nline2: 1 Task (sealed)\x1b[2J")
+    code, out, _ = run(["create", state, str(tasks)], FakeScheduler(), capsys)
+    assert code == 0
+    assert out.splitlines() == [
+        f"created {tmp_path}/st\\nline2: 1 Task (sealed)\\x1b[2J: 1 Task (sealed)"
+    ]
+    code, out, _ = run(
+        ["plan", state, "--config", str(config_path), "--output", str(tmp_path / "p\n.json")],
+        FakeScheduler(),
+        capsys,
+    )
+    assert code == 0
+    saved = out.splitlines()[-1]
+    assert saved.startswith("saved ") and saved.count("p\\n.json") == 2 and "st\\nline2" in saved

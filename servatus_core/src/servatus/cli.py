@@ -2,7 +2,8 @@
 
 Conventions every command keeps: errors are one line ``servatus: <ErrorClass>: <message>`` and the
 exit code of the spec's Recovery playbook (never a traceback); ``--json`` prints exact machine
-output; human output escapes every non-printable character (:func:`human`).
+output; human output escapes every non-printable character, a newline inside a value too
+(:func:`echo`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Context:
 
 
 def human(text: str) -> str:
-    """Escape every non-printable character (keeping newlines between lines) for a terminal."""
+    """Escape every non-printable character but the newlines between lines, for a terminal."""
     if text.replace("\n", "").isprintable():  # the usual case: one pass over a large table
         return text
     return "\n".join(_escape_line(line) for line in text.split("\n"))
@@ -64,9 +65,16 @@ def _escape_line(line: str) -> str:
     return "".join(out)
 
 
-def echo(text: str) -> None:
-    """Print human output, escaped."""
-    click.echo(human(text))
+def echo(*lines: str) -> None:
+    """Print human output, each argument one line, in one write (a line each costs a flush each).
+
+    Each line is escaped whole, so a newline inside a value (a STATE, a key) is shown as ``\\n``
+    and can never start an output line of its own.
+    """
+    if all(map(str.isprintable, lines)):  # the usual case: no Python call per line of a table
+        click.echo("\n".join(lines))
+    else:
+        click.echo("\n".join(map(_escape_line, lines)))
 
 
 def json_text(document: Any) -> str:
@@ -366,8 +374,7 @@ def profile_command(config: str | None, profile_name: str | None, as_json: bool)
             }
         )
         return
-    for line in profile_lines(profile, fits):
-        echo(line)
+    echo(*profile_lines(profile, fits))
 
 
 # authoring: create, ensure, append, seal --------------------------------------------------------
@@ -575,7 +582,7 @@ def plan_command(
             }
         )
     else:
-        echo("\n".join(plan_lines(plan)))  # one write: a line each costs a flush each
+        echo(*plan_lines(plan))
         if output:
             echo(f"saved {output}; submit it with: servatus submit {state} {output}")
     if show_scripts:
@@ -637,7 +644,7 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     interactive = not as_json and sys.stdout.isatty()
 
     def progress(index: int, count: int, allocation_id: str, job: int) -> None:
-        click.echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
+        echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
 
     result = _campaign(state).submit(plan, progress=progress if interactive else None)
     if as_json:
@@ -704,7 +711,7 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     if as_json:
         emit_json(report_to_document(report))
         return
-    echo("\n".join(status_lines(report)))  # one write: a line each costs a flush each
+    echo(*status_lines(report))
 
 
 @cli.command("reconcile")
