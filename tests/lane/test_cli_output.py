@@ -4,6 +4,8 @@ and the lines a user reads when something did not go as planned."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -59,3 +61,27 @@ def test_a_newline_in_a_value_never_starts_an_output_line(
     assert code == 0
     saved = out.splitlines()[-1]
     assert saved.startswith("saved ") and saved.count("p\\n.json") == 2 and "st\\nline2" in saved
+
+
+@pytest.mark.parametrize("redirect", [">&-", "1</dev/null"], ids=["closed", "read-only"])
+def test_a_closed_stdout_is_75_in_one_line(redirect: str) -> None:
+    done = subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, "-m", "servatus", "plugins"],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.startswith("servatus: Unavailable: cannot write the output: ")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_with_stdout_closed_the_work_is_done_and_the_lost_line_reported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"key": "k0", "args": ["/usr/bin/true"]}) + "\n")
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["create", str(tmp_path / "state"), str(tasks)]) == 75
+    assert sys.stdout is None
+    assert (tmp_path / "state").is_dir()  # done, and said so on stderr; only the line was lost

@@ -8,12 +8,13 @@ output; human output escapes every non-printable character, a newline inside a v
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import operator
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 import click
 
@@ -24,6 +25,7 @@ from servatus.errors import (
     EXIT_OK,
     EXIT_USAGE,
     ServatusError,
+    Unavailable,
     from_os_error,
 )
 from servatus.transport import Connect
@@ -171,19 +173,52 @@ def plugins(as_json: bool) -> None:
     echo(f"transports: {', '.join(transports) or '-'}")
 
 
+class _ClosedOutput:
+    """What stands for stdout while a program started with it closed runs a command: writing
+    fails as writing to a bad descriptor does, so it is reported as any output that cannot be
+    written is, never dropped in silence (click writes nothing at all to a missing stdout)."""
+
+    def write(self, data: object) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        """Nothing is ever buffered."""
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def buffer(self) -> _ClosedOutput:
+        return self
+
+
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
-    code = _run(args, connect)
+    closed = sys.stdout is None  # the program started with stdout closed
+    if closed:
+        sys.stdout = cast(TextIO, _ClosedOutput())
     try:
-        if sys.stdout is not None:  # None when the program started with stdout closed
+        code = _run(args, connect)
+        try:
             sys.stdout.flush()  # what is still buffered fails here, not as Python exits
-    except OSError as exc:  # reported once: a failure the command already reported stands
-        if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
-            error = from_os_error(exc, "cannot write the output")
-            _fail(f"{type(error).__name__}: {error}")
-            code = error.exit_code
-        code = code or EXIT_ERROR
+        except OSError as exc:  # reported once: a failure the command already reported stands
+            if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
+                error = _output_error(exc)
+                _fail(f"{type(error).__name__}: {error}")
+                code = error.exit_code
+            code = code or EXIT_ERROR
+    finally:
+        if closed:
+            sys.stdout = cast(TextIO, None)
     return code
+
+
+def _output_error(exc: OSError) -> ServatusError:
+    """What failing to write the output is: as for any file, except that a closed or unwritable
+    stdout (EBADF) is :class:`Unavailable`, as a full device is: the output is lost either way."""
+    if exc.errno == errno.EBADF:
+        return Unavailable(f"cannot write the output: {exc.strerror or exc}")
+    return from_os_error(exc, "cannot write the output")
 
 
 def console() -> int:
@@ -231,8 +266,8 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return EXIT_ERROR
-    except OSError as exc:  # writing the output: a full disk, an I/O error
-        error = from_os_error(exc, "cannot write the output")
+    except OSError as exc:  # writing the output: a full disk, an I/O error, a closed stdout
+        error = _output_error(exc)
         _fail(f"{type(error).__name__}: {error}")
         return error.exit_code
     except Exception as exc:  # a bug: still one line, never a traceback
