@@ -85,3 +85,32 @@ def test_with_stdout_closed_the_work_is_done_and_the_lost_line_reported(
     assert main(["create", str(tmp_path / "state"), str(tasks)]) == 75
     assert sys.stdout is None
     assert (tmp_path / "state").is_dir()  # done, and said so on stderr; only the line was lost
+
+
+@pytest.fixture
+def sweep(tmp_path: Path, config_path: Path) -> tuple[str, str]:
+    """A campaign of three Tasks and its saved plan (two allocations under the CPU profile)."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"]}) + "\n" for i in range(3))
+    )
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    assert main(["ensure", state, str(tasks)]) == 0
+    assert main(["plan", state, "--config", str(config_path), "--output", plan]) == 0
+    return state, plan
+
+
+def test_offline_nothing_was_listed_or_not(
+    sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    fake = FakeScheduler()
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.finish(1000)
+    fake.purge()
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    assert code == 0
+    assert [a["listed"] for a in json.loads(out)["attempts"]] == [False, True]
+    code, out, _ = run(["status", state, "--offline", "--json"], fake, capsys)
+    assert code == 0
+    assert [a["listed"] for a in json.loads(out)["attempts"]] == [None, None]

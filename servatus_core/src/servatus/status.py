@@ -114,7 +114,8 @@ class RunTime(NamedTuple):
 
 
 class Attempt(NamedTuple):
-    """One Task's slot in one allocation, projected."""
+    """One Task's slot in one allocation, projected. ``listed`` is whether ``squeue`` lists its
+    job, and None when ``squeue`` was not asked (offline, or its Target's listing is missing)."""
 
     allocation_id: str
     task_key: str
@@ -124,7 +125,7 @@ class Attempt(NamedTuple):
     exit_code: int | None
     detail: StopReason | None
     run_time: RunTime | None
-    listed: bool
+    listed: bool | None
     observation: Observation | None
 
 
@@ -399,7 +400,7 @@ def project(
                     f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
                     f"the queue (servatus cancel STATE --allocation {allocation_id} stops it)"
                 )
-        listed = entry is not None
+        listed = None if queue is None else entry is not None
         if outcome is not _ACCEPTED or folded is None:
             execution = _UNOBSERVED[outcome]
             for slot, key in enumerate(task_keys):
@@ -512,7 +513,7 @@ def _summary(attempts: list[Attempt]) -> tuple[RunTime | None, bool, bool, bool]
             unresolved = True
         else:
             accepted = True
-        listed = listed or attempt.listed
+        listed = listed or attempt.listed is True
     return total, accepted, unresolved, listed
 
 
