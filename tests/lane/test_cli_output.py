@@ -4,15 +4,18 @@ and the lines a user reads when something did not go as planned."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
 import pytest
 
 from servatus.cli import cli, main
-from servatus.testing import FakeScheduler
+from servatus.submission import RECONCILE_AFTER
+from servatus.testing import FakeJob, FakeScheduler
 
 
 def run(
@@ -94,7 +97,7 @@ def sweep(tmp_path: Path, config_path: Path) -> tuple[str, str]:
     tasks.write_text(
         "".join(json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"]}) + "\n" for i in range(3))
     )
-    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    state, plan = str(tmp_path / "my state"), str(tmp_path / "plan.json")
     assert main(["ensure", state, str(tasks)]) == 0
     assert main(["plan", state, "--config", str(config_path), "--output", plan]) == 0
     return state, plan
@@ -114,3 +117,36 @@ def test_offline_nothing_was_listed_or_not(
     code, out, _ = run(["status", state, "--offline", "--json"], fake, capsys)
     assert code == 0
     assert [a["listed"] for a in json.loads(out)["attempts"]] == [None, None]
+
+
+def late_sbatch(
+    state: str, plan: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[FakeScheduler, str]:
+    """The first allocation's sbatch gets no answer, reconcile records it as not submitted 15
+    minutes later, and then Slurm lists a job for it after all (an sbatch that arrived late)."""
+    fake = FakeScheduler()
+    fake.unavailable("sbatch")
+    assert run(["submit", state, plan], fake, capsys)[0] == 3
+    later = time.time() + RECONCILE_AFTER + 1
+    monkeypatch.setattr(time, "time", lambda: later)
+    code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
+    assert code == 0
+    (resolution,) = json.loads(out)["resolutions"]
+    assert resolution["outcome"] == "not_submitted"
+    allocation_id = resolution["allocation_id"]
+    fake.jobs.append(FakeJob(1999, allocation_id, "", 2, state="RUNNING"))
+    return fake, allocation_id
+
+
+def test_the_late_sbatch_warning_names_the_campaign(
+    sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys)
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    assert code == 0
+    (warning,) = json.loads(out)["warnings"]
+    assert warning.endswith(
+        f"(servatus cancel {shlex.quote(state)} --allocation {allocation_id} stops it)"
+    )
+    assert "'" in shlex.quote(state)  # the path holds a space

@@ -301,7 +301,9 @@ class Campaign:
                 )
             )
             keys = state.tasks.keys
-            return project(keys, recorded, evidence, now=time.time(), offline=offline)
+            return project(
+                keys, recorded, evidence, now=time.time(), offline=offline, state=str(self.path)
+            )
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one

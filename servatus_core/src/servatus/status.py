@@ -9,6 +9,7 @@ is every marker the job wrote visible on the login node.
 from __future__ import annotations
 
 import enum
+import shlex
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -353,10 +354,12 @@ def project(
     *,
     now: float,
     offline: bool = False,
+    state: str = "STATE",
 ) -> Report:
     """Project every Task's status. ``submissions`` are in recording order; ``evidence`` is keyed
     by each submission's ``target``. ``offline`` (or a missing listing) projects without Slurm:
-    accepted work reads ``ACCEPTED`` and run time is unknown.
+    accepted work reads ``ACCEPTED`` and run time is unknown. ``state`` is the campaign's path,
+    as the commands a warning suggests name it.
 
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
@@ -398,7 +401,8 @@ def project(
                 warnings.append(
                     f"allocation {allocation_id} was recorded as not submitted, but Slurm "
                     f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
-                    f"the queue (servatus cancel STATE --allocation {allocation_id} stops it)"
+                    f"the queue (servatus cancel {shlex.quote(state)} --allocation "
+                    f"{allocation_id} stops it)"
                 )
         listed = None if queue is None else entry is not None
         if outcome is not _ACCEPTED or folded is None:
