@@ -150,3 +150,19 @@ def test_the_late_sbatch_warning_names_the_campaign(
         f"(servatus cancel {shlex.quote(state)} --allocation {allocation_id} stops it)"
     )
     assert "'" in shlex.quote(state)  # the path holds a space
+
+
+def test_cancel_of_a_late_job_that_already_ended_cancels_nothing(
+    sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys)
+    fake.jobs[-1].state = "COMPLETED"  # ended, and still listed until MinJobAge passes
+    code, out, _ = run(["cancel", state, "--allocation", allocation_id], fake, capsys)
+    assert (code, out) == (0, "nothing to cancel: no matching allocation is queued or running\n")
+    code, out, _ = run(["cancel", state, "--allocation", allocation_id, "--json"], fake, capsys)
+    assert code == 0 and json.loads(out)["cancelled"] == []
+    assert fake.count("scancel") == 0
+    fake.jobs[-1].state = "RUNNING"
+    code, out, _ = run(["cancel", state, "--allocation", allocation_id], fake, capsys)
+    assert (code, out) == (0, f"cancelled allocation {allocation_id}\n")

@@ -9,7 +9,7 @@ deterministically can rerun ``ensure`` at will.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +25,10 @@ from servatus.errors import (
     TaskConflict,
     Unavailable,
 )
+from servatus.evidence import Evidence
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
-from servatus.status import Outcome, Report, gather, project, submissions
+from servatus.status import Outcome, Report, Submission, gather, project, submissions
 from servatus.submission import (
     Progress,
     Resolution,
@@ -288,18 +289,23 @@ class Campaign:
 
         return connect
 
-    def _report(self, state: store.CampaignState, *, offline: bool) -> Report:
+    def _gather(self, recorded: Iterable[Submission]) -> dict[str, Evidence]:
+        """One ``squeue`` and one run-marker listing per Target of ``recorded``."""
+        return gather(
+            (item.target for item in recorded), self._connector(), self._hooks().evidence_reader()
+        )
+
+    def _report(
+        self,
+        state: store.CampaignState,
+        *,
+        offline: bool,
+        evidence: Mapping[str, Evidence] | None = None,
+    ) -> Report:
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
-            evidence = (
-                {}
-                if offline
-                else gather(
-                    (item.target for item in recorded),
-                    self._connector(),
-                    self._hooks().evidence_reader(),
-                )
-            )
+            if evidence is None:
+                evidence = {} if offline else self._gather(recorded)
             keys = state.tasks.keys
             return project(
                 keys, recorded, evidence, now=time.time(), offline=offline, state=str(self.path)
@@ -475,12 +481,7 @@ class Campaign:
             if not pending:
                 self._state = state
                 return ()
-            evidence = gather(
-                (item.target for item in pending),
-                self._connector(),
-                self._hooks().evidence_reader(),
-            )
-            decisions = resolve(pending, evidence, now=time.time())
+            decisions = resolve(pending, self._gather(pending), now=time.time())
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
@@ -498,8 +499,9 @@ class Campaign:
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
         recorded = submissions(self._state)
-        report = self._report(self._state, offline=False)
-        chosen = cancellable(report, recorded, tasks=tasks, allocations=allocations)
+        evidence = self._gather(recorded)
+        report = self._report(self._state, offline=False, evidence=evidence)
+        chosen = cancellable(report, recorded, evidence, tasks=tasks, allocations=allocations)
         done: list[str] = []
         failed: list[str] = []
         connect = self._connector()

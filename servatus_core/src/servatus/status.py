@@ -71,6 +71,11 @@ _RUNNING_STATES = frozenset(
 )
 
 
+def queued_or_running(state: str) -> bool:
+    """Whether ``squeue``'s state word is of a job still queued or running, not one that ended."""
+    return state in _QUEUED_STATES or state in _RUNNING_STATES
+
+
 class Submission(NamedTuple):
     """One allocation as the campaign recorded it, with the evidence key of its Target.
 
