@@ -166,3 +166,28 @@ def test_cancel_of_a_late_job_that_already_ended_cancels_nothing(
     fake.jobs[-1].state = "RUNNING"
     code, out, _ = run(["cancel", state, "--allocation", allocation_id], fake, capsys)
     assert (code, out) == (0, f"cancelled allocation {allocation_id}\n")
+
+
+def test_reconcile_says_when_to_run_again_with_the_date(
+    sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    monkeypatch.setenv("TZ", "XST-5:30")  # POSIX, no tz database needed: local is UTC+05:30
+    time.tzset()
+    try:
+        fake = FakeScheduler()
+        fake.unavailable("sbatch")
+        assert run(["submit", state, plan], fake, capsys)[0] == 3
+        code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
+        assert code == 75
+        (resolution,) = json.loads(out)["resolutions"]
+        retry_at = resolution["retry_at"]
+        assert resolution["outcome"] == "waiting" and isinstance(retry_at, float)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(retry_at)) + " +0530"
+        code, out, err = run(["reconcile", state], fake, capsys)
+        assert code == 75
+        assert out.endswith(f": no evidence yet; decidable after {when}\n")
+        assert err.endswith(f" again after {when}\n")
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -749,13 +749,19 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     echo(*status_lines(report))
 
 
+def _local_time(at: float) -> str:
+    """A moment as the user's clock shows it, dated and with its UTC offset: who comes back the
+    next day (or reads it from another time zone) can still tell when it is."""
+    import time  # noqa: PLC0415
+
+    return time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(at))
+
+
 @cli.command("reconcile")
 @click.argument("state", callback=_not_empty)
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
-    import time  # noqa: PLC0415
-
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.errors import StillWaiting  # noqa: PLC0415
 
@@ -770,11 +776,11 @@ def reconcile_command(state: str, as_json: bool) -> None:
         elif decision.outcome == "not_submitted":
             echo(f"allocation {decision.allocation_id}: recorded as not submitted")
         else:
-            when = time.strftime("%H:%M:%S", time.localtime(decision.retry_at or 0))
+            when = _local_time(decision.retry_at or 0)
             echo(f"allocation {decision.allocation_id}: no evidence yet; decidable after {when}")
     waiting = [d for d in decisions if d.outcome == "waiting"]
     if waiting:
-        when = time.strftime("%H:%M:%S", time.localtime(max(d.retry_at or 0 for d in waiting)))
+        when = _local_time(max(d.retry_at or 0 for d in waiting))
         raise StillWaiting(
             f"{_plural(len(waiting), 'allocation')} still "
             f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
