@@ -191,3 +191,21 @@ def test_reconcile_says_when_to_run_again_with_the_date(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_more_tasks_per_allocation_than_fit_is_lowered_with_a_warning(
+    sweep: tuple[str, str], config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, _ = sweep
+    plan = ["plan", state, "--config", str(config_path), "--tasks-per-allocation"]
+    warning = (
+        "5 Tasks per allocation were asked, but profile cpu fits 2; each allocation holds at most 2"
+    )
+    code, out, err = run([*plan, "5"], FakeScheduler(), capsys)
+    assert code == 0 and "selected: 3 Tasks in 2 allocations" in out
+    assert err == f"servatus: warning: {warning}\n" and "warning" not in out
+    code, out, err = run([*plan, "5", "--json"], FakeScheduler(), capsys)
+    assert code == 0 and json.loads(out)["warnings"] == [warning]
+    assert err == f"servatus: warning: {warning}\n"
+    code, out, err = run([*plan, "2", "--json"], FakeScheduler(), capsys)
+    assert (code, err, json.loads(out)["warnings"]) == (0, "", [])

@@ -290,6 +290,7 @@ def _usage(exc: click.UsageError) -> str:
 
 
 def _fail(message: str) -> None:
+    """One line on stderr: an error, or a warning."""
     click.echo(f"servatus: {human(message)}".replace("\n", " "), err=True)
     sys.stderr.flush()
 
@@ -510,7 +511,8 @@ def _shape(plan: Plan, tasks: int) -> str:
 
 
 def plan_lines(plan: Plan) -> list[str]:
-    """The human plan: selected (with each allocation), held, deferred, and the totals line."""
+    """The human plan: selected (with each allocation), held, deferred, and the totals line (its
+    warnings go to stderr, as a line each)."""
     from servatus.plan import format_totals  # noqa: PLC0415
 
     decision = plan.decision
@@ -534,7 +536,6 @@ def plan_lines(plan: Plan) -> list[str]:
     if decision.deferred:
         lines.append(f"deferred to the next plan: {_plural(len(decision.deferred), 'Task')}")
         lines.append(f"  {' '.join(decision.deferred)}")
-    lines += [f"warning: {warning}" for warning in plan.warnings]
     lines.append(format_totals(plan.totals))
     return lines
 
@@ -597,6 +598,8 @@ def plan_command(
         tasks_per_allocation=tasks_per_allocation,
     )
     document = plan_to_document(plan)
+    for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
+        _fail(f"warning: {warning}")
     if output:
         _save_plan(output, document)
     if as_json:
