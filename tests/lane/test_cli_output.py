@@ -209,3 +209,42 @@ def test_more_tasks_per_allocation_than_fit_is_lowered_with_a_warning(
     assert err == f"servatus: warning: {warning}\n"
     code, out, err = run([*plan, "2", "--json"], FakeScheduler(), capsys)
     assert (code, err, json.loads(out)["warnings"]) == (0, "", [])
+
+
+def test_the_log_of_a_task_that_has_not_started_does_not_exist_yet(
+    sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    fake = FakeScheduler()
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    first, second = fake.jobs
+    where = f"allocation {first.allocation_id} (job {first.job})"
+    code, out, err = run(["logs", state, "--task", "k0"], fake, capsys)
+    assert (code, out) == (75, "")
+    assert err == (
+        f"servatus: Unavailable: Task k0 has no log yet: {where} is still queued; "
+        "retry once it runs\n"
+    )
+    code, _, err = run(["logs", state, "--allocation", first.allocation_id], fake, capsys)
+    assert code == 75 and err.startswith(
+        f"servatus: Unavailable: allocation {first.allocation_id} has no log yet: {where} is "
+    )
+    first.state = "RUNNING"  # Slurm runs it; its batch script has not marked the start yet
+    code, _, err = run(["logs", state, "--task", "k1"], fake, capsys)
+    assert code == 75
+    assert err == (
+        f"servatus: Unavailable: Task k1 has no log yet: {where} has not started it; "
+        "retry shortly\n"
+    )
+    first.state = "PENDING"
+    fake.start(first.job)  # started, so its log should be there: failing to read it is said
+    code, _, err = run(["logs", state, "--task", "k1"], fake, capsys)
+    assert code == 75 and err.startswith("servatus: Unavailable: cannot read ")
+    assert run(["cancel", state, "--task", "k2"], fake, capsys)[0] == 0
+    fake.purge()
+    code, _, err = run(["logs", state, "--task", "k2"], fake, capsys)
+    assert code == 1
+    assert err == (
+        f"servatus: ConfigurationError: Task k2 has no log: allocation {second.allocation_id} "
+        f"(job {second.job}) ended before it started\n"
+    )

@@ -21,6 +21,7 @@ from servatus.config import Profile, Target, target_from_identity, target_identi
 from servatus.errors import (
     ConfigurationError,
     PlanRefused,
+    ServatusError,
     StalePlan,
     TaskConflict,
     Unavailable,
@@ -28,7 +29,16 @@ from servatus.errors import (
 from servatus.evidence import Evidence
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
-from servatus.status import Outcome, Report, Submission, gather, project, submissions
+from servatus.status import (
+    Execution,
+    Outcome,
+    Report,
+    StopReason,
+    Submission,
+    gather,
+    project,
+    submissions,
+)
 from servatus.submission import (
     Progress,
     Resolution,
@@ -582,15 +592,54 @@ class Campaign:
                 transport.close()
             if result.returncode != 0:
                 message = result.stderr.decode("utf-8", "replace").strip()[:200]
+                why = self._why_no_log(allocation_id, wanted_key)
+                if why is not None:
+                    raise why
                 raise Unavailable(f"cannot read {path}: {message or 'tail failed'}")
             if len(wanted) > 1:
                 chunks.append(f"==> {path} <==\n".encode())
             chunks.append(result.stdout)
         return b"".join(chunks)
 
+    def _why_no_log(self, allocation_id: str, key: str | None) -> ServatusError | None:
+        """Why a log that could not be read does not exist yet, if Slurm and the run markers
+        say its Task (or allocation) has not started; None when they do not (then the log
+        should be there, and the failure to read it is what to report)."""
+        try:
+            report = self._report(self._state, offline=False)
+        except Unavailable:
+            return None
+        return why_no_log(report, allocation_id, key)
+
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+def why_no_log(report: Report, allocation_id: str, key: str | None) -> ServatusError | None:
+    """Why the log of ``key``'s step (``key`` None: of the allocation) in ``allocation_id`` does
+    not exist, or None if the report shows it should. A queued job, or a running one whose batch
+    script has not written its start marker, has written no log yet: :class:`Unavailable`, as
+    the spec's exit 75 says, "retry later". A Task whose allocation ended before it started
+    never will have one."""
+    attempts = [
+        attempt
+        for attempt in report.attempts
+        if attempt.allocation_id == allocation_id and (key is None or attempt.task_key == key)
+    ]
+    if not attempts:
+        return None
+    whose = f"allocation {allocation_id}" if key is None else f"Task {key}"
+    attempt = attempts[0]
+    where = f"allocation {allocation_id} (job {attempt.job})"
+    if attempt.execution is Execution.QUEUED:
+        return Unavailable(f"{whose} has no log yet: {where} is still queued; retry once it runs")
+    started = attempt.observation is not None and attempt.observation.start is not None
+    if attempt.execution is Execution.RUNNING and not started:
+        return Unavailable(f"{whose} has no log yet: {where} has not started it; retry shortly")
+    if key is not None and attempt.detail is StopReason.NEVER_STARTED:
+        return ConfigurationError(f"{whose} has no log: {where} ended before it started")
+    return None
 
 
 _documents = make_converter()
