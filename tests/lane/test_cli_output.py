@@ -8,12 +8,15 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
 
 from servatus.cli import cli, main
+from servatus.errors import Unavailable
 from servatus.submission import RECONCILE_AFTER
 from servatus.testing import FakeJob, FakeScheduler
 
@@ -248,3 +251,121 @@ def test_the_log_of_a_task_that_has_not_started_does_not_exist_yet(
         f"servatus: ConfigurationError: Task k2 has no log: allocation {second.allocation_id} "
         f"(job {second.job}) ended before it started\n"
     )
+
+
+class _Stops(FakeScheduler):
+    """A FakeScheduler whose ``at``-th submitting sbatch raises ``error``: no answer, or Ctrl-C."""
+
+    def __init__(self, at: int, error: BaseException) -> None:
+        super().__init__()
+        self.at, self.error, self.seen = at, error, 0
+
+    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = 30.0) -> Any:
+        if argv[-1] == "--parsable":
+            self.seen += 1
+            if self.seen == self.at:
+                raise self.error
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+def one_by_one(state: str, config_path: Path, tmp_path: Path) -> str:
+    plan = str(tmp_path / "one-by-one.json")
+    args = ["plan", state, "--config", str(config_path), "--tasks-per-allocation", "1"]
+    assert main([*args, "--output", plan]) == 0
+    return plan
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "kind"),
+    [
+        (Unavailable("FakeScheduler: no answer from sbatch"), 3, "SubmissionInterrupted"),
+        (KeyboardInterrupt(), 130, "Interrupted"),
+    ],
+    ids=["no-answer", "ctrl-c"],
+)
+def test_an_interrupted_submit_still_prints_what_slurm_accepted(
+    sweep: tuple[str, str],
+    config_path: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    error: BaseException,
+    code: int,
+    kind: str,
+) -> None:
+    state, _ = sweep
+    plan = one_by_one(state, config_path, tmp_path)
+    fake = _Stops(2, error)  # the first of three allocations is accepted, the second stops it
+    got, out, err = run(["submit", state, plan, "--json"], fake, capsys)
+    assert got == code and err.count("\n") == 1
+    document = json.loads(out)
+    (job,) = fake.jobs
+    assert document["receipts"] == [
+        {"allocation_id": job.allocation_id, "job": job.job, "task_keys": ["k0"]}
+    ]
+    assert document["error"]["type"] == kind
+    said = document["error"]["message"]
+    assert err == (f"servatus: {said}\n" if code == 130 else f"servatus: {kind}: {said}\n")
+
+
+def test_a_cancel_with_one_failing_scancel_prints_what_was_cancelled(
+    sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    fake = FakeScheduler()
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    first, second = fake.jobs
+    fake.fail("scancel")  # the newest, second, is tried first and fails; the first is cancelled
+    code, out, err = run(["cancel", state, "--task", "k0", "--task", "k2", "--json"], fake, capsys)
+    assert code == 75
+    document = json.loads(out)
+    assert document["cancelled"] == [first.allocation_id]
+    assert document["error"]["type"] == "Unavailable"
+    assert err == f"servatus: Unavailable: {document['error']['message']}\n"
+    assert second.allocation_id in document["error"]["message"]
+    assert [job.state for job in fake.jobs] == ["CANCELLED", "PENDING"]
+
+
+def test_every_json_command_prints_a_document_whatever_the_exit(
+    sweep: tuple[str, str], config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    missing, tasks = str(tmp_path / "missing"), str(tmp_path / "tasks.jsonl")
+    (tmp_path / "other.jsonl").write_text(json.dumps({"key": "k0", "args": ["/bin/false"]}) + "\n")
+    failing = {
+        "profile": (["--config", str(tmp_path / "none.toml")], 1),
+        "create": ([state, tasks], 1),
+        "ensure": ([state, str(tmp_path / "other.jsonl")], 1),
+        "append": ([missing, tasks], 1),
+        "seal": ([missing], 1),
+        "plan": ([state, "--config", str(config_path), "--retry", "zz"], 1),
+        "validate": ([state, plan], 1),
+        "submit": ([state, str(tmp_path / "none.json")], 1),
+        "status": ([state], 75),
+        "reconcile": ([state], 75),
+        "cancel": ([state, "--task", "zz"], 1),
+        "doctor": (["--config", str(tmp_path / "none.toml")], 1),
+    }
+    json_commands = {
+        name
+        for name, command in cli.commands.items()
+        if any(param.name == "as_json" for param in command.params)
+    }
+    assert json_commands - set(failing) == {"plugins"}  # it cannot fail but for a bug
+    fake = FakeScheduler()
+    fake.unavailable("sbatch")  # submit of the saved plan is interrupted: reconcile then waits
+    assert run(["submit", state, plan], fake, capsys)[0] == 3
+    for name, (args, code) in failing.items():
+        fake = FakeScheduler()
+        if name == "validate":
+            fake.fail("sbatch", times=5, stderr="sbatch: error: Invalid partition")
+        if name == "status":
+            fake.unavailable("squeue")
+        got, out, err = run([name, *args, "--json"], fake, capsys)
+        assert got == code, (name, err)
+        (line,) = err.splitlines()
+        document = json.loads(out)
+        assert line == f"servatus: {document['error']['type']}: {document['error']['message']}"
+        if name in ("validate", "reconcile"):  # what they found stands beside the error
+            assert document[{"validate": "checks", "reconcile": "resolutions"}[name]]
+    code, out, _ = run(["cancel", state, "--json"], FakeScheduler(), capsys)
+    assert (code, out) == (2, "")  # a usage error prints no document

@@ -498,11 +498,17 @@ class Campaign:
         self.refresh()
         return tuple(decisions)
 
-    def cancel(self, *, tasks: Iterable[str] = (), allocations: Iterable[str] = ()) -> Cancelled:
+    def cancel(
+        self,
+        *,
+        tasks: Iterable[str] = (),
+        allocations: Iterable[str] = (),
+        progress: Callable[[str], None] | None = None,
+    ) -> Cancelled:
         """``scancel`` every matching allocation Slurm lists as queued or running, newest first.
 
-        Every allocation is tried; if any ``scancel`` fails, :class:`Unavailable` names what was
-        and was not cancelled.
+        Every allocation is tried; ``progress`` gets each one cancelled, as it is. If any
+        ``scancel`` fails, :class:`Unavailable` names what was and was not cancelled.
         """
         self.refresh()
         tasks, allocations = tuple(tasks), tuple(allocations)
@@ -527,6 +533,8 @@ class Campaign:
                 failed.append(f"{submission.allocation_id} ({exc})")
             else:
                 done.append(submission.allocation_id)
+                if progress is not None:
+                    progress(submission.allocation_id)
         if failed:
             raise Unavailable(
                 f"cancelled {', '.join(done) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"

@@ -2,12 +2,13 @@
 
 Conventions every command keeps: errors are one line ``servatus: <ErrorClass>: <message>`` and the
 exit code of the spec's Recovery playbook (never a traceback); ``--json`` prints exact machine
-output; human output escapes every non-printable character, a newline inside a value too
-(:func:`echo`).
+output, one document whatever the exit (:func:`json_option`); human output escapes every
+non-printable character, a newline inside a value too (:func:`echo`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -42,10 +43,18 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 class Context:
-    """What every command receives: the ``connect=`` override, if any."""
+    """What every command receives: the ``connect=`` override, if any; and, under ``--json``,
+    what it did so far (:func:`describe`) and whether its document was printed."""
 
     def __init__(self, connect: Connect | None) -> None:
         self.connect = connect
+        self.described: Callable[[], dict[str, Any]] | None = None
+        self.emitted = False
+
+
+def _context() -> Context | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_object(Context) if ctx is not None else None
 
 
 def human(text: str) -> str:
@@ -98,7 +107,22 @@ def json_text(document: Any) -> str:
 
 def emit_json(document: Any) -> None:
     """Print one exact JSON document."""
+    context = _context()
+    if context is not None:
+        context.emitted = True
     click.echo(json_text(document))
+
+
+def describe(document: Callable[[], dict[str, Any]]) -> None:
+    """Under ``--json``: what the command has done so far, built when it is printed. The command
+    prints it when it returns, or with an ``error`` member when it fails (:func:`json_option`),
+    so whatever the exit, the document says what happened."""
+    context = _context()
+    if context is not None:
+        context.described = document
+
+
+INTERRUPTED = "interrupted; recorded intent survives; run status"
 
 
 def paused_gc(func: F) -> F:
@@ -120,8 +144,39 @@ def paused_gc(func: F) -> F:
 
 
 def json_option(func: F) -> F:
-    """The ``--json`` flag every command except ``logs`` takes."""
-    return click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")(func)
+    """The ``--json`` flag every command except ``logs`` takes, and its promise: one document on
+    stdout whatever the exit. A command that fails before printing its own prints the document
+    of what it did (:func:`describe`; none: ``{}``) with ``"error": {"type", "message"}``, the
+    class and message of its one line on stderr. A usage error (exit 2) prints no document."""
+
+    @functools.wraps(func)
+    def run(*args: Any, as_json: bool, **kwargs: Any) -> Any:
+        if not as_json:
+            return func(*args, as_json=as_json, **kwargs)
+        try:
+            returned = func(*args, as_json=as_json, **kwargs)
+        except ServatusError as exc:
+            _emit_failure(type(exc).__name__, str(exc))
+            raise
+        except KeyboardInterrupt:
+            _emit_failure("Interrupted", INTERRUPTED)
+            raise
+        context = _context()
+        if context is not None and context.described is not None and not context.emitted:
+            emit_json(context.described())
+        return returned
+
+    option = click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")
+    return cast(F, option(run))
+
+
+def _emit_failure(kind: str, message: str) -> None:
+    context = _context()
+    if context is None or context.emitted:
+        return
+    document = context.described() if context.described is not None else {}
+    with contextlib.suppress(OSError):  # the failure the command met is the one to report
+        emit_json({**document, "error": {"type": kind, "message": message}})
 
 
 class _Interrupted(Exception):
@@ -253,7 +308,7 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("servatus: interrupted; recorded intent survives; run status", err=True)
+        click.echo(f"servatus: {INTERRUPTED}", err=True)
         return EXIT_CTRL_C
     except _NO_ARGUMENTS as exc:  # click 8.2+: the help, as help, but still a usage error
         click.echo(exc.format_message(), err=True)
@@ -660,7 +715,7 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
 
     checks = _campaign(state).validate(_read_plan(plan_file))
     if as_json:
-        emit_json({"checks": [to_document(check) for check in checks]})
+        describe(lambda: {"checks": [to_document(check) for check in checks]})
     else:
         for check in checks:
             verdict = "accepted" if check.accepted else "REJECTED"
@@ -677,14 +732,21 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
 def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     """Submit the reviewed plan. Exit 3 if interrupted."""
     from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.submission import SubmittedAllocation  # noqa: PLC0415
 
     plan = _read_plan(plan_file)
     interactive = not as_json and sys.stdout.isatty()
+    keys = {allocation.allocation_id: allocation.task_keys for allocation in plan.allocations}
+    accepted: list[SubmittedAllocation] = []  # what Slurm accepted, also if submit stops
 
     def progress(index: int, count: int, allocation_id: str, job: int) -> None:
-        echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
+        accepted.append(SubmittedAllocation(allocation_id, job, keys[allocation_id]))
+        if interactive:
+            echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
 
-    result = _campaign(state).submit(plan, progress=progress if interactive else None)
+    if as_json:
+        describe(lambda: {"receipts": [to_document(receipt) for receipt in accepted]})
+    result = _campaign(state).submit(plan, progress=progress)
     if as_json:
         emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
         return
@@ -770,7 +832,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
 
     decisions = _campaign(state).reconcile()
     if as_json:
-        emit_json({"resolutions": [to_document(decision) for decision in decisions]})
+        describe(lambda: {"resolutions": [to_document(decision) for decision in decisions]})
     elif not decisions:
         echo("nothing to reconcile")
     for decision in decisions if not as_json else ():
@@ -806,7 +868,12 @@ def cancel_command(
     """scancel matching allocations that Slurm lists as queued or running, newest first."""
     if not tasks and not allocations:
         raise click.UsageError("name at least one --task or --allocation to cancel")
-    result = _campaign(state).cancel(tasks=tasks, allocations=allocations)
+    cancelled: list[str] = []  # what Slurm cancelled, also if another scancel failed
+    if as_json:
+        describe(lambda: {"cancelled": list(cancelled)})
+    result = _campaign(state).cancel(
+        tasks=tasks, allocations=allocations, progress=cancelled.append
+    )
     if as_json:
         emit_json({"cancelled": list(result.allocations)})
     elif not result.allocations:
