@@ -369,3 +369,12 @@ def test_every_json_command_prints_a_document_whatever_the_exit(
             assert document[{"validate": "checks", "reconcile": "resolutions"}[name]]
     code, out, _ = run(["cancel", state, "--json"], FakeScheduler(), capsys)
     assert (code, out) == (2, "")  # a usage error prints no document
+
+
+def test_a_newline_in_a_value_is_escaped_on_stderr_too(
+    sweep: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, _ = sweep
+    code, out, err = run(["submit", state, str(tmp_path / "no\nsuch")], FakeScheduler(), capsys)
+    assert (code, out) == (1, "")
+    assert err == f"servatus: ConfigurationError: no plan file {tmp_path}/no\\nsuch\n"

@@ -345,8 +345,8 @@ def _usage(exc: click.UsageError) -> str:
 
 
 def _fail(message: str) -> None:
-    """One line on stderr: an error, or a warning."""
-    click.echo(f"servatus: {human(message)}".replace("\n", " "), err=True)
+    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line."""
+    click.echo(f"servatus: {_escape_line(message)}", err=True)
     sys.stderr.flush()
 
 
