@@ -15,6 +15,7 @@ from typing import Any
 import click
 import pytest
 
+from servatus import store
 from servatus.cli import cli, main
 from servatus.errors import Unavailable
 from servatus.submission import RECONCILE_AFTER
@@ -67,6 +68,7 @@ def test_a_newline_in_a_value_never_starts_an_output_line(
     assert code == 0
     saved = out.splitlines()[-1]
     assert saved.startswith("saved ") and saved.count("p\\n.json") == 2 and "st\\nline2" in saved
+    assert f"; submit it with: servatus submit '{tmp_path}/st\\n" in saved  # quoted, escaped
 
 
 @pytest.mark.parametrize("redirect", [">&-", "1</dev/null"], ids=["closed", "read-only"])
@@ -190,7 +192,7 @@ def test_reconcile_says_when_to_run_again_with_the_date(
         code, out, err = run(["reconcile", state], fake, capsys)
         assert code == 75
         assert out.endswith(f": no evidence yet; decidable after {when}\n")
-        assert err.endswith(f" again after {when}\n")
+        assert err.endswith(f"run servatus reconcile {shlex.quote(state)} again after {when}\n")
     finally:
         monkeypatch.undo()
         time.tzset()
@@ -378,3 +380,53 @@ def test_a_newline_in_a_value_is_escaped_on_stderr_too(
     code, out, err = run(["submit", state, str(tmp_path / "no\nsuch")], FakeScheduler(), capsys)
     assert (code, out) == (1, "")
     assert err == f"servatus: ConfigurationError: no plan file {tmp_path}/no\\nsuch\n"
+
+
+class _SilentAfter(FakeScheduler):
+    """A FakeScheduler that stops answering ``sbatch --test-only`` after the first one."""
+
+    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = 30.0) -> Any:
+        if "--test-only" in argv and self.count("sbatch"):  # the ping counts as "ping"
+            raise Unavailable("FakeScheduler: no answer from sbatch")
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+def test_a_validate_cut_short_prints_the_checks_it_made(
+    sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep  # two shapes: 2 Tasks, then 1
+    code, out, err = run(["validate", state, plan, "--json"], _SilentAfter(), capsys)
+    assert code == 75 and err.startswith("servatus: Unavailable: ")
+    document = json.loads(out)
+    assert [(c["tasks"], c["accepted"]) for c in document["checks"]] == [(1, True)]
+    assert document["error"]["type"] == "Unavailable"
+
+
+def test_a_reconcile_that_cannot_record_them_all_prints_what_it_recorded(
+    sweep: tuple[str, str],
+    config_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state, plan = sweep
+    fake = FakeScheduler()
+    fake.lose_answer("sbatch")  # Slurm has job 1000, the campaign an unresolved intent
+    assert run(["submit", state, plan], fake, capsys)[0] == 3
+    again = str(tmp_path / "again.json")  # the Tasks left: the third, in one allocation
+    assert main(["plan", state, "--config", str(config_path), "--output", again]) == 0
+    fake.lose_answer("sbatch")  # and job 1001
+    assert run(["submit", state, again], fake, capsys)[0] == 3
+    add = store.Writer.add
+
+    def full_on_the_second(writer: store.Writer, change: object) -> None:
+        if isinstance(change, store.Resolved) and change.job == 1001:
+            raise Unavailable("no space left on device")
+        add(writer, change)
+
+    monkeypatch.setattr(store.Writer, "add", full_on_the_second)
+    code, out, err = run(["reconcile", state, "--json"], fake, capsys)
+    assert code == 75 and err == "servatus: Unavailable: no space left on device\n"
+    document = json.loads(out)
+    assert [(r["outcome"], r["job"]) for r in document["resolutions"]] == [("accepted", 1000)]
+    assert document["error"] == {"type": "Unavailable", "message": "no space left on device"}

@@ -449,9 +449,12 @@ class Campaign:
         self.refresh()
         return Submitted(receipts=receipts)
 
-    def validate(self, plan: Plan) -> tuple[ShapeCheck, ...]:
+    def validate(
+        self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
+    ) -> tuple[ShapeCheck, ...]:
         """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks),
-        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection."""
+        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection.
+        ``progress`` gets each check as it is made."""
         scripts = self.scripts(plan)
         shapes: dict[int, str] = {}
         for allocation, script in zip(plan.allocations, scripts, strict=True):
@@ -467,22 +470,26 @@ class Campaign:
                     stdin=script.encode("utf-8", "surrogateescape"),
                 )
                 said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
-                checks.append(
-                    ShapeCheck(
-                        tasks=tasks,
-                        accepted=result.returncode == 0,
-                        message=said.splitlines()[-1] if said else f"exit {result.returncode}",
-                    )
+                check = ShapeCheck(
+                    tasks=tasks,
+                    accepted=result.returncode == 0,
+                    message=said.splitlines()[-1] if said else f"exit {result.returncode}",
                 )
+                checks.append(check)
+                if progress is not None:
+                    progress(check)
         finally:
             transport.close()
         return tuple(checks)
 
-    def reconcile(self) -> tuple[Resolution, ...]:
+    def reconcile(
+        self, *, progress: Callable[[Resolution], None] | None = None
+    ) -> tuple[Resolution, ...]:
         """Decide every unresolved allocation from Slurm's evidence; record what is decided.
 
         An intent too young to decide comes back as ``waiting`` with the time its evidence will
-        be conclusive (the CLI exits 75 then); rerunning is always safe.
+        be conclusive (the CLI exits 75 then); rerunning is always safe. ``progress`` gets each
+        decision once it is recorded (a waiting one at once: nothing is recorded for it).
         """
         with store.writing(self.path) as writer:
             state = writer.state
@@ -495,6 +502,8 @@ class Campaign:
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
+                if progress is not None:
+                    progress(decision)
         self.refresh()
         return tuple(decisions)
 

@@ -13,6 +13,7 @@ import errno
 import functools
 import json
 import operator
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
@@ -677,7 +678,8 @@ def plan_command(
     else:
         echo(*plan_lines(plan))
         if output:
-            echo(f"saved {output}; submit it with: servatus submit {state} {output}")
+            command = f"servatus submit {shlex.quote(state)} {shlex.quote(output)}"
+            echo(f"saved {output}; submit it with: {command}")
     if show_scripts:
         for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
             click.echo(
@@ -710,13 +712,14 @@ def _read_plan(path: str) -> Plan:
 @json_option
 def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected."""
-    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.campaign import ShapeCheck, to_document  # noqa: PLC0415
     from servatus.errors import ShapeRejected  # noqa: PLC0415
 
-    checks = _campaign(state).validate(_read_plan(plan_file))
+    made: list[ShapeCheck] = []  # the checks made, also if Slurm stops answering
     if as_json:
-        describe(lambda: {"checks": [to_document(check) for check in checks]})
-    else:
+        describe(lambda: {"checks": [to_document(check) for check in made]})
+    checks = _campaign(state).validate(_read_plan(plan_file), progress=made.append)
+    if not as_json:
         for check in checks:
             verdict = "accepted" if check.accepted else "REJECTED"
             echo(f"{_plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}")
@@ -829,11 +832,13 @@ def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.errors import StillWaiting  # noqa: PLC0415
+    from servatus.submission import Resolution  # noqa: PLC0415
 
-    decisions = _campaign(state).reconcile()
+    recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
     if as_json:
-        describe(lambda: {"resolutions": [to_document(decision) for decision in decisions]})
-    elif not decisions:
+        describe(lambda: {"resolutions": [to_document(decision) for decision in recorded]})
+    decisions = _campaign(state).reconcile(progress=recorded.append)
+    if not as_json and not decisions:
         echo("nothing to reconcile")
     for decision in decisions if not as_json else ():
         if decision.outcome == "accepted":
@@ -849,7 +854,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
         raise StillWaiting(
             f"{_plural(len(waiting), 'allocation')} still "
             f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
-            f"run servatus reconcile {state} again after {when}"
+            f"run servatus reconcile {shlex.quote(state)} again after {when}"
         )
 
 
