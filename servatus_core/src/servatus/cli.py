@@ -58,14 +58,8 @@ def _context() -> Context | None:
     return ctx.find_object(Context) if ctx is not None else None
 
 
-def human(text: str) -> str:
-    """Escape every non-printable character but the newlines between lines, for a terminal."""
-    if text.replace("\n", "").isprintable():  # the usual case: one pass over a large table
-        return text
-    return "\n".join(_escape_line(line) for line in text.split("\n"))
-
-
 def _escape_line(line: str) -> str:
+    """One line for a terminal: every non-printable character escaped, a newline too."""
     if line.isprintable():
         return line
     out = []
