@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from servatus.cli import human, status_lines
+import pytest
+
+from servatus.cli import echo, status_lines
 from servatus.status import (
     Execution,
     Report,
@@ -74,9 +76,13 @@ def test_an_empty_table() -> None:
     assert status_lines(report) == [*plain_table(report), "0 Tasks: none"]
 
 
-def test_human_escapes_each_line_and_keeps_newlines() -> None:
-    assert human("plain\ntext\n") == "plain\ntext\n"
-    assert human("tab\there\nbell\x07\nnul\x00") == "tab\\there\nbell\\x07\nnul\\x00"
-    assert human("carriage\r\nreturn") == "carriage\\r\nreturn"
-    assert human("é ü 漢字\n") == "é ü 漢字\n"
-    assert human("\u202e") == "\\u202e"
+def test_echo_escapes_each_line_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    echo("plain", "text")
+    assert capsys.readouterr().out == "plain\ntext\n"
+    echo("tab\there", "bell\x07", "nul\x00", "carriage\r", "é ü 漢字", "\u202e")
+    assert (
+        capsys.readouterr().out
+        == "tab\\there\nbell\\x07\nnul\\x00\ncarriage\\r\né ü 漢字\n\\u202e\n"
+    )
+    echo("a value\nwith a newline")  # a newline inside a line is a value's, never a line break
+    assert capsys.readouterr().out == "a value\\nwith a newline\n"

@@ -9,7 +9,7 @@ deterministically can rerun ``ensure`` at will.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +21,24 @@ from servatus.config import Profile, Target, target_from_identity, target_identi
 from servatus.errors import (
     ConfigurationError,
     PlanRefused,
+    ServatusError,
     StalePlan,
     TaskConflict,
     Unavailable,
 )
+from servatus.evidence import Evidence
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
-from servatus.status import Outcome, Report, gather, project, submissions
+from servatus.status import (
+    Execution,
+    Outcome,
+    Report,
+    StopReason,
+    Submission,
+    gather,
+    project,
+    submissions,
+)
 from servatus.submission import (
     Progress,
     Resolution,
@@ -296,20 +307,27 @@ class Campaign:
 
         return connect
 
-    def _report(self, state: store.CampaignState, *, offline: bool) -> Report:
+    def _gather(self, recorded: Iterable[Submission]) -> dict[str, Evidence]:
+        """One ``squeue`` and one run-marker listing per Target of ``recorded``."""
+        return gather(
+            (item.target for item in recorded), self._connector(), self._hooks().evidence_reader()
+        )
+
+    def _report(
+        self,
+        state: store.CampaignState,
+        *,
+        offline: bool,
+        evidence: Mapping[str, Evidence] | None = None,
+    ) -> Report:
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
-            evidence = (
-                {}
-                if offline
-                else gather(
-                    (item.target for item in recorded),
-                    self._connector(),
-                    self._hooks().evidence_reader(),
-                )
-            )
+            if evidence is None:
+                evidence = {} if offline else self._gather(recorded)
             keys = state.tasks.keys
-            return project(keys, recorded, evidence, now=time.time(), offline=offline)
+            return project(
+                keys, recorded, evidence, now=time.time(), offline=offline, state=str(self.path)
+            )
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
@@ -460,9 +478,12 @@ class Campaign:
         self.refresh()
         return Submitted(receipts=receipts)
 
-    def validate(self, plan: Plan) -> tuple[ShapeCheck, ...]:
+    def validate(
+        self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
+    ) -> tuple[ShapeCheck, ...]:
         """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks),
-        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection."""
+        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection.
+        ``progress`` gets each check as it is made."""
         scripts = self.scripts(plan)
         shapes: dict[int, str] = {}
         for allocation, script in zip(plan.allocations, scripts, strict=True):
@@ -478,22 +499,26 @@ class Campaign:
                     stdin=script.encode("utf-8", "surrogateescape"),
                 )
                 said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
-                checks.append(
-                    ShapeCheck(
-                        tasks=tasks,
-                        accepted=result.returncode == 0,
-                        message=said.splitlines()[-1] if said else f"exit {result.returncode}",
-                    )
+                check = ShapeCheck(
+                    tasks=tasks,
+                    accepted=result.returncode == 0,
+                    message=said.splitlines()[-1] if said else f"exit {result.returncode}",
                 )
+                checks.append(check)
+                if progress is not None:
+                    progress(check)
         finally:
             transport.close()
         return tuple(checks)
 
-    def reconcile(self) -> tuple[Resolution, ...]:
+    def reconcile(
+        self, *, progress: Callable[[Resolution], None] | None = None
+    ) -> tuple[Resolution, ...]:
         """Decide every unresolved allocation from Slurm's evidence; record what is decided.
 
         An intent too young to decide comes back as ``waiting`` with the time its evidence will
-        be conclusive (the CLI exits 75 then); rerunning is always safe.
+        be conclusive (the CLI exits 75 then); rerunning is always safe. ``progress`` gets each
+        decision once it is recorded (a waiting one at once: nothing is recorded for it).
         """
         with store.writing(self.path) as writer:
             state = writer.state
@@ -502,31 +527,35 @@ class Campaign:
             if not pending:
                 self._state = state
                 return ()
-            evidence = gather(
-                (item.target for item in pending),
-                self._connector(),
-                self._hooks().evidence_reader(),
-            )
-            decisions = resolve(pending, evidence, now=time.time())
+            decisions = resolve(pending, self._gather(pending), now=time.time())
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
+                if progress is not None:
+                    progress(decision)
         self.refresh()
         return tuple(decisions)
 
-    def cancel(self, *, tasks: Iterable[str] = (), allocations: Iterable[str] = ()) -> Cancelled:
+    def cancel(
+        self,
+        *,
+        tasks: Iterable[str] = (),
+        allocations: Iterable[str] = (),
+        progress: Callable[[str], None] | None = None,
+    ) -> Cancelled:
         """``scancel`` every matching allocation Slurm lists as queued or running, newest first.
 
-        Every allocation is tried; if any ``scancel`` fails, :class:`Unavailable` names what was
-        and was not cancelled.
+        Every allocation is tried; ``progress`` gets each one cancelled, as it is. If any
+        ``scancel`` fails, :class:`Unavailable` names what was and was not cancelled.
         """
         self.refresh()
         tasks, allocations = tuple(tasks), tuple(allocations)
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
         recorded = submissions(self._state)
-        report = self._report(self._state, offline=False)
-        chosen = cancellable(report, recorded, tasks=tasks, allocations=allocations)
+        evidence = self._gather(recorded)
+        report = self._report(self._state, offline=False, evidence=evidence)
+        chosen = cancellable(report, recorded, evidence, tasks=tasks, allocations=allocations)
         done: list[str] = []
         failed: list[str] = []
         connect = self._connector()
@@ -542,6 +571,8 @@ class Campaign:
                 failed.append(f"{submission.allocation_id} ({exc})")
             else:
                 done.append(submission.allocation_id)
+                if progress is not None:
+                    progress(submission.allocation_id)
         if failed:
             raise Unavailable(
                 f"cancelled {', '.join(done) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"
@@ -607,15 +638,54 @@ class Campaign:
                 transport.close()
             if result.returncode != 0:
                 message = result.stderr.decode("utf-8", "replace").strip()[:200]
+                why = self._why_no_log(allocation_id, wanted_key)
+                if why is not None:
+                    raise why
                 raise Unavailable(f"cannot read {path}: {message or 'tail failed'}")
             if len(wanted) > 1:
                 chunks.append(f"==> {path} <==\n".encode())
             chunks.append(result.stdout)
         return b"".join(chunks)
 
+    def _why_no_log(self, allocation_id: str, key: str | None) -> ServatusError | None:
+        """Why a log that could not be read does not exist yet, if Slurm and the run markers
+        say its Task (or allocation) has not started; None when they do not (then the log
+        should be there, and the failure to read it is what to report)."""
+        try:
+            report = self._report(self._state, offline=False)
+        except Unavailable:
+            return None
+        return why_no_log(report, allocation_id, key)
+
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+def why_no_log(report: Report, allocation_id: str, key: str | None) -> ServatusError | None:
+    """Why the log of ``key``'s step (``key`` None: of the allocation) in ``allocation_id`` does
+    not exist, or None if the report shows it should. A queued job, or a running one whose batch
+    script has not written its start marker, has written no log yet: :class:`Unavailable`, as
+    the spec's exit 75 says, "retry later". A Task whose allocation ended before it started
+    never will have one."""
+    attempts = [
+        attempt
+        for attempt in report.attempts
+        if attempt.allocation_id == allocation_id and (key is None or attempt.task_key == key)
+    ]
+    if not attempts:
+        return None
+    whose = f"allocation {allocation_id}" if key is None else f"Task {key}"
+    attempt = attempts[0]
+    where = f"allocation {allocation_id} (job {attempt.job})"
+    if attempt.execution is Execution.QUEUED:
+        return Unavailable(f"{whose} has no log yet: {where} is still queued; retry once it runs")
+    started = attempt.observation is not None and attempt.observation.start is not None
+    if attempt.execution is Execution.RUNNING and not started:
+        return Unavailable(f"{whose} has no log yet: {where} has not started it; retry shortly")
+    if key is not None and attempt.detail is StopReason.NEVER_STARTED:
+        return ConfigurationError(f"{whose} has no log: {where} ended before it started")
+    return None
 
 
 _documents = make_converter()

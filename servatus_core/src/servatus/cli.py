@@ -2,18 +2,22 @@
 
 Conventions every command keeps: errors are one line ``servatus: <ErrorClass>: <message>`` and the
 exit code of the spec's Recovery playbook (never a traceback); ``--json`` prints exact machine
-output; human output escapes every non-printable character (:func:`human`).
+output, one document whatever the exit (:func:`json_option`); human output escapes every
+non-printable character, a newline inside a value too (:func:`echo`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import operator
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 import click
 
@@ -25,6 +29,7 @@ from servatus.errors import (
     EXIT_USAGE,
     ServatusError,
     StateWarning,
+    Unavailable,
     from_os_error,
 )
 from servatus.transport import Connect
@@ -41,20 +46,22 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 class Context:
-    """What every command receives: the ``connect=`` override, if any."""
+    """What every command receives: the ``connect=`` override, if any; and, under ``--json``,
+    what it did so far (:func:`describe`) and whether its document was printed."""
 
     def __init__(self, connect: Connect | None) -> None:
         self.connect = connect
+        self.described: Callable[[], dict[str, Any]] | None = None
+        self.emitted = False
 
 
-def human(text: str) -> str:
-    """Escape every non-printable character (keeping newlines between lines) for a terminal."""
-    if text.replace("\n", "").isprintable():  # the usual case: one pass over a large table
-        return text
-    return "\n".join(_escape_line(line) for line in text.split("\n"))
+def _context() -> Context | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_object(Context) if ctx is not None else None
 
 
 def _escape_line(line: str) -> str:
+    """One line for a terminal: every non-printable character escaped, a newline too."""
     if line.isprintable():
         return line
     out = []
@@ -66,9 +73,16 @@ def _escape_line(line: str) -> str:
     return "".join(out)
 
 
-def echo(text: str) -> None:
-    """Print human output, escaped."""
-    click.echo(human(text))
+def echo(*lines: str) -> None:
+    """Print human output, each argument one line, in one write (a line each costs a flush each).
+
+    Each line is escaped whole, so a newline inside a value (a STATE, a key) is shown as ``\\n``
+    and can never start an output line of its own.
+    """
+    if all(map(str.isprintable, lines)):  # the usual case: no Python call per line of a table
+        click.echo("\n".join(lines))
+    else:
+        click.echo("\n".join(map(_escape_line, lines)))
 
 
 def json_text(document: Any) -> str:
@@ -90,7 +104,22 @@ def json_text(document: Any) -> str:
 
 def emit_json(document: Any) -> None:
     """Print one exact JSON document."""
+    context = _context()
+    if context is not None:
+        context.emitted = True
     click.echo(json_text(document))
+
+
+def describe(document: Callable[[], dict[str, Any]]) -> None:
+    """Under ``--json``: what the command has done so far, built when it is printed. The command
+    prints it when it returns, or with an ``error`` member when it fails (:func:`json_option`),
+    so whatever the exit, the document says what happened."""
+    context = _context()
+    if context is not None:
+        context.described = document
+
+
+INTERRUPTED = "interrupted; recorded intent survives; run status"
 
 
 def paused_gc(func: F) -> F:
@@ -112,11 +141,55 @@ def paused_gc(func: F) -> F:
 
 
 def json_option(func: F) -> F:
-    """The ``--json`` flag every command except ``logs`` takes."""
-    return click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")(func)
+    """The ``--json`` flag every command except ``logs`` takes, and its promise: one document on
+    stdout whatever the exit. A command that fails before printing its own prints the document
+    of what it did (:func:`describe`; none: ``{}``) with ``"error": {"type", "message"}``, the
+    class and message of its one line on stderr. A usage error (exit 2) prints no document."""
+
+    @functools.wraps(func)
+    def run(*args: Any, as_json: bool, **kwargs: Any) -> Any:
+        if not as_json:
+            return func(*args, as_json=as_json, **kwargs)
+        try:
+            returned = func(*args, as_json=as_json, **kwargs)
+        except ServatusError as exc:
+            _emit_failure(type(exc).__name__, str(exc))
+            raise
+        except KeyboardInterrupt:
+            _emit_failure("Interrupted", INTERRUPTED)
+            raise
+        context = _context()
+        if context is not None and context.described is not None and not context.emitted:
+            emit_json(context.described())
+        return returned
+
+    option = click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")
+    return cast(F, option(run))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _emit_failure(kind: str, message: str) -> None:
+    context = _context()
+    if context is None or context.emitted:
+        return
+    document = context.described() if context.described is not None else {}
+    with contextlib.suppress(OSError):  # the failure the command met is the one to report
+        emit_json({**document, "error": {"type": kind, "message": message}})
+
+
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click's own handler, which would write a blank
+    line before :func:`_run` reports it."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(
     __version__, "--version", prog_name="servatus", message="%(prog)s %(version)s"
 )
@@ -152,27 +225,60 @@ def plugins(as_json: bool) -> None:
     echo(f"transports: {', '.join(transports) or '-'}")
 
 
+class _ClosedOutput:
+    """What stands for stdout while a program started with it closed runs a command: writing
+    fails as writing to a bad descriptor does, so it is reported as any output that cannot be
+    written is, never dropped in silence (click writes nothing at all to a missing stdout)."""
+
+    def write(self, data: object) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        """Nothing is ever buffered."""
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def buffer(self) -> _ClosedOutput:
+        return self
+
+
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", StateWarning)
-        warnings.showwarning = _warn
-        code = _run(args, connect)
+    closed = sys.stdout is None  # the program started with stdout closed
+    if closed:
+        sys.stdout = cast(TextIO, _ClosedOutput())
     try:
-        if sys.stdout is not None:  # None when the program started with stdout closed
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", StateWarning)
+            warnings.showwarning = _warn
+            code = _run(args, connect)
+        try:
             sys.stdout.flush()  # what is still buffered fails here, not as Python exits
-    except OSError as exc:  # reported once: a failure the command already reported stands
-        if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
-            error = from_os_error(exc, "cannot write the output")
-            _fail(f"{type(error).__name__}: {error}")
-            code = error.exit_code
-        code = code or EXIT_ERROR
+        except OSError as exc:  # reported once: a failure the command already reported stands
+            if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
+                error = _output_error(exc)
+                _fail(f"{type(error).__name__}: {error}")
+                code = error.exit_code
+            code = code or EXIT_ERROR
+    finally:
+        if closed:
+            sys.stdout = cast(TextIO, None)
     return code
 
 
 def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
     """A warning is one line, like an error: ``servatus: warning: ...``."""
     _fail(f"warning: {message}")
+
+
+def _output_error(exc: OSError) -> ServatusError:
+    """What failing to write the output is: as for any file, except that a closed or unwritable
+    stdout (EBADF) is :class:`Unavailable`, as a full device is: the output is lost either way."""
+    if exc.errno == errno.EBADF:
+        return Unavailable(f"cannot write the output: {exc.strerror or exc}")
+    return from_os_error(exc, "cannot write the output")
 
 
 def console() -> int:
@@ -206,8 +312,8 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
             return returned
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("servatus: interrupted; recorded intent survives; run status", err=True)
+    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt):
+        click.echo(f"servatus: {INTERRUPTED}", err=True)
         return EXIT_CTRL_C
     except _NO_ARGUMENTS as exc:  # click 8.2+: the help, as help, but still a usage error
         click.echo(exc.format_message(), err=True)
@@ -220,8 +326,8 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return EXIT_ERROR
-    except OSError as exc:  # writing the output: a full disk, an I/O error
-        error = from_os_error(exc, "cannot write the output")
+    except OSError as exc:  # writing the output: a full disk, an I/O error, a closed stdout
+        error = _output_error(exc)
         _fail(f"{type(error).__name__}: {error}")
         return error.exit_code
     except Exception as exc:  # a bug: still one line, never a traceback
@@ -244,7 +350,8 @@ def _usage(exc: click.UsageError) -> str:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"servatus: {human(message)}".replace("\n", " "), err=True)
+    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line."""
+    click.echo(f"servatus: {_escape_line(message)}", err=True)
     sys.stderr.flush()
 
 
@@ -363,8 +470,7 @@ def profile_command(config: str | None, profile_name: str | None, as_json: bool)
             }
         )
         return
-    for line in profile_lines(profile, fits):
-        echo(line)
+    echo(*profile_lines(profile, fits))
 
 
 # authoring: create, ensure, append, seal --------------------------------------------------------
@@ -470,7 +576,8 @@ def _shape(plan: Plan, tasks: int) -> str:
 
 
 def plan_lines(plan: Plan) -> list[str]:
-    """The human plan: selected (with each allocation), held, deferred, and the totals line."""
+    """The human plan: selected (with each allocation), held, deferred, and the totals line (its
+    warnings go to stderr, as a line each)."""
     from servatus.plan import format_totals  # noqa: PLC0415
 
     decision = plan.decision
@@ -494,7 +601,6 @@ def plan_lines(plan: Plan) -> list[str]:
     if decision.deferred:
         lines.append(f"deferred to the next plan: {_plural(len(decision.deferred), 'Task')}")
         lines.append(f"  {' '.join(decision.deferred)}")
-    lines += [f"warning: {warning}" for warning in plan.warnings]
     lines.append(format_totals(plan.totals))
     return lines
 
@@ -522,7 +628,12 @@ def _save_plan(path: str, document: dict[str, Any]) -> None:
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Retry this Task.")
 @click.option("--retry-failed", is_flag=True, help="Retry every failed or stopped Task.")
 @click.option("--only", "only", multiple=True, metavar="KEY", help="Plan only these Tasks.")
-@click.option("--tasks-per-allocation", type=click.IntRange(min=1), metavar="N")
+@click.option(
+    "--tasks-per-allocation",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Pack at most N Tasks into one allocation (never more than the profile fits).",
+)
 @click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
 @json_option
 @paused_gc
@@ -552,6 +663,8 @@ def plan_command(
         tasks_per_allocation=tasks_per_allocation,
     )
     document = plan_to_document(plan)
+    for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
+        _fail(f"warning: {warning}")
     if output:
         _save_plan(output, document)
     if as_json:
@@ -572,9 +685,10 @@ def plan_command(
             }
         )
     else:
-        echo("\n".join(plan_lines(plan)))  # one write: a line each costs a flush each
+        echo(*plan_lines(plan))
         if output:
-            echo(f"saved {output}; submit it with: servatus submit {state} {output}")
+            command = f"servatus submit {shlex.quote(state)} {shlex.quote(output)}"
+            echo(f"saved {output}; submit it with: {command}")
     if show_scripts:
         for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
             click.echo(
@@ -607,13 +721,14 @@ def _read_plan(path: str) -> Plan:
 @json_option
 def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected."""
-    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.campaign import ShapeCheck, to_document  # noqa: PLC0415
     from servatus.errors import ShapeRejected  # noqa: PLC0415
 
-    checks = _campaign(state).validate(_read_plan(plan_file))
+    made: list[ShapeCheck] = []  # the checks made, also if Slurm stops answering
     if as_json:
-        emit_json({"checks": [to_document(check) for check in checks]})
-    else:
+        describe(lambda: {"checks": [to_document(check) for check in made]})
+    checks = _campaign(state).validate(_read_plan(plan_file), progress=made.append)
+    if not as_json:
         for check in checks:
             verdict = "accepted" if check.accepted else "REJECTED"
             echo(f"{_plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}")
@@ -629,14 +744,21 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
 def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     """Submit the reviewed plan. Exit 3 if interrupted."""
     from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.submission import SubmittedAllocation  # noqa: PLC0415
 
     plan = _read_plan(plan_file)
     interactive = not as_json and sys.stdout.isatty()
+    keys = {allocation.allocation_id: allocation.task_keys for allocation in plan.allocations}
+    accepted: list[SubmittedAllocation] = []  # what Slurm accepted, also if submit stops
 
     def progress(index: int, count: int, allocation_id: str, job: int) -> None:
-        click.echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
+        accepted.append(SubmittedAllocation(allocation_id, job, keys[allocation_id]))
+        if interactive:
+            echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
 
-    result = _campaign(state).submit(plan, progress=progress if interactive else None)
+    if as_json:
+        describe(lambda: {"receipts": [to_document(receipt) for receipt in accepted]})
+    result = _campaign(state).submit(plan, progress=progress)
     if as_json:
         emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
         return
@@ -701,7 +823,15 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     if as_json:
         emit_json(report_to_document(report))
         return
-    echo("\n".join(status_lines(report)))  # one write: a line each costs a flush each
+    echo(*status_lines(report))
+
+
+def _local_time(at: float) -> str:
+    """A moment as the user's clock shows it, dated and with its UTC offset: who comes back the
+    next day (or reads it from another time zone) can still tell when it is."""
+    import time  # noqa: PLC0415
+
+    return time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(at))
 
 
 @cli.command("reconcile")
@@ -709,15 +839,15 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
-    import time  # noqa: PLC0415
-
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.errors import StillWaiting  # noqa: PLC0415
+    from servatus.submission import Resolution  # noqa: PLC0415
 
-    decisions = _campaign(state).reconcile()
+    recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
     if as_json:
-        emit_json({"resolutions": [to_document(decision) for decision in decisions]})
-    elif not decisions:
+        describe(lambda: {"resolutions": [to_document(decision) for decision in recorded]})
+    decisions = _campaign(state).reconcile(progress=recorded.append)
+    if not as_json and not decisions:
         echo("nothing to reconcile")
     for decision in decisions if not as_json else ():
         if decision.outcome == "accepted":
@@ -725,22 +855,26 @@ def reconcile_command(state: str, as_json: bool) -> None:
         elif decision.outcome == "not_submitted":
             echo(f"allocation {decision.allocation_id}: recorded as not submitted")
         else:
-            when = time.strftime("%H:%M:%S", time.localtime(decision.retry_at or 0))
+            when = _local_time(decision.retry_at or 0)
             echo(f"allocation {decision.allocation_id}: no evidence yet; decidable after {when}")
     waiting = [d for d in decisions if d.outcome == "waiting"]
     if waiting:
-        when = time.strftime("%H:%M:%S", time.localtime(max(d.retry_at or 0 for d in waiting)))
+        when = _local_time(max(d.retry_at or 0 for d in waiting))
         raise StillWaiting(
             f"{_plural(len(waiting), 'allocation')} still "
             f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
-            f"run servatus reconcile {state} again after {when}"
+            f"run servatus reconcile {shlex.quote(state)} again after {when}"
         )
 
 
 @cli.command("cancel")
 @click.argument("state", callback=_not_empty)
-@click.option("--task", "tasks", multiple=True, metavar="KEY")
-@click.option("--allocation", "allocations", multiple=True, metavar="ID")
+@click.option(
+    "--task", "tasks", multiple=True, metavar="KEY", help="Cancel this Task's allocations."
+)
+@click.option(
+    "--allocation", "allocations", multiple=True, metavar="ID", help="Cancel this allocation."
+)
 @json_option
 def cancel_command(
     state: str, tasks: tuple[str, ...], allocations: tuple[str, ...], as_json: bool
@@ -748,7 +882,12 @@ def cancel_command(
     """scancel matching allocations that Slurm lists as queued or running, newest first."""
     if not tasks and not allocations:
         raise click.UsageError("name at least one --task or --allocation to cancel")
-    result = _campaign(state).cancel(tasks=tasks, allocations=allocations)
+    cancelled: list[str] = []  # what Slurm cancelled, also if another scancel failed
+    if as_json:
+        describe(lambda: {"cancelled": list(cancelled)})
+    result = _campaign(state).cancel(
+        tasks=tasks, allocations=allocations, progress=cancelled.append
+    )
     if as_json:
         emit_json({"cancelled": list(result.allocations)})
     elif not result.allocations:
@@ -760,9 +899,29 @@ def cancel_command(
 
 @cli.command("logs")
 @click.argument("state", callback=_not_empty)
-@click.option("--task", "tasks", multiple=True, metavar="KEY")
-@click.option("--allocation", "allocations", multiple=True, metavar="ID")
-@click.option("--bytes", "size", type=click.IntRange(1, 1048576), default=65536, show_default=True)
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="KEY",
+    help="This Task's step log (in its current allocation, or in each --allocation).",
+)
+@click.option(
+    "--allocation",
+    "allocations",
+    multiple=True,
+    metavar="ID",
+    help="This allocation's log (with --task: that Task's step log in it).",
+)
+@click.option(
+    "--bytes",
+    "size",
+    type=click.IntRange(1, 1048576),
+    default=65536,
+    show_default=True,
+    help="Print at most the last N bytes of each log.",
+    metavar="N",
+)
 @click.option("--output", callback=_not_empty, metavar="FILE", help="Write the log here (0600).")
 def logs_command(
     state: str,

@@ -527,5 +527,18 @@ def make_plan(
         decision=decision,
         allocations=allocations,
         created_at=now,
-        warnings=report.warnings,
+        warnings=(*packing_warnings(profile, request), *report.warnings),
+    )
+
+
+def packing_warnings(profile: Profile, request: Request) -> tuple[str, ...]:
+    """What the plan packs differently from what was asked: a packing limit above the profile's
+    capacity is lowered to the capacity."""
+    asked = request.tasks_per_allocation
+    fits = capacity(profile.target, profile.resources)
+    if asked is None or asked <= fits:
+        return ()
+    return (
+        f"{asked} Tasks per allocation were asked, but profile {profile.name} fits "
+        f"{fits}; each allocation holds at most {fits}",
     )

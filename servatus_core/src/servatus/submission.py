@@ -21,7 +21,7 @@ from servatus.launcher import Launcher
 from servatus.plan import Allocation
 from servatus.plugins import Hooks
 from servatus.script import ScriptSpec, ScriptStep, job_name
-from servatus.status import Execution, Report, Submission
+from servatus.status import Execution, Report, Submission, queued_or_running
 from servatus.store import Intent, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
@@ -352,12 +352,14 @@ def resolve(
 def cancellable(
     report: Report,
     submissions: Sequence[Submission],
+    evidence: Mapping[str, Evidence],
     *,
     tasks: Sequence[str],
     allocations: Sequence[str],
 ) -> list[Submission]:
     """Allocations to ``scancel``, newest first: those matching the request that Slurm lists
-    as queued or running. A job that already ended is not an error, just not cancelled."""
+    as queued or running (``evidence``, the listings ``report`` was projected from, says so for
+    a job without a receipt). A job that already ended is not an error, just not cancelled."""
     by_id = {submission.allocation_id: submission for submission in submissions}
     unknown = [a for a in allocations if a not in by_id]
     keys = {task.key for task in report.tasks}
@@ -366,11 +368,21 @@ def cancellable(
         raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
     # An allocation without a receipt (unresolved, or recorded as not submitted) is cancelled
     # whenever Slurm lists a job under its name: after an interrupted submit it may be running.
+    live = {
+        (target, entry.name)
+        for target, item in evidence.items()
+        for entry in item.queue or ()
+        if queued_or_running(entry.state)
+    }
     alive = {
         attempt.allocation_id
         for attempt in report.attempts
         if attempt.execution in (Execution.QUEUED, Execution.RUNNING)
-        or (attempt.listed and attempt.execution in (Execution.NOT_SUBMITTED, Execution.UNRESOLVED))
+        or (
+            attempt.listed
+            and attempt.execution in (Execution.NOT_SUBMITTED, Execution.UNRESOLVED)
+            and (by_id[attempt.allocation_id].target, job_name(attempt.allocation_id)) in live
+        )
     }
     wanted_keys = set(tasks)
     wanted = set(allocations)
