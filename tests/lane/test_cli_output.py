@@ -18,7 +18,7 @@ import pytest
 from servatus import store
 from servatus.cli import cli, main
 from servatus.errors import Unavailable
-from servatus.submission import RECONCILE_AFTER
+from servatus.reconcile import RECONCILE_AFTER
 from servatus.testing import FakeJob, FakeScheduler
 
 

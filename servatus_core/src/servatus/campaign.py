@@ -17,6 +17,7 @@ import attrs
 from cattrs.preconf.json import make_converter
 
 from servatus import store
+from servatus.cancel import cancellable, scancel
 from servatus.config import Profile, Target, target_from_identity, target_identity
 from servatus.errors import (
     ConfigurationError,
@@ -29,6 +30,7 @@ from servatus.errors import (
 from servatus.evidence import Evidence
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
+from servatus.reconcile import Resolution, resolve
 from servatus.status import (
     Execution,
     Outcome,
@@ -41,13 +43,9 @@ from servatus.status import (
 )
 from servatus.submission import (
     Progress,
-    Resolution,
     SubmittedAllocation,
-    cancellable,
     command,
     ping,
-    resolve,
-    scancel,
     script_may_exceed,
     script_problem,
     script_spec,

@@ -841,7 +841,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.errors import StillWaiting  # noqa: PLC0415
-    from servatus.submission import Resolution  # noqa: PLC0415
+    from servatus.reconcile import Resolution  # noqa: PLC0415
 
     recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
     if as_json:

@@ -2,8 +2,8 @@
 
 The order of effects is the guarantee: the intent is synced before ``sbatch`` runs, and the
 receipt after it answers. A crash or a lost answer in between leaves the intent without an
-outcome (``UNRESOLVED``); only ``reconcile``, reading Slurm's evidence, decides it later.
-Nothing here retries.
+outcome (``UNRESOLVED``); only ``reconcile`` (:mod:`servatus.reconcile`), reading Slurm's
+evidence, decides it later. Nothing here retries.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ import attrs
 
 from servatus.config import Profile, Target
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
-from servatus.evidence import Evidence
 from servatus.launcher import Launcher
 from servatus.plan import Allocation
 from servatus.plugins import Hooks
-from servatus.script import ScriptSpec, ScriptStep, job_name
-from servatus.status import Execution, Report, Submission, queued_or_running
+from servatus.script import ScriptSpec, ScriptStep
 from servatus.store import Intent, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
@@ -301,104 +299,3 @@ def _interrupted(what: str) -> SubmissionInterrupted:
     return SubmissionInterrupted(
         f"{what}; its Tasks are UNRESOLVED until servatus reconcile decides"
     )
-
-
-RECONCILE_AFTER = 15 * 60
-"""Seconds after its intent that an allocation with no evidence at all counts as never sent."""
-
-
-@attrs.frozen
-class Resolution:
-    """What ``reconcile`` decided for one unresolved allocation.
-
-    ``outcome`` is ``accepted`` (with the job), ``not_submitted``, or ``waiting`` (too young to
-    decide; ``retry_at`` says when evidence will be conclusive).
-    """
-
-    allocation_id: str
-    outcome: str
-    job: int | None = None
-    retry_at: float | None = None
-
-
-def resolve(
-    pending: Sequence[Submission],
-    evidence: Mapping[str, Evidence],
-    *,
-    now: float,
-) -> list[Resolution]:
-    """Decide unresolved allocations from evidence: a job ``squeue`` lists under the allocation's
-    name, else one its run markers name, is accepted; with neither, an intent at least
-    :data:`RECONCILE_AFTER` old was never submitted, and a younger one waits."""
-    decisions = []
-    for submission in pending:
-        item = evidence[submission.target]
-        name = job_name(submission.allocation_id)
-        listed = [entry.job for entry in item.queue or () if entry.name == name]
-        marked = sorted(
-            {m.job for m in item.markers or () if m.allocation_id == submission.allocation_id}
-        )
-        if listed or marked:
-            job = (listed or marked)[0]
-            decisions.append(Resolution(submission.allocation_id, "accepted", job=job))
-        elif now - submission.recorded_at >= RECONCILE_AFTER:
-            decisions.append(Resolution(submission.allocation_id, "not_submitted"))
-        else:
-            retry_at = submission.recorded_at + RECONCILE_AFTER
-            decisions.append(Resolution(submission.allocation_id, "waiting", retry_at=retry_at))
-    return decisions
-
-
-def cancellable(
-    report: Report,
-    submissions: Sequence[Submission],
-    evidence: Mapping[str, Evidence],
-    *,
-    tasks: Sequence[str],
-    allocations: Sequence[str],
-) -> list[Submission]:
-    """Allocations to ``scancel``, newest first: those matching the request that Slurm lists
-    as queued or running (``evidence``, the listings ``report`` was projected from, says so for
-    a job without a receipt). A job that already ended is not an error, just not cancelled."""
-    by_id = {submission.allocation_id: submission for submission in submissions}
-    unknown = [a for a in allocations if a not in by_id]
-    keys = {task.key for task in report.tasks}
-    unknown += [f"Task {key}" for key in tasks if key not in keys]
-    if unknown:
-        raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
-    # An allocation without a receipt (unresolved, or recorded as not submitted) is cancelled
-    # whenever Slurm lists a job under its name: after an interrupted submit it may be running.
-    live = {
-        (target, entry.name)
-        for target, item in evidence.items()
-        for entry in item.queue or ()
-        if queued_or_running(entry.state)
-    }
-    alive = {
-        attempt.allocation_id
-        for attempt in report.attempts
-        if attempt.execution in (Execution.QUEUED, Execution.RUNNING)
-        or (
-            attempt.listed
-            and attempt.execution in (Execution.NOT_SUBMITTED, Execution.UNRESOLVED)
-            and (by_id[attempt.allocation_id].target, job_name(attempt.allocation_id)) in live
-        )
-    }
-    wanted_keys = set(tasks)
-    wanted = set(allocations)
-    chosen = [
-        submission
-        for submission in submissions
-        if submission.allocation_id in alive
-        and (submission.allocation_id in wanted or wanted_keys & set(submission.task_keys))
-    ]
-    return chosen[::-1]
-
-
-def scancel(transport: Transport, target: Target, allocation_id: str) -> None:
-    """Cancel by job name under ``--me``: never an unrelated job that reused a number."""
-    argv = [command(target, "scancel"), "--me", f"--name={job_name(allocation_id)}"]
-    result = transport.run(argv)
-    if result.returncode != 0:
-        message = result.stderr.decode("utf-8", "replace").strip()[:200]
-        raise Unavailable(f"scancel exited {result.returncode}: {message or 'no message'}")
