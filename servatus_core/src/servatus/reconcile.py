@@ -42,20 +42,41 @@ def resolve(
     """Decide unresolved allocations from evidence: a job ``squeue`` lists under the allocation's
     name, else one its run markers name, is accepted; with neither, an intent at least
     :data:`RECONCILE_AFTER` old was never submitted, and a younger one waits."""
+    folded: dict[str, _Jobs] = {}
     decisions = []
     for submission in pending:
-        item = evidence[submission.target]
-        name = job_name(submission.allocation_id)
-        listed = [entry.job for entry in item.queue or () if entry.name == name]
-        marked = sorted(
-            {m.job for m in item.markers or () if m.allocation_id == submission.allocation_id}
-        )
-        if listed or marked:
-            job = (listed or marked)[0]
-            decisions.append(Resolution(submission.allocation_id, "accepted", job=job))
+        jobs = folded.get(submission.target)
+        if jobs is None:
+            jobs = folded[submission.target] = _Jobs.of(evidence[submission.target])
+        allocation_id = submission.allocation_id
+        job = jobs.listed.get(job_name(allocation_id), jobs.marked.get(allocation_id))
+        if job is not None:
+            decisions.append(Resolution(allocation_id, "accepted", job=job))
         elif now - submission.recorded_at >= RECONCILE_AFTER:
-            decisions.append(Resolution(submission.allocation_id, "not_submitted"))
+            decisions.append(Resolution(allocation_id, "not_submitted"))
         else:
             retry_at = submission.recorded_at + RECONCILE_AFTER
-            decisions.append(Resolution(submission.allocation_id, "waiting", retry_at=retry_at))
+            decisions.append(Resolution(allocation_id, "waiting", retry_at=retry_at))
     return decisions
+
+
+@attrs.frozen
+class _Jobs:
+    """One Target's listings folded once, so each intent is a lookup rather than a scan of
+    every marker: the first job ``squeue`` lists under each name, and the lowest job number
+    the markers name for each allocation."""
+
+    listed: dict[str, int]
+    marked: dict[str, int]
+
+    @classmethod
+    def of(cls, item: Evidence) -> _Jobs:
+        listed: dict[str, int] = {}
+        for entry in item.queue or ():
+            listed.setdefault(entry.name, entry.job)
+        marked: dict[str, int] = {}
+        for marker in item.markers or ():
+            known = marked.get(marker.allocation_id)
+            if known is None or marker.job < known:
+                marked[marker.allocation_id] = marker.job
+        return cls(listed, marked)
