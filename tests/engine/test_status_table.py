@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from servatus.cli import echo, status_lines
+from servatus.cli import echo
+from servatus.render import status_lines
 from servatus.status import (
     Execution,
     Report,

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import functools
 import json
-import operator
 import shlex
 import sys
 import warnings
@@ -31,6 +30,25 @@ from servatus.errors import (
     StateWarning,
     Unavailable,
     from_os_error,
+)
+from servatus.render import (
+    accepted_line,
+    authoring_line,
+    cancelled_lines,
+    check_line,
+    doctor_lines,
+    escape_line,
+    local_time,
+    plan_lines,
+    plugins_lines,
+    plural,
+    profile_lines,
+    reconcile_lines,
+    saved_line,
+    script_banner,
+    status_lines,
+    submitted_lines,
+    terminal_text,
 )
 from servatus.transport import Connect
 
@@ -60,29 +78,10 @@ def _context() -> Context | None:
     return ctx.find_object(Context) if ctx is not None else None
 
 
-def _escape_line(line: str) -> str:
-    """One line for a terminal: every non-printable character escaped, a newline too."""
-    if line.isprintable():
-        return line
-    out = []
-    for char in line:
-        if char.isprintable():
-            out.append(char)
-        else:
-            out.append(char.encode("unicode_escape").decode("ascii"))
-    return "".join(out)
-
-
 def echo(*lines: str) -> None:
-    """Print human output, each argument one line, in one write (a line each costs a flush each).
-
-    Each line is escaped whole, so a newline inside a value (a STATE, a key) is shown as ``\\n``
-    and can never start an output line of its own.
-    """
-    if all(map(str.isprintable, lines)):  # the usual case: no Python call per line of a table
-        click.echo("\n".join(lines))
-    else:
-        click.echo("\n".join(map(_escape_line, lines)))
+    """Print human output, each argument one line, in one write (a line each costs a flush each),
+    each line escaped whole (:func:`servatus.render.terminal_text`)."""
+    click.echo(terminal_text(lines))
 
 
 def json_text(document: Any) -> str:
@@ -218,11 +217,7 @@ def plugins(as_json: bool) -> None:
             }
         )
         return
-    width = max((len(p.name) for p in loaded), default=0)
-    for p in loaded:
-        echo(f"{p.name.ljust(width)}  {p.distribution} {p.version}")
-    echo(f"launchers: {', '.join(launchers) or '-'}")
-    echo(f"transports: {', '.join(transports) or '-'}")
+    echo(*plugins_lines(loaded, launchers, transports))
 
 
 class _ClosedOutput:
@@ -351,7 +346,7 @@ def _usage(exc: click.UsageError) -> str:
 
 def _fail(message: str) -> None:
     """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line."""
-    click.echo(f"servatus: {_escape_line(message)}", err=True)
+    click.echo(f"servatus: {escape_line(message)}", err=True)
     sys.stderr.flush()
 
 
@@ -361,7 +356,6 @@ if TYPE_CHECKING:
     from servatus.campaign import Campaign
     from servatus.config import Profile
     from servatus.plan import Plan
-    from servatus.status import Report
 
 DEFAULT_CONFIG = "SERVATUS.toml"
 
@@ -396,62 +390,6 @@ def load_profile_option(config: str | None, profile_name: str | None) -> Profile
     return Profile.load(config if config is not None else DEFAULT_CONFIG, name=profile_name)
 
 
-def profile_lines(profile: Profile, capacity: int) -> list[str]:
-    """The resolved profile as ``profile``'s human output prints it, durations formatted."""
-    from servatus.config import format_duration  # noqa: PLC0415
-
-    target, resources = profile.target, profile.resources
-    apptainer = target.apptainer
-
-    def shown(value: object) -> str:
-        return "-" if value is None else str(value)
-
-    rows: list[tuple[str, str]] = [
-        ("host", target.host or "- (Slurm runs locally)"),
-        ("slurm_bin", target.slurm_bin),
-        ("work_root", target.work_root),
-        ("log_root", target.log_root),
-        ("partitions", ",".join(target.partitions)),
-        ("account", shown(target.account)),
-        ("qos", shown(target.qos)),
-        ("constraint", shown(target.constraint)),
-        ("gpu_gres", shown(target.gpu_gres)),
-        ("max_tasks_per_allocation", str(target.max_tasks_per_allocation)),
-        ("max_cpus_per_allocation", str(target.max_cpus_per_allocation)),
-        ("max_memory_mib_per_allocation", str(target.max_memory_mib_per_allocation)),
-        ("max_gpus_per_allocation", str(target.max_gpus_per_allocation)),
-        ("max_time_limit", format_duration(target.max_time_limit)),
-        ("max_allocations_per_submit", shown(target.max_allocations_per_submit or "- (no cap)")),
-        ("max_script_bytes", str(target.max_script_bytes)),
-        ("launcher", target.launcher),
-        ("apptainer", apptainer.executable if apptainer else "-"),
-        ("image", apptainer.image if apptainer else "-"),
-        ("binds", ", ".join(apptainer.binds) if apptainer and apptainer.binds else "-"),
-        *((f"launcher_options.{key}", value) for key, value in target.launcher_options),
-    ]
-    needs: list[tuple[str, str]] = [
-        ("cpus", str(resources.cpus)),
-        ("memory_mib", str(resources.memory_mib)),
-        ("gpus", str(resources.gpus)),
-        ("time_limit", format_duration(resources.time_limit)),
-        (
-            "signal_before_end",
-            "-"
-            if resources.signal_before_end is None
-            else format_duration(resources.signal_before_end),
-        ),
-    ]
-    width = max(len(key) for key, _ in (*rows, *needs))
-    return [
-        f"profile {profile.name}",
-        "target",
-        *(f"  {key.ljust(width)}  {value}" for key, value in rows),
-        "resources",
-        *(f"  {key.ljust(width)}  {value}" for key, value in needs),
-        f"capacity: {capacity} Task{'s' if capacity != 1 else ''} per allocation",
-    ]
-
-
 @cli.command("profile")
 @config_options
 @json_option
@@ -484,14 +422,7 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
     if as_json:
         emit_json({"command": command, "state": state, **done.to_document()})
         return
-    kind = "sealed" if done.sealed else "appendable"
-    if done.created:
-        echo(f"created {state}: {done.total} Task{'s' if done.total != 1 else ''} ({kind})")
-    elif command == "seal":
-        echo(f"sealed {state}: {done.total} Task{'s' if done.total != 1 else ''}")
-    else:
-        sealed = "; sealed" if done.sealed else ""
-        echo(f"{command} {state}: {done.added} new, {done.existing} existing{sealed}")
+    echo(authoring_line(command, state, done))
 
 
 @cli.command("create")
@@ -558,51 +489,6 @@ def _campaign(state: str) -> Campaign:
 
     context = click.get_current_context().find_object(Context)
     return Campaign.open(state, connect=context.connect if context else None)
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _shape(plan: Plan, tasks: int) -> str:
-    from servatus.config import format_duration  # noqa: PLC0415
-
-    r = plan.profile.resources
-    parts = [_plural(tasks, "Task"), f"{tasks * r.cpus} CPUs", f"{tasks * r.memory_mib} MiB"]
-    if r.gpus:
-        parts.append(f"{tasks * r.gpus} GPUs")
-    parts.append(format_duration(r.time_limit))
-    return ", ".join(parts)
-
-
-def plan_lines(plan: Plan) -> list[str]:
-    """The human plan: selected (with each allocation), held, deferred, and the totals line (its
-    warnings go to stderr, as a line each)."""
-    from servatus.plan import format_totals  # noqa: PLC0415
-
-    decision = plan.decision
-    lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
-    lines.append(
-        f"selected: {_plural(len(decision.selected), 'Task')} in "
-        f"{_plural(len(plan.allocations), 'allocation')}"
-    )
-    shapes: dict[int, str] = {}  # one text per allocation size, not per allocation
-    for allocation in plan.allocations:
-        size = len(allocation.task_keys)
-        shape = shapes.get(size)
-        if shape is None:
-            shape = shapes[size] = _shape(plan, size)
-        lines.append(f"  {allocation.allocation_id}  {shape}")
-        lines.append(f"    {' '.join(allocation.task_keys)}")
-    if decision.held:
-        lines.append(f"held: {_plural(len(decision.held), 'Task')}")
-        width = max(len(key) for key, _ in decision.held)
-        lines += [f"  {key.ljust(width)}  {hold.value}" for key, hold in decision.held]
-    if decision.deferred:
-        lines.append(f"deferred to the next plan: {_plural(len(decision.deferred), 'Task')}")
-        lines.append(f"  {' '.join(decision.deferred)}")
-    lines.append(format_totals(plan.totals))
-    return lines
 
 
 def _save_plan(path: str, document: dict[str, Any]) -> None:
@@ -687,13 +573,10 @@ def plan_command(
     else:
         echo(*plan_lines(plan))
         if output:
-            command = f"servatus submit {shlex.quote(state)} {shlex.quote(output)}"
-            echo(f"saved {output}; submit it with: {command}")
+            echo(saved_line(state, output))
     if show_scripts:
         for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
-            click.echo(
-                f"# --- batch script of allocation {allocation.allocation_id} ---", err=as_json
-            )
+            click.echo(script_banner(allocation.allocation_id), err=as_json)
             click.echo(script, nl=False, err=as_json)
 
 
@@ -730,11 +613,10 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     checks = _campaign(state).validate(_read_plan(plan_file), progress=made.append)
     if not as_json:
         for check in checks:
-            verdict = "accepted" if check.accepted else "REJECTED"
-            echo(f"{_plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}")
+            echo(check_line(check))
     rejected = [check for check in checks if not check.accepted]
     if rejected:
-        raise ShapeRejected("; ".join(f"{_plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
+        raise ShapeRejected("; ".join(f"{plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
 
 
 @cli.command("submit")
@@ -754,7 +636,7 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     def progress(index: int, count: int, allocation_id: str, job: int) -> None:
         accepted.append(SubmittedAllocation(allocation_id, job, keys[allocation_id]))
         if interactive:
-            echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
+            echo(accepted_line(index, count, allocation_id, job))
 
     if as_json:
         describe(lambda: {"receipts": [to_document(receipt) for receipt in accepted]})
@@ -762,52 +644,7 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     if as_json:
         emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
         return
-    if not result.receipts:
-        echo("nothing to submit: the plan selects no Task")
-    for receipt in result.receipts:
-        echo(
-            f"submitted allocation {receipt.allocation_id}: job {receipt.job} "
-            f"({', '.join(receipt.task_keys)})"
-        )
-
-
-def status_lines(report: Report) -> list[str]:
-    """The aligned human status table, then counts and warnings."""
-    from servatus.status import execution_text, format_run_time, result_of  # noqa: PLC0415
-
-    header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
-    # 100,000 rows: each distinct cell text is computed once, so the widths come from those
-    # texts (and the keys) without a pass over the rows, and each line is one % format.
-    executions: dict[tuple[object, object], str] = {}
-    run_times: dict[object, str] = {}
-    exits: dict[int | None, str] = {None: "-"}
-    result = result_of("", None)  # the CLI has no probe: every result is unobserved
-    rows: list[tuple[str, ...]] = []
-    append = rows.append
-    for task in report.tasks:
-        key, execution, exit_code, detail, run_time, allocation_id, _, _, _, _ = task
-        shown = executions.get((execution, detail))
-        if shown is None:
-            shown = executions[execution, detail] = execution_text(task)
-        time_text = run_times.get(run_time)
-        if time_text is None:
-            time_text = run_times[run_time] = format_run_time(run_time)
-        code = exits.get(exit_code)
-        if code is None:
-            code = exits[exit_code] = str(exit_code)
-        append((key, result, shown, code, time_text, "-", allocation_id or "-"))
-    texts = [executions.values(), exits.values(), run_times.values(), ["-"]]
-    cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
-    widths = [
-        max(len(name), max(map(len, column), default=0))
-        for name, column in zip(header, cells, strict=False)  # the last column is not padded
-    ]
-    line = "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
-    lines = [line % header, *[line % row for row in rows]]
-    counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
-    lines.append(f"{_plural(len(report.tasks), 'Task')}: {counts or 'none'}")
-    lines += [f"warning: {warning}" for warning in report.warnings]
-    return lines
+    echo(*submitted_lines(result.receipts))
 
 
 @cli.command("status")
@@ -826,14 +663,6 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     echo(*status_lines(report))
 
 
-def _local_time(at: float) -> str:
-    """A moment as the user's clock shows it, dated and with its UTC offset: who comes back the
-    next day (or reads it from another time zone) can still tell when it is."""
-    import time  # noqa: PLC0415
-
-    return time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(at))
-
-
 @cli.command("reconcile")
 @click.argument("state", callback=_not_empty)
 @json_option
@@ -847,21 +676,13 @@ def reconcile_command(state: str, as_json: bool) -> None:
     if as_json:
         describe(lambda: {"resolutions": [to_document(decision) for decision in recorded]})
     decisions = _campaign(state).reconcile(progress=recorded.append)
-    if not as_json and not decisions:
-        echo("nothing to reconcile")
-    for decision in decisions if not as_json else ():
-        if decision.outcome == "accepted":
-            echo(f"allocation {decision.allocation_id}: accepted as job {decision.job}")
-        elif decision.outcome == "not_submitted":
-            echo(f"allocation {decision.allocation_id}: recorded as not submitted")
-        else:
-            when = _local_time(decision.retry_at or 0)
-            echo(f"allocation {decision.allocation_id}: no evidence yet; decidable after {when}")
+    if not as_json:
+        echo(*reconcile_lines(decisions))
     waiting = [d for d in decisions if d.outcome == "waiting"]
     if waiting:
-        when = _local_time(max(d.retry_at or 0 for d in waiting))
+        when = local_time(max(d.retry_at or 0 for d in waiting))
         raise StillWaiting(
-            f"{_plural(len(waiting), 'allocation')} still "
+            f"{plural(len(waiting), 'allocation')} still "
             f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
             f"run servatus reconcile {shlex.quote(state)} again after {when}"
         )
@@ -890,11 +711,8 @@ def cancel_command(
     )
     if as_json:
         emit_json({"cancelled": list(result.allocations)})
-    elif not result.allocations:
-        echo("nothing to cancel: no matching allocation is queued or running")
     else:
-        for allocation_id in result.allocations:
-            echo(f"cancelled allocation {allocation_id}")
+        echo(*cancelled_lines(result.allocations))
 
 
 @cli.command("logs")
@@ -973,9 +791,6 @@ def doctor_command(config: str | None, profile_name: str | None, as_json: bool) 
             }
         )
     else:
-        echo(f"doctor: profile {diagnosis.profile}")
-        width = max(len(check.name) for check in diagnosis.checks)
-        for check in diagnosis.checks:
-            echo(f"  {check.status:<11}  {check.name.ljust(width)}  {check.detail}")
+        echo(*doctor_lines(diagnosis))
     if diagnosis.exit_code:
         raise click.exceptions.Exit(diagnosis.exit_code)
