@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import pytest
 
 from servatus.cli import echo
@@ -70,6 +72,37 @@ def test_the_table_is_the_plain_one() -> None:
         "6 Tasks: 1 NOT_SUBMITTED, 1 RUNNING, 1 SUCCEEDED, 1 FAILED, 2 STOPPED",
         "warning: w1",
     ]
+
+
+class GrownTask(NamedTuple):
+    """A TaskStatus as chains and leases will grow it: a field in the middle, one at the end."""
+
+    key: str
+    execution: Execution
+    link: int
+    exit_code: int | None
+    detail: StopReason | None
+    run_time: RunTime | None
+    allocation_id: str | None
+    job: int | None
+    accepted: bool
+    unresolved: bool
+    listed: bool
+    within: str | None
+
+
+def test_the_table_reads_each_task_by_field_name() -> None:
+    tasks = (
+        task("a", Execution.SUCCEEDED, exit_code=0, run_time=RunTime(3725), allocation_id="x1"),
+        task("b", Execution.STOPPED, detail=StopReason.TIME_LIMIT, run_time=RunTime(9)),
+    )
+    grown: tuple[Any, ...] = tuple(
+        GrownTask(**{**t._asdict(), "link": 3, "within": "lease"}) for t in tasks
+    )
+    plain = Report(tasks=tasks, attempts=(), warnings=(), online=True)
+    assert status_lines(Report(tasks=grown, attempts=(), warnings=(), online=True)) == (
+        status_lines(plain)
+    )
 
 
 def test_an_empty_table() -> None:

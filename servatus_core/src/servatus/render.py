@@ -220,18 +220,20 @@ def status_lines(report: Report) -> list[str]:
     result = result_of("", None)  # the CLI has no probe: every result is unobserved
     rows: list[tuple[str, ...]] = []
     append = rows.append
-    for task in report.tasks:
-        key, execution, exit_code, detail, run_time, allocation_id, _, _, _, _ = task
+    for task in report.tasks:  # by field name: a Task's fields grow (a chain's link, a lease)
+        execution, detail = task.execution, task.detail
         shown = executions.get((execution, detail))
         if shown is None:
             shown = executions[execution, detail] = execution_text(task)
+        run_time = task.run_time
         time_text = run_times.get(run_time)
         if time_text is None:
             time_text = run_times[run_time] = format_run_time(run_time)
+        exit_code = task.exit_code
         code = exits.get(exit_code)
         if code is None:
             code = exits[exit_code] = str(exit_code)
-        append((key, result, shown, code, time_text, "-", allocation_id or "-"))
+        append((task.key, result, shown, code, time_text, "-", task.allocation_id or "-"))
     texts = [executions.values(), exits.values(), run_times.values(), ["-"]]
     cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
     widths = [
