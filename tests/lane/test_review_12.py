@@ -1,0 +1,225 @@
+"""A hostile review of the issue #12 fixes: what still goes wrong, each pinned by a failing test.
+
+Every test here is ``xfail(strict=True)``: it fails on today's main for the reason it names, and
+turns into a failure of the suite (XPASS) once the product is fixed, so the marker must then go.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from servatus.cli import main
+from servatus.testing import FakeScheduler
+from servatus.transport import CommandResult
+from testkit import CPU_PROFILE
+
+
+def run(
+    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(args, connect=fake)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_tasks(path: Path, count: int, **fields: object) -> str:
+    path.write_text(
+        "".join(
+            json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"], **fields}) + "\n"
+            for i in range(count)
+        )
+    )
+    return str(path)
+
+
+# -- max_script_bytes at plan ----------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plan's max_script_bytes pre-check bounds only the Tasks' content (8 KiB a step); "
+    "a Target whose binds make each step larger saves a plan that submit then refuses",
+)
+def test_a_plan_whose_script_is_too_large_through_the_targets_binds_is_refused_at_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binds = [f"/data/{'x' * 90}{i:04d}:/mnt/{i:04d}:ro" for i in range(200)]  # ~21 KB a step
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(
+        CPU_PROFILE.replace(
+            'max_time_limit = "01:00:00"',
+            'max_time_limit = "01:00:00"\nmax_script_bytes = 40000\n'
+            f'apptainer = "/usr/bin/apptainer"\nimage = "/img/a.sif"\nbinds = {json.dumps(binds)}',
+        )
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"key": f"k{i}", "args": ["python"]}) + "\n" for i in (0, 1))
+    )
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, str(tasks)], fake, capsys)[0] == 0
+    planned, _, plan_err = run(
+        ["plan", state, "--config", str(config), "--output", plan], fake, capsys
+    )
+    submitted, _, submit_err = run(["submit", state, plan], fake, capsys)
+    # Today: plan exits 0 and saves it; submit then exits 1: "the batch script of allocation
+    # ... is 50710 bytes, over max_script_bytes (40000)".
+    assert (planned, submitted) == (1, 1), (plan_err, submit_err)
+    assert "max_script_bytes" in plan_err and not Path(plan).exists()
+
+
+# -- a directory that is not a campaign ------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["seal"], ["append", "TASKS"]], ids=["seal", "append"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="writing() makes STATE owner-only before it checks there is a campaign in it: a "
+    "mistyped STATE (., ~, a shared project directory) is chmod 700'ed, then refused",
+)
+def test_a_command_on_a_directory_that_is_no_campaign_leaves_its_mode_alone(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README").write_text("shared with my group\n")
+    project.chmod(0o755)
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    args = [tasks if word == "TASKS" else word for word in command]
+    code, _, err = run([args[0], str(project), *args[1:]], FakeScheduler(), capsys)
+    assert code == 1 and "no campaign" in err
+    assert stat.S_IMODE(os.stat(project).st_mode) == 0o755, err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reading STATE warns about its mode, and advises chmod 700, before it knows STATE "
+    "is a campaign at all: `status ~` tells the user to chmod 700 their home directory",
+)
+def test_status_of_a_directory_that_is_no_campaign_advises_no_chmod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".profile").write_text("")
+    home.chmod(0o755)
+    code, _, err = run(["status", str(home), "--offline"], FakeScheduler(), capsys)
+    assert code == 1
+    assert err == f"servatus: ConfigurationError: no campaign at {str(home)!r}\n"
+
+
+# -- --json whatever the exit ----------------------------------------------------------------
+
+
+class _Broken(FakeScheduler):
+    """A transport (``connect=`` is public) whose squeue fails in a way no one planned for."""
+
+    def run(self, argv, *, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def, override]
+        if os.path.basename(argv[0]) == "squeue":
+            raise RuntimeError("bug in a transport")
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status", "STATE", "--json"], ["reconcile", "STATE", "--json"]],
+    ids=["status", "reconcile"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="json_option prints the failure document only for ServatusError and Ctrl-C; an "
+    "unexpected error (exit 1, 'unexpected error: ...') under --json prints nothing on stdout",
+)
+def test_json_prints_one_document_on_an_unexpected_error(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    broken = _Broken()
+    broken.unavailable("sbatch")  # submit is interrupted: reconcile has work, status asks Slurm
+    assert main(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)]) == 0
+    assert main(["plan", state, "--config", str(config), "--output", plan]) == 0
+    assert main(["submit", state, plan], connect=broken) == 3
+    code, out, err = run([state if a == "STATE" else a for a in args], broken, capsys)
+    assert code == 1 and err.startswith("servatus: unexpected error: RuntimeError")
+    assert json.loads(out)["error"]["type"] == "RuntimeError"
+
+
+# -- logs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="logs of a Task whose job ended and whose log is gone (scratch purges files unread "
+    "for 40 days) still says 'Unavailable: ... tail: cannot open ...', exit 75: retry later, "
+    "which can never help",
+)
+def test_logs_of_an_ended_task_whose_log_is_gone_says_so_and_is_not_retry_later(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.finish(1000, 0)
+    fake.purge()  # SUCCEEDED; its step log was never kept (fake.logs is empty)
+    code, _, err = run(["logs", state, "--task", "k0"], fake, capsys)
+    assert "tail: cannot open" not in err
+    assert code == 1, err
+
+
+# -- authoring errors in the user's terms -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "leak"),
+    [
+        (b'{"key": "k0", "args": ["/usr/bin/\xff"]}\n', "codec"),
+        (b'\xef\xbb\xbf{"key": "k0", "args": ["/usr/bin/true"]}\n', "utf-8-sig"),
+        (b'{"key": "k0", "args": ["/usr/bin/true", "a\x0cb"]}\n', "at at"),
+    ],
+    ids=["not-utf8", "bom", "control-character"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="some Tasks-file errors still speak Python: a non-UTF-8 line is 'not a JSON object: "
+    "'utf-8' codec can't decode byte 0xff in position 29', a BOM advises 'decode using "
+    "utf-8-sig', a raw control character reads 'Invalid control character at at column 42'",
+)
+def test_every_tasks_file_error_speaks_the_users_terms(
+    content: bytes, leak: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(content)
+    code, _, err = run(["create", str(tmp_path / "state"), str(tasks)], FakeScheduler(), capsys)
+    assert code == 1 and err.startswith(f"servatus: ConfigurationError: {tasks}:1: "), err
+    assert leak not in err and "not a JSON object" not in err, err
+
+
+# -- FakeScheduler controls ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("times", [0, -1])
+@pytest.mark.xfail(
+    strict=True,
+    reason="a control with times=0 (or below) is accepted and fires once anyway",
+)
+def test_a_control_that_fires_no_times_is_refused_or_never_fires(times: int) -> None:
+    fake = FakeScheduler()
+    try:
+        fake.fail("ping", times=times)
+    except ValueError:
+        return
+    result = fake.run(["/usr/bin/sbatch", "--version"])
+    assert isinstance(result, CommandResult) and result.returncode == 0
