@@ -223,3 +223,86 @@ def test_a_control_that_fires_no_times_is_refused_or_never_fires(times: int) -> 
         return
     result = fake.run(["/usr/bin/sbatch", "--version"])
     assert isinstance(result, CommandResult) and result.returncode == 0
+
+
+# -- bad input is reported before Slurm is asked ----------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["--task", "--allocation"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="cancel asks Slurm before it checks the names it was given: with squeue down, a "
+    "mistyped --task or --allocation is exit 75 (retry later) instead of exit 1 (bad input)",
+)
+def test_cancel_of_an_unknown_name_is_bad_input_even_while_slurm_is_down(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.unavailable("squeue")
+    code, _, err = run(["cancel", state, option, "typo"], fake, capsys)
+    assert code == 1, err
+    assert "typo" in err
+
+
+# -- suggested commands run as printed -------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the 'submit it with: servatus submit STATE PLAN' hint quotes STATE for a shell but "
+    "not for the command line: a STATE starting with '-' is read as an option (exit 2)",
+)
+def test_the_submit_command_plan_suggests_runs_as_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    fake = FakeScheduler()
+    assert run(["create", "--", "-st", tasks], fake, capsys)[0] == 0
+    code, out, _ = run(["plan", "--output", "plan.json", "--", "-st"], fake, capsys)
+    assert code == 0
+    suggested = out.splitlines()[-1].split("submit it with: ", 1)[1]
+    words = shlex.split(suggested)
+    assert words[:2] == ["servatus", "submit"]
+    code, _, err = run(words[1:], fake, capsys)
+    assert code == 0, f"{suggested!r}: {err}"
+
+
+# -- FakeScheduler agrees with Slurm ---------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue #18: FakeScheduler.time_out writes only the stop marker; its own scancel (as "
+    "a real job's steps do when SIGTERM'ed) also writes a 143 end marker per running slot",
+)
+def test_the_fakes_time_out_ends_each_running_step_as_its_scancel_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+
+    def ended_slots(stop: str) -> list[str]:
+        state, plan = str(tmp_path / stop), str(tmp_path / f"{stop}.json")
+        fake = FakeScheduler()
+        tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+        assert run(["create", state, tasks], fake, capsys)[0] == 0
+        assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+        assert run(["submit", state, plan], fake, capsys)[0] == 0
+        fake.start(1000)
+        if stop == "time_out":
+            fake.time_out(1000)
+        else:
+            assert run(["cancel", state, "--task", "k0"], fake, capsys)[0] == 0
+        return sorted(name.split(".", 2)[2] for name in fake.markers)
+
+    assert ended_slots("time_out") == ended_slots("scancel") == ["end.0.143", "start", "stop"]
