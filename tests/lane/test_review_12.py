@@ -306,3 +306,37 @@ def test_the_fakes_time_out_ends_each_running_step_as_its_scancel_does(
         return sorted(name.split(".", 2)[2] for name in fake.markers)
 
     assert ended_slots("time_out") == ended_slots("scancel") == ["end.0.143", "start", "stop"]
+
+
+# -- logs --output never replaces the campaign's own files ------------------------------------
+
+
+@pytest.mark.parametrize("name", ["journal", "lock"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="logs --output replaces any regular file by a rename, the campaign's own too: "
+    "--output STATE/journal exits 0 and the whole record is gone (CorruptState); a new lock "
+    "inode lets a second writer in beside one that holds the old",
+)
+def test_logs_output_refuses_to_replace_the_campaigns_own_files(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = tmp_path / "state", str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    assert run(["create", str(state), tasks], fake, capsys)[0] == 0
+    assert (
+        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    )
+    assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    fake.start(1000)
+    fake.logs[f"servatus-{fake.jobs[0].allocation_id}-1000.0.out"] = b"a step's log\n"
+    before = (state / name).stat().st_ino, (state / "journal").read_bytes()
+    code, _, err = run(
+        ["logs", str(state), "--task", "k0", "--output", str(state / name)], fake, capsys
+    )
+    assert code == 1, f"logs replaced the campaign's own file: {err!r}"
+    assert ((state / name).stat().st_ino, (state / "journal").read_bytes()) == before
+    assert run(["status", str(state), "--offline"], fake, capsys)[0] == 0
