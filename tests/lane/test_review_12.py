@@ -340,3 +340,76 @@ def test_logs_output_refuses_to_replace_the_campaigns_own_files(
     assert code == 1, f"logs replaced the campaign's own file: {err!r}"
     assert ((state / name).stat().st_ino, (state / "journal").read_bytes()) == before
     assert run(["status", str(state), "--offline"], fake, capsys)[0] == 0
+
+
+# -- a controller that timed out is no answer, not a refusal ----------------------------------
+
+_TIMED_OUT = (
+    b"sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"
+)
+
+
+class _TestOnlyTimesOut(FakeScheduler):
+    """``sbatch --test-only`` loses the controller, as Slurm under load answers it."""
+
+    def run(self, argv, *, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def, override]
+        if "--test-only" in argv:
+            self.calls.append(tuple(argv))
+            return CommandResult(tuple(argv), 1, b"", _TIMED_OUT)
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="validate reads 'Socket timed out on send/recv operation' from sbatch --test-only as "
+    "REJECTED (ShapeRejected, exit 1), while submit reads the same words as Slurm lost (exit "
+    "3): the shape was never judged, which the playbook calls unavailable (exit 75)",
+)
+def test_validate_reads_a_controller_timeout_as_unavailable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = _TestOnlyTimesOut()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    code, out, err = run(["validate", state, plan], fake, capsys)
+    assert code == 75, (out, err)
+    assert "REJECTED" not in out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="doctor's sbatch --test-only check reads a controller timeout as 'fail' (the command "
+    "ran and said no), exit 1; no answer came back, which the spec calls 'unavailable', exit 75",
+)
+def test_doctor_reads_a_controller_timeout_as_unavailable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    code, out, _ = run(["doctor", "--json"], _TestOnlyTimesOut(), capsys)
+    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    assert (code, checks["sbatch --test-only"]) == (75, "unavailable")
+
+
+# -- every read validates the lock too -------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SECURITY.md: a lock with a group or other write bit is refused on every read; "
+    "status and plan read a campaign whose lock is 0666 without a word",
+)
+def test_a_campaign_whose_lock_others_can_write_is_refused_on_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    fake = FakeScheduler()
+    assert (
+        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    )
+    (state / "lock").chmod(0o666)
+    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    assert code == 1 and "UnsafeFilesystem" in err and "lock" in err, err
