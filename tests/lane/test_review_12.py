@@ -188,14 +188,17 @@ def test_logs_of_an_ended_task_whose_log_is_gone_says_so_and_is_not_retry_later(
         (b'{"key": "k0", "args": ["/usr/bin/\xff"]}\n', "codec"),
         (b'\xef\xbb\xbf{"key": "k0", "args": ["/usr/bin/true"]}\n', "utf-8-sig"),
         (b'{"key": "k0", "args": ["/usr/bin/true", "a\x0cb"]}\n', "at at"),
+        (b'{"key": "k0", "args": ["/usr/bin/true"], "stdin_file": ""}\n', "Is a directory"),
     ],
-    ids=["not-utf8", "bom", "control-character"],
+    ids=["not-utf8", "bom", "control-character", "empty-stdin-file"],
 )
 @pytest.mark.xfail(
     strict=True,
     reason="some Tasks-file errors still speak Python: a non-UTF-8 line is 'not a JSON object: "
     "'utf-8' codec can't decode byte 0xff in position 29', a BOM advises 'decode using "
-    "utf-8-sig', a raw control character reads 'Invalid control character at at column 42'",
+    "utf-8-sig', a raw control character reads 'Invalid control character at at column 42', "
+    "an empty stdin_file reads the JSONL file's own directory: 'cannot read stdin_file "
+    "'/tmp/x': Is a directory'",
 )
 def test_every_tasks_file_error_speaks_the_users_terms(
     content: bytes, leak: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
