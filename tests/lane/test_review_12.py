@@ -416,3 +416,34 @@ def test_a_campaign_whose_lock_others_can_write_is_refused_on_read(
     (state / "lock").chmod(0o666)
     code, _, err = run(["status", str(state), "--offline"], fake, capsys)
     assert code == 1 and "UnsafeFilesystem" in err and "lock" in err, err
+
+
+# -- refusing an oversized script costs what reading it costs --------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plan renders an over-max_script_bytes script in full up to three times just to "
+    "print its size: a Task with 6 MB of stdin takes 3 s to refuse (status --offline "
+    "0.04 s); 300 MB took 259 s and 7.8 GB of memory",
+)
+def test_plan_refuses_a_task_with_megabytes_of_stdin_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    (tmp_path / "input.bin").write_bytes(os.urandom(6_000_000))
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1, stdin_file="input.bin")
+    state = str(tmp_path / "state")
+    fake = FakeScheduler()
+    assert run(["create", state, tasks], fake, capsys)[0] == 0
+    started = time.monotonic()
+    assert run(["status", state, "--offline"], fake, capsys)[0] == 0
+    reading = time.monotonic() - started  # what reading the campaign costs
+    started = time.monotonic()
+    code, _, err = run(["plan", state, "--config", str(config)], fake, capsys)
+    took = time.monotonic() - started
+    assert code == 1 and "max_script_bytes" in err, err
+    assert took < 10 * reading + 0.5, f"plan took {took:.2f} s to refuse it, status {reading:.2f} s"
