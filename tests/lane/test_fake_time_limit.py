@@ -1,5 +1,5 @@
 """``FakeScheduler.signal_limit``, ``end_step`` and ``time_out`` against what the real cluster
-leaves (``tests/lane_cluster/test_lane_slurm_endings.py``): the same markers, the same reading.
+leaves (``tests/lane_cluster/test_lane_slurm_answers.py``): the same markers, the same reading.
 
 On Slurm 24.11 one allocation of four steps with ``--time=1 --signal=B:USR1@20`` got the signal
 12 s in; ``dies`` (default action) ended 138, ``yields`` 75 and ``finishes`` 0 a moment later;
