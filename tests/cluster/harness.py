@@ -67,7 +67,9 @@ ALIAS = "servatus-test"
 SSH_PORT = 2222
 USER = "alice"
 FIRST_UID = 1001
-CPUS = 2
+CPUS = 16
+"""CPUs the node declares: more than the machine has (slurmd accepts it with
+``config_overrides``), so slow real-cluster cases run side by side; the jobs mostly sleep."""
 REAL_MEMORY_MIB = 8000
 PARTITION = "debug"
 GPU_TYPE = "a100"
@@ -652,6 +654,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
 MinJobAge={settings.min_job_age}
 ReturnToService=2
+SlurmdParameters=config_overrides
 DefMemPerCPU=256
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none

@@ -121,10 +121,16 @@ def install(lane: Lane, outside: Path) -> Trap:
         lane.put(outside / "ssh", SSH_WRAPPER, mode=0o755)
         lane.extra_path.insert(0, str(outside))
         return Trap(lane, outside)
+    return wrap_sbatch(lane, SBATCH_WRAPPER)
+
+
+def wrap_sbatch(lane: Lane, wrapper: str) -> Trap:
+    """The lane's ``slurm_bin`` becomes a directory inside the root whose ``sbatch`` is
+    ``wrapper`` and whose other commands are links to the real ones; either transport runs it."""
     inner = f"{lane.base}/bin"
     lane.cluster.make_dirs(inner)
     directory = lane.cluster.outside(inner)
-    lane.put(directory / "sbatch", SBATCH_WRAPPER, mode=0o755)
+    lane.put(directory / "sbatch", wrapper, mode=0o755)
     for name in SLURM_COMMANDS:
         link = directory / name
         link.symlink_to(f"{lane.cluster.slurm_bin}/{name}")  # resolved inside the root

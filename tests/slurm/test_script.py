@@ -145,9 +145,9 @@ def test_rendered_scripts_parse(tmp_path: Path, shell: str) -> None:
 
 
 def test_script_size_is_bounded(tmp_path: Path) -> None:
-    target = make_target(tmp_path, max_script_bytes=4096)
+    target = make_target(tmp_path, max_script_bytes=8192)
     small = make_spec(target, [direct_step(target, 0, ["/bin/cat"], stdin=b"x" * 100)])
-    assert len(render(small).encode()) <= 4096
+    assert len(render(small).encode()) <= 8192
     big = make_spec(target, [direct_step(target, 0, ["/bin/cat"], stdin=b"\xff" * 2000)])
     with pytest.raises(ConfigurationError, match=f"allocation {ALLOCATION}.*max_script_bytes"):
         render(big)
@@ -346,6 +346,33 @@ def test_sigterm_writes_stop_and_steps_still_end(
         prefix + "end.0.143",
         prefix + "end.1.143",
     }
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize(
+    ("listed", "stopped"),
+    [("CANCELLED", True), ("TIMEOUT", True), ("COMPLETING", True), ("RUNNING", False)],
+)
+def test_a_step_failing_while_slurm_ends_the_job_ends_after_a_stop(
+    fake_cluster: FakeCluster, shell: tuple[str], listed: str, stopped: bool
+) -> None:
+    """A step the cancel killed can return before the batch shell's trap marks the stop (seen on
+    the real cluster); its watcher asks squeue and, when the job is ending, marks the stop first,
+    so the end reads as stopped, never as failed. A running job's failure stays a failure."""
+    squeue = fake_cluster.root / "bin" / "squeue"
+    squeue.write_text(f'#!/bin/sh\necho "$*" >>{fake_cluster.out}/squeue.args\necho {listed}\n')
+    squeue.chmod(0o755)
+    target = fake_cluster.target
+    steps = [direct_step(target, 0, fake_cluster.step_args("killed", "exit:143"))]
+    wait_exit(fake_cluster.start(render(make_spec(target, steps)), shell=shell))
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert (fake_cluster.out / "squeue.args").read_text() == "-hj 4242 -o %T\n"
+    if not stopped:
+        assert set(names) == {prefix + "start", prefix + "end.0.143"}
+        return
+    assert set(names) == {prefix + "start", prefix + "stop", prefix + "end.0.143"}
+    assert names[prefix + "end.0.143"] >= names[prefix + "stop"]
 
 
 def test_markers_are_read_back_by_the_evidence_reader(fake_cluster: FakeCluster) -> None:

@@ -130,15 +130,19 @@ class FakeScheduler:
             self._mark(item, MarkerKind.END, slot=slot, exit_code=code)
         item.state = "COMPLETED"
 
+    def end_step(self, job: int, slot: int, exit_code: int) -> None:
+        """One step of a running job returns ``exit_code`` (its end marker); the job runs on."""
+        self._mark(self._job(job), MarkerKind.END, slot=slot, exit_code=exit_code)
+
     def signal_limit(self, job: int) -> None:
-        """The pre-limit signal reached a running job (it writes its limit marker)."""
+        """The pre-limit signal reached a running job: its limit marker. How each step answers
+        (exit on it, or run on into the limit) is :meth:`end_step` or :meth:`time_out`."""
         self._mark(self._job(job), MarkerKind.LIMIT)
 
     def time_out(self, job: int) -> None:
-        """The job hit its time limit: stop marker, ``TIMEOUT`` until purged."""
-        item = self._job(job)
-        self._mark(item, MarkerKind.STOP)
-        item.state = "TIMEOUT"
+        """The job hit its time limit, as on a real cluster: the stop marker, then 143 for each
+        step still running (Slurm's ``SIGTERM``), ``TIMEOUT`` until purged."""
+        self._told_to_end(self._job(job), "TIMEOUT")
 
     def vanish(self, job: int) -> None:
         """The job disappears from the queue without writing another marker (a node failure)."""
@@ -227,14 +231,7 @@ class FakeScheduler:
         names = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--name=")]
         for job in self.jobs:
             if job.listed and job.name in names and job.state in ("PENDING", "RUNNING"):
-                if job.state == "RUNNING":
-                    # As on a real cluster: the batch shell marks the stop, then each step that
-                    # was still running returns 143 (SIGTERM) and gets its end marker.
-                    self._mark(job, MarkerKind.STOP)
-                    for slot in range(job.slots):
-                        if not self._ended(job, slot):
-                            self._mark(job, MarkerKind.END, slot=slot, exit_code=143)
-                job.state = "CANCELLED"
+                self._told_to_end(job, "CANCELLED")
         return CommandResult(argv, 0, b"", b"")
 
     def _cmd_scontrol(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
@@ -293,6 +290,16 @@ class FakeScheduler:
         prefix = marker_name(job.allocation_id, job.job, MarkerKind.END, slot=slot, exit_code=0)
         stem = prefix.rsplit(".", 1)[0] + "."
         return any(name.startswith(stem) for name in self.markers)
+
+    def _told_to_end(self, job: FakeJob, state: str) -> None:
+        """``scancel`` or the time limit: a running job's batch shell marks the stop, then each
+        step still running returns 143 (``SIGTERM``) after it, as the real cluster shows."""
+        if job.state == "RUNNING":
+            self._mark(job, MarkerKind.STOP)
+            for slot in range(job.slots):
+                if not self._ended(job, slot):
+                    self._mark(job, MarkerKind.END, slot=slot, exit_code=143)
+        job.state = state
 
     def _select(self, job: int | None, states: set[str]) -> list[FakeJob]:
         chosen = self.jobs if job is None else [self._job(job)]

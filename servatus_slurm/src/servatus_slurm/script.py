@@ -7,7 +7,8 @@ The body runs every step concurrently as its own exact ``srun`` step and leaves 
 * ``end.<slot>.<exit>`` as soon as a step's ``srun`` returns;
 * ``limit`` when the pre-limit ``SIGUSR1`` reaches the batch shell, which relays it to every
   running step (each step's watcher forwards it to its ``srun``, which forwards it to the task);
-* ``stop`` when the job is told to end (``SIGTERM`` from ``scancel`` or the time limit).
+* ``stop`` when the job is told to end (``SIGTERM`` from ``scancel`` or the time limit), by the
+  batch shell's trap or by a watcher whose step failed while Slurm ends the job.
 
 The script holds only printable ASCII: stdin bytes and any argument or value that is not plain
 printable text are rebuilt at run time from ``printf`` octal escapes, so no byte can be mangled
@@ -196,8 +197,8 @@ servatus_watch() {
     trap servatus_relay USR1
     (umask 077 && : >>"$1") 2>/dev/null
 }
-# Wait for the step's srun and mark its end. A wait cut short by the relay is resumed; the
-# watcher ignores SIGTERM (set only now, so srun kept Slurm's handling of it) to outlive it.
+# Wait for the step's srun and mark its end; a wait cut short by the relay is resumed. SIGTERM
+# is ignored only now, so srun kept Slurm's handling of it.
 servatus_wait() {
     servatus_p=$2
     trap '' TERM INT
@@ -217,10 +218,14 @@ servatus_wait() {
         fi
         break
     done
-    # scancel and the time limit signal the steps and the batch shell at once: a killed step can
-    # return before the shell's trap marks the stop. Giving the trap a second keeps such an end
-    # dated after the stop, so it reads as stopped, not failed.
-    if [ "$servatus_s" != 0 ] && [ ! -e "$servatus_prefix.stop" ]; then sleep 1; fi
+    # Killed steps can beat the stop trap; Slurm ends the job before it signals (markers.md).
+    if [ "$servatus_s" != 0 ] && [ ! -e "$servatus_prefix.stop" ]; then
+        case $("$servatus_squeue" -hj "$SLURM_JOB_ID" -o %T 2>/dev/null) in
+        RUNNING | SUSPENDED) ;;
+        [A-Z]*) servatus_mark stop ;;
+        *) sleep 1 ;;
+        esac
+    fi
     servatus_mark "end.$1.$servatus_s"
 }
 """.lstrip("\n")
@@ -299,12 +304,13 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _locations(spec: ScriptSpec, log_root: str) -> list[str]:
-    """Where markers go; set before the traps, which write markers."""
+def _locations(spec: ScriptSpec, log_root: str, squeue: str) -> list[str]:
+    """Where markers go, and the ``squeue`` a watcher asks; set before the traps."""
     return [
         "# Rendered by servatus-slurm; run markers are described in its docs/markers.md.",
         f"servatus_log={sh_quote(log_root)}",
         f'servatus_prefix="$servatus_log/servatus-{spec.allocation_id}.$SLURM_JOB_ID"',
+        f"servatus_squeue={squeue}",
     ]
 
 
@@ -347,12 +353,13 @@ def render(spec: ScriptSpec) -> str:
     target = spec.target
     log_root = _absolute(target.log_root, "log_root")
     work_root = _absolute(target.work_root, "work_root")
-    srun = sh_quote(_absolute(target.slurm_bin, "slurm_bin").rstrip("/") + "/srun")
+    slurm_bin = _absolute(target.slurm_bin, "slurm_bin").rstrip("/")
+    srun, squeue = sh_quote(slurm_bin + "/srun"), sh_quote(slurm_bin + "/squeue")
     if not _PLAIN.fullmatch(srun) or not _PLAIN.fullmatch(log_root):
         raise ConfigurationError("slurm_bin and log_root must be printable ASCII")
     parts: Iterable[str] = [
         "\n".join(directives(spec)) + "\n",
-        "\n".join(_locations(spec, log_root)) + "\n",
+        "\n".join(_locations(spec, log_root, squeue)) + "\n",
         _PRELUDE,
         "".join(f"{line}\n" for line in _variables(spec)),
         _START,
