@@ -284,11 +284,6 @@ def test_the_submit_command_plan_suggests_runs_as_printed(
 # -- FakeScheduler agrees with Slurm ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #18: FakeScheduler.time_out writes only the stop marker; its own scancel (as "
-    "a real job's steps do when SIGTERM'ed) also writes a 143 end marker per running slot",
-)
 def test_the_fakes_time_out_ends_each_running_step_as_its_scancel_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
