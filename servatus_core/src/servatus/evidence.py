@@ -58,6 +58,23 @@ class Marker(NamedTuple):
     exit_code: int | None = None
 
 
+class SlotEnd(NamedTuple):
+    """A step's end marker: its exit code and mtime."""
+
+    exit_code: int
+    at: float
+
+
+class Observation(NamedTuple):
+    """What the markers of one allocation show, timed by the file server: its first start, last
+    stop, first limit, and each slot's end. The raw evidence a settled allocation keeps."""
+
+    start: float | None = None
+    stop: float | None = None
+    limit: float | None = None
+    ends: tuple[SlotEnd | None, ...] = ()
+
+
 class EvidenceReader(Protocol):
     """Names the two listing commands for a Target and parses what they print."""
 

@@ -16,7 +16,16 @@ from typing import Any, NamedTuple
 import attrs
 
 from servatus.config import Target, target_from_identity
-from servatus.evidence import Evidence, EvidenceReader, Marker, MarkerKind, QueueEntry, fetch
+from servatus.evidence import (
+    Evidence,
+    EvidenceReader,
+    Marker,
+    MarkerKind,
+    Observation,
+    QueueEntry,
+    SlotEnd,
+    fetch,
+)
 from servatus.script import JOB_NAME_PREFIX
 from servatus.store import CampaignState
 from servatus.transport import Transport
@@ -84,22 +93,6 @@ class Submission(NamedTuple):
     time_limit: int
     outcome: Outcome
     job: int | None = None
-
-
-class SlotEnd(NamedTuple):
-    """A step's end marker: its exit code and mtime."""
-
-    exit_code: int
-    at: float
-
-
-class Observation(NamedTuple):
-    """What the markers of one allocation show, timed by the file server."""
-
-    start: float | None = None
-    stop: float | None = None
-    limit: float | None = None
-    ends: tuple[SlotEnd | None, ...] = ()
 
 
 class RunTime(NamedTuple):

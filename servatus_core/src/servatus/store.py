@@ -57,7 +57,7 @@ from servatus.errors import (
     from_os_error,
     input_problem,
 )
-from servatus.evidence import MAX_JOB
+from servatus.evidence import MAX_JOB, Observation, SlotEnd
 from servatus.files import checked_path, read_all, write_all
 from servatus.ids import ALLOCATION_ID, target_key
 from servatus.strict import strict_scalars
@@ -187,8 +187,58 @@ class Resolved:
 
 
 @attrs.frozen
+class Settlement:
+    """One accepted allocation whose outcome is final, with the evidence it was judged from: its
+    job and the :class:`~servatus.evidence.Observation` its markers gave (``ends`` one per slot).
+    Every command answers for it from this, never from its markers again."""
+
+    allocation_id: str
+    job: int
+    start: float | None
+    stop: float | None
+    limit: float | None
+    ends: tuple[SlotEnd | None, ...]
+
+    @property
+    def observation(self) -> Observation:
+        return Observation(self.start, self.stop, self.limit, self.ends)
+
+
+@attrs.frozen
+class Listed:
+    """A marker listing of a Target (by key) was read no earlier than ``at``, a time on its file
+    server's clock."""
+
+    target: str
+    at: float
+
+
+@attrs.frozen
+class Horizon:
+    """``at``, on the file server of ``target``, is before every marker of the intents from the
+    ``intents``-th on (0-based): their jobs were submitted after a listing that saw ``at``."""
+
+    target: str
+    intents: int
+    at: float
+
+
+@record("settled")
+@attrs.frozen
+class Settled:
+    """Allocations settled by one command, and the listings that command read.
+
+    Settling changes nothing a plan decided on, so it does not count as a revision: a plan
+    saved before it still submits."""
+
+    allocations: tuple[Settlement, ...]
+    listed: tuple[Listed, ...] = ()
+
+
+@attrs.frozen
 class CampaignState:
-    """Everything the journal says, as one value. ``revision`` counts the changes ever committed."""
+    """Everything the journal says, as one value. ``revision`` counts the changes ever committed
+    that a plan depends on (settlements do not)."""
 
     campaign_id: str
     created_at: float
@@ -199,6 +249,8 @@ class CampaignState:
     resolutions: tuple[Resolved, ...] = ()
     revision: int = 0
     targets: tuple[TargetSeen, ...] = ()
+    settlements: tuple[Settlement, ...] = ()
+    horizons: tuple[Horizon, ...] = ()
 
     @property
     def appendable(self) -> bool:
@@ -242,6 +294,8 @@ class Fold:
         self.receipts: dict[str, Receipt] = {}
         self.resolutions: dict[str, Resolved] = {}
         self.targets: dict[str, TargetSeen] = {}
+        self.settlements: dict[str, Settlement] = {}
+        self.horizons: dict[tuple[str, int], Horizon] = {}
         self.revision = 0
         if state is not None:
             self._load(state)
@@ -265,6 +319,16 @@ class Fold:
         if not named <= self.targets.keys():
             unknown = sorted(named - self.targets.keys())
             raise Rejected(f"intents name unrecorded targets: {unknown}")
+        self.settlements = {}
+        self.add_settlements(state.settlements)
+        self.horizons = {}
+        for horizon in state.horizons:
+            where = (horizon.target, horizon.intents)
+            if horizon.target not in self.targets or where in self.horizons:
+                raise Rejected(f"a horizon of an unrecorded target, or twice: {horizon}")
+            if horizon.intents > len(self.intents):
+                raise Rejected(f"a horizon beyond the intents of target {horizon.target}")
+            self.horizons[where] = horizon
         self.revision = state.revision
 
     def apply(self, change: object) -> None:
@@ -278,7 +342,7 @@ class Fold:
             raise Rejected(f"a {_TAGS[type(change)]} record can only come first")
         rule(self, change)
         self.started = True
-        if not isinstance(change, Snapshot):
+        if not isinstance(change, Snapshot | Settled):
             self.revision += 1
 
     def add_tasks(self, tasks: Roster) -> None:
@@ -298,6 +362,28 @@ class Fold:
             raise Rejected(f"target {target.key} is not the key of its identity")
         self.targets[target.key] = target
 
+    def add_settlements(self, settlements: Iterable[Settlement]) -> None:
+        """Settle accepted allocations, each once, with one end per slot; check all, then add."""
+        batch: dict[str, Settlement] = {}
+        for item in settlements:
+            allocation_id = item.allocation_id
+            intent = self.intents.get(allocation_id)
+            if intent is None:
+                raise Rejected(f"settlement of allocation {allocation_id} without an intent")
+            receipt = self.receipts.get(allocation_id)
+            resolution = self.resolutions.get(allocation_id)
+            job = receipt.job if receipt is not None else resolution and resolution.job
+            if job is None:
+                raise Rejected(f"settlement of allocation {allocation_id}, which is not accepted")
+            if item.job != job:
+                raise Rejected(f"settlement of allocation {allocation_id} names job {item.job}")
+            if allocation_id in self.settlements or allocation_id in batch:
+                raise Rejected(f"allocation {allocation_id} is already settled")
+            if len(item.ends) != len(intent.task_keys):
+                raise Rejected(f"settlement of allocation {allocation_id}: one end per slot")
+            batch[allocation_id] = item
+        self.settlements.update(batch)
+
     def freeze(self) -> CampaignState:
         if not self.started:
             raise Rejected("the journal holds no campaign")
@@ -313,6 +399,8 @@ class Fold:
             resolutions=tuple(self.resolutions.values()),
             revision=self.revision,
             targets=tuple(self.targets.values()),
+            settlements=tuple(self.settlements.values()),
+            horizons=tuple(self.horizons.values()),
         )
 
 
@@ -390,6 +478,22 @@ def _resolved(into: Fold, change: Resolved) -> None:
     if change.allocation_id in into.resolutions:
         raise Rejected(f"allocation {change.allocation_id} is already resolved")
     into.resolutions[change.allocation_id] = change
+
+
+@folds(Settled)
+def _settled(into: Fold, change: Settled) -> None:
+    listed = [item.target for item in change.listed]
+    unknown = [key for key in listed if key not in into.targets]
+    if unknown or len(set(listed)) != len(listed):
+        raise Rejected(f"a settlement names unrecorded or repeated targets: {unknown or listed}")
+    into.add_settlements(change.allocations)
+    # The listing was read before this record, so before every intent folded after it; of two
+    # such times for the same intents, the later is the tighter bound.
+    for item in change.listed:
+        where = (item.target, len(into.intents))
+        earlier = into.horizons.get(where)
+        if earlier is None or earlier.at < item.at:
+            into.horizons[where] = Horizon(*where, item.at)
 
 
 def fold(records: Iterable[object]) -> CampaignState:
@@ -524,6 +628,8 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "job": frozenset({int}),
     "job or none": frozenset({int, _NONE}),
     "keys": frozenset({list}),
+    "time or none": frozenset({int, float, _NONE}),
+    "ends": frozenset({list}),
 }
 _COLUMNS: dict[type[Any], dict[str, str]] = {
     Intent: {
@@ -536,6 +642,16 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
     },
     Receipt: {"allocation_id": "allocation", "job": "job"},
     Resolved: {"allocation_id": "allocation", "job": "job or none"},
+    Settlement: {
+        "allocation_id": "allocation",
+        "job": "job",
+        "start": "time or none",
+        "stop": "time or none",
+        "limit": "time or none",
+        "ends": "ends",
+    },
+    Listed: {"target": "text", "at": "time"},
+    Horizon: {"target": "text", "intents": "seconds", "at": "time"},
 }
 
 _LATEST = 2**36
@@ -552,6 +668,8 @@ def _in_range(column: str, values: list[Any]) -> bool:
         return every_match(ALLOCATION_ID, values)
     if column == "time":
         return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < _LATEST
+    if column == "time or none":
+        return _in_range("time", [value for value in values if value is not None])
     if column == "seconds":
         return bool(min(values) >= 0 and max(values) < _LATEST)
     if column in {"job", "job or none"}:
@@ -568,6 +686,11 @@ def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[st
         for name, column in columns.items():
             if column == "keys":
                 document[name] = list(map(list, document[name]))
+            elif column == "ends":
+                document[name] = [
+                    [None if end is None else [end.exit_code, end.at] for end in ends]
+                    for ends in document[name]
+                ]
         return document
 
     return unstructure
@@ -586,6 +709,10 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
         raise _ColumnProblem(f"a value out of range in {name}")
     if column == "time":
         return list(map(float, values))
+    if column == "time or none":
+        return [None if value is None else float(value) for value in values]
+    if column == "ends":
+        return [_slot_ends(name, value) for value in values]
     if column == "keys":
         try:
             "".join(itertools.chain.from_iterable(values))  # every key a string
@@ -593,6 +720,27 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
             raise _ColumnProblem(f"a wrong type in {name}") from None
         return list(map(tuple, values))
     return values
+
+
+_MAX_EXIT = 255
+
+
+def _slot_ends(name: str, value: list[Any]) -> tuple[SlotEnd | None, ...]:
+    """One settlement's ends: per slot null, or ``[exit code, mtime]``."""
+    ends: list[SlotEnd | None] = []
+    for end in value:
+        if end is None:
+            ends.append(None)
+            continue
+        if type(end) is not list or len(end) != 2 or type(end[0]) is not int:
+            raise _ColumnProblem(f"a wrong type in {name}")
+        code, at = end
+        if type(at) not in (int, float):
+            raise _ColumnProblem(f"a wrong type in {name}")
+        if not (0 <= code <= _MAX_EXIT and _in_range("time", [at])):
+            raise _ColumnProblem(f"a value out of range in {name}")
+        ends.append(SlotEnd(code, float(at)))
+    return tuple(ends)
 
 
 def _defaults(kind: type[Any]) -> dict[str, Any]:
@@ -609,7 +757,7 @@ def _structure_columns(kind: type[R]) -> Callable[[Any, Any], tuple[R, ...]]:
     """A snapshot's columns of ``kind``; the column of a field with a default may be absent."""
     columns = _COLUMNS[kind]
     defaults = _defaults(kind)
-    what = f"{_TAGS[kind]} columns"
+    what = f"{_TAGS.get(kind, kind.__name__.lower())} columns"
 
     def structure(value: Any, _: Any) -> tuple[R, ...]:
         present = [name for name in columns if type(value) is not dict or name in value]
@@ -636,7 +784,7 @@ def _structure_record(kind: type[R]) -> Callable[[Any, Any], R]:
     columns = _COLUMNS[kind]
     defaults = _defaults(kind)
     required = columns.keys() - defaults.keys()
-    what = f"a valid {_TAGS[kind]} record"
+    what = f"a valid {_TAGS.get(kind, kind.__name__.lower())} record"
 
     def structure(value: Any, _: Any) -> R:
         if type(value) is not dict or not required <= value.keys() <= columns.keys():
@@ -983,6 +1131,18 @@ class Writer:
             except ServatusError:
                 self._compaction_failed = True
 
+    def settle(self, change: Settled) -> int:
+        """Record ``change`` less what is settled already (another command may have recorded it
+        since ``change`` was judged); nothing when nothing is left. Returns what was recorded."""
+        self._usable()
+        if self._fold is None:
+            raise ConfigurationError(f"no campaign at {str(self.path)!r}")
+        done = self._fold.settlements
+        fresh = tuple(item for item in change.allocations if item.allocation_id not in done)
+        if fresh or (change.listed and not change.allocations):
+            self.add(Settled(fresh, change.listed))
+        return len(fresh)
+
     def target(self, identity: str) -> str:
         """The key an intent names the Target ``identity`` by; the first time, a
         :class:`TargetSeen` is recorded (appended and synced) first."""
@@ -1150,11 +1310,15 @@ __all__ = [
     "CampaignState",
     "Created",
     "Fold",
+    "Horizon",
     "Intent",
+    "Listed",
     "Receipt",
     "Rejected",
     "Resolved",
     "Sealed",
+    "Settled",
+    "Settlement",
     "Snapshot",
     "TargetSeen",
     "Writer",
