@@ -80,7 +80,8 @@ _RUNNING_STATES = frozenset(
 
 
 class Submission(NamedTuple):
-    """One allocation as the campaign recorded it, with the evidence key of its Target.
+    """One allocation as the campaign recorded it, with the evidence key of its Target, and the
+    observation it was settled with (then its markers and the queue are never read for it).
 
     This and the other per-Task values of a projection are named tuples, not attrs classes:
     ``status`` builds several per Task, and a frozen attrs instance costs three times as much.
@@ -93,6 +94,7 @@ class Submission(NamedTuple):
     time_limit: int
     outcome: Outcome
     job: int | None = None
+    settled: Observation | None = None
 
 
 class RunTime(NamedTuple):
@@ -371,7 +373,7 @@ def project(
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, _Record] | None = None
     server_now = now
-    for allocation_id, task_keys, target, _, time_limit, outcome, recorded in submissions:
+    for allocation_id, task_keys, target, _, time_limit, outcome, recorded, settled in submissions:
         if target is not last_target:
             last_target = target
             if target in contexts:
@@ -384,7 +386,10 @@ def project(
             else:
                 queue, folded, clock = context
                 server_now = now if clock is None else clock
-        entry = None if queue is None else queue.get(JOB_NAME_PREFIX + allocation_id)
+        if queue is None or settled is not None:
+            entry = None  # a settled job is one Slurm no longer lists
+        else:
+            entry = queue.get(JOB_NAME_PREFIX + allocation_id)
         job = recorded
         if entry is not None:
             if recorded is None:
@@ -414,7 +419,10 @@ def project(
                 if earlier is not attempt:
                     _again(latest, history, key, earlier, attempt)
             continue
-        observation = _observation(folded.get(allocation_id), len(task_keys))
+        if settled is None:
+            observation = _observation(folded.get(allocation_id), len(task_keys))
+        else:
+            observation = settled
         start, stop, limit, ends = observation
         for slot, key in enumerate(task_keys):
             end = ends[slot]
@@ -531,6 +539,11 @@ def submissions(state: CampaignState) -> list[Submission]:
     """The campaign's submissions in recording order, each with its recorded outcome."""
     receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
     resolved = {item.allocation_id: item.job for item in state.resolutions}
+    settled = {
+        item.allocation_id: _new(Observation, (item.start, item.stop, item.limit, item.ends))
+        for item in state.settlements
+    }
+    observed = settled.get
     identities = state.target_identities()  # an intent names its Target by key
     result: list[Submission] = []
     append = result.append
@@ -548,7 +561,7 @@ def submissions(state: CampaignState) -> list[Submission]:
             _new(
                 Submission,
                 (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
-                 intent.time_limit, outcome, job),
+                 intent.time_limit, outcome, job, observed(allocation_id)),
             )
         )  # fmt: skip
     return result
