@@ -19,14 +19,17 @@ from cattrs.preconf.json import make_converter
 from servatus import store
 from servatus.config import Profile, Target, target_from_identity, target_identity
 from servatus.errors import (
+    Busy,
     ConfigurationError,
     PlanRefused,
+    ServatusError,
     StalePlan,
     TaskConflict,
     Unavailable,
 )
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
+from servatus.settlement import settle
 from servatus.status import Outcome, Report, gather, project, submissions
 from servatus.submission import (
     Progress,
@@ -202,6 +205,9 @@ class Campaign:
         self.path = Path(path)
         self.probe = probe
         self.connect = connect
+        self.record_warning: str | None = None
+        """Why the last read-only command could not record what it settled (a transient
+        failure; a busy campaign is no failure), or None."""
         self._version = None if _state is not None else store.journal_version(self.path)
         self._state = store.read(self.path) if _state is None else _state
 
@@ -297,25 +303,49 @@ class Campaign:
         return connect
 
     def _report(self, state: store.CampaignState, *, offline: bool) -> Report:
+        return self._observe(state, offline=offline)[0]
+
+    def _observe(
+        self, state: store.CampaignState, *, offline: bool
+    ) -> tuple[Report, store.Settled]:
+        """The projection, and what it shows settled."""
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
-            evidence = (
-                {}
-                if offline
-                else gather(
-                    (item.target for item in recorded),
-                    self._connector(),
-                    self._hooks().evidence_reader(),
-                )
+            now = time.time()
+            if offline:
+                report = project(state.tasks.keys, recorded, {}, now=now, offline=True)
+                return report, store.Settled(())
+            evidence = gather(
+                (item.target for item in recorded),
+                self._connector(),
+                self._hooks().evidence_reader(),
             )
-            keys = state.tasks.keys
-            return project(keys, recorded, evidence, now=time.time(), offline=offline)
+            report = project(state.tasks.keys, recorded, evidence, now=now)
+            return report, store.Settled(settle(report, recorded))
+
+    def _record(self, change: store.Settled) -> None:
+        """Record what a read-only command found settled, only if the lock is free at once: a
+        busy campaign is left for the next command, and a failed write costs a warning, never
+        the answer."""
+        self.record_warning = None
+        if not change.allocations:
+            return
+        try:
+            with store.writing(self.path) as writer:
+                writer.settle(change)
+        except Busy:
+            return
+        except ServatusError as exc:
+            self.record_warning = f"what settled was not recorded ({exc}); the next command retries"
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
-        run-marker listing per Target."""
+        run-marker listing per Target; records what it finds settled when it can without
+        waiting."""
         self.refresh()
-        return self._report(self._state, offline=offline)
+        report, change = self._observe(self._state, offline=offline)
+        self._record(change)
+        return report
 
     def valid_keys(self, tasks: Sequence[Task] | None = None) -> frozenset[str]:
         """The keys the probe reports valid (none without a probe)."""
@@ -323,10 +353,12 @@ class Campaign:
             return frozenset()
         return frozenset(self.probe(tuple(self._state.tasks if tasks is None else tasks)))
 
-    def _make_plan(self, state: store.CampaignState, profile: Profile, request: Request) -> Plan:
+    def _make_plan(
+        self, state: store.CampaignState, profile: Profile, request: Request
+    ) -> tuple[Plan, store.Settled]:
         launcher = self._hooks().launcher(profile.target.launcher)
         consult = request.consults_slurm or bool(state.resolutions)
-        report = self._report(state, offline=not consult)
+        report, change = self._observe(state, offline=not consult)
         valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
         made = make_plan(
             campaign_id=state.campaign_id,
@@ -354,7 +386,7 @@ class Campaign:
         if problems:
             raise ConfigurationError("; ".join(problems))
         self._check_scripts(state, profile, made, launcher)
-        return made
+        return made, change
 
     def _check_scripts(
         self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
@@ -395,7 +427,9 @@ class Campaign:
             only=None if only is None else tuple(dict.fromkeys(only)),
             tasks_per_allocation=tasks_per_allocation,
         )
-        return self._make_plan(self._state, profile, request)
+        made, change = self._make_plan(self._state, profile, request)
+        self._record(change)
+        return made
 
     def scripts(self, plan: Plan) -> list[str]:
         """The batch script of each planned allocation, exactly as ``submit`` sends it."""
@@ -439,9 +473,11 @@ class Campaign:
             transport = connect(plan.profile.target)
             try:
                 ping(transport, plan.profile.target)
-                rebuilt = self._make_plan(state, plan.profile, plan.request)
+                rebuilt, change = self._make_plan(state, plan.profile, plan.request)
                 if not rebuilt.same_as(plan):
                     raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
+                if change.allocations:
+                    writer.settle(change)
                 index = state.tasks.by_key()
                 receipts = submit_allocations(
                     writer,
@@ -498,7 +534,8 @@ class Campaign:
         with store.writing(self.path) as writer:
             state = writer.state
             assert state is not None
-            pending = [s for s in submissions(state) if s.outcome is Outcome.PENDING]
+            recorded = submissions(state)
+            pending = [s for s in recorded if s.outcome is Outcome.PENDING]
             if not pending:
                 self._state = state
                 return ()
@@ -507,10 +544,20 @@ class Campaign:
                 self._connector(),
                 self._hooks().evidence_reader(),
             )
-            decisions = resolve(pending, evidence, now=time.time())
+            now = time.time()
+            decisions = resolve(pending, evidence, now=now)
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
+            # The same listings settle what they show final, the allocations just decided
+            # included; a Target not listed here projects offline and settles nothing.
+            state = writer.state
+            assert state is not None
+            recorded = submissions(state)
+            report = project(state.tasks.keys, recorded, evidence, now=now)
+            found = settle(report, recorded)
+            if found:
+                writer.settle(store.Settled(found))
         self.refresh()
         return tuple(decisions)
 
@@ -525,7 +572,8 @@ class Campaign:
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
         recorded = submissions(self._state)
-        report = self._report(self._state, offline=False)
+        report, change = self._observe(self._state, offline=False)
+        self._record(change)
         chosen = cancellable(report, recorded, tasks=tasks, allocations=allocations)
         done: list[str] = []
         failed: list[str] = []
