@@ -29,7 +29,7 @@ from servatus.errors import (
 )
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
-from servatus.settlement import settle
+from servatus.settlement import listed, queries, settle
 from servatus.status import Outcome, Report, gather, project, submissions
 from servatus.submission import (
     Progress,
@@ -308,20 +308,23 @@ class Campaign:
     def _observe(
         self, state: store.CampaignState, *, offline: bool
     ) -> tuple[Report, store.Settled]:
-        """The projection, and what it shows settled."""
+        """The projection, and what it shows settled (with the listings it read). The marker
+        listing asks only for the markers of allocations not settled yet."""
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
             now = time.time()
             if offline:
                 report = project(state.tasks.keys, recorded, {}, now=now, offline=True)
                 return report, store.Settled(())
+            asked = queries(state, recorded)
             evidence = gather(
                 (item.target for item in recorded),
                 self._connector(),
                 self._hooks().evidence_reader(),
+                asked,
             )
             report = project(state.tasks.keys, recorded, evidence, now=now)
-            return report, store.Settled(settle(report, recorded))
+            return report, store.Settled(settle(report, recorded), listed(evidence))
 
     def _record(self, change: store.Settled) -> None:
         """Record what a read-only command found settled, only if the lock is free at once: a
@@ -340,8 +343,8 @@ class Campaign:
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
-        run-marker listing per Target; records what it finds settled when it can without
-        waiting."""
+        run-marker listing per Target (of the markers of allocations not yet settled); records
+        what it finds settled when it can without waiting."""
         self.refresh()
         report, change = self._observe(self._state, offline=offline)
         self._record(change)
@@ -476,7 +479,7 @@ class Campaign:
                 rebuilt, change = self._make_plan(state, plan.profile, plan.request)
                 if not rebuilt.same_as(plan):
                     raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
-                if change.allocations:
+                if change.allocations or change.listed:  # the listing precedes the intents
                     writer.settle(change)
                 index = state.tasks.by_key()
                 receipts = submit_allocations(
@@ -539,10 +542,12 @@ class Campaign:
             if not pending:
                 self._state = state
                 return ()
+            asked = queries(state, recorded)
             evidence = gather(
                 (item.target for item in pending),
                 self._connector(),
                 self._hooks().evidence_reader(),
+                asked,
             )
             now = time.time()
             decisions = resolve(pending, evidence, now=now)
@@ -557,7 +562,7 @@ class Campaign:
             report = project(state.tasks.keys, recorded, evidence, now=now)
             found = settle(report, recorded)
             if found:
-                writer.settle(store.Settled(found))
+                writer.settle(store.Settled(found, listed(evidence)))
         self.refresh()
         return tuple(decisions)
 

@@ -10,15 +10,23 @@ and a listing asks only for the markers of allocations still unsettled.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 
+from servatus.evidence import Evidence, MarkerQuery
+from servatus.ids import target_key
 from servatus.status import Execution, Outcome, Report, Submission
-from servatus.store import Settlement
+from servatus.store import CampaignState, Listed, Settlement
 
 FINAL = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED})
 """Executions no later evidence changes once Slurm no longer lists the job. ``LOST`` is left
 out: a marker of a job that did end may still appear (a lagging file server), and ``UNRESOLVED``
 is not accepted at all."""
+
+MARGIN = 3600.0
+"""Seconds subtracted from a horizon before listing by mtime: a file server's clock that steps
+back, or stamps with a coarse granularity, by less than this loses no marker. A wider margin
+only lists more markers (those written in the hour before the horizon)."""
 
 
 def settle(report: Report, submissions: Sequence[Submission]) -> tuple[Settlement, ...]:
@@ -49,4 +57,46 @@ def settle(report: Report, submissions: Sequence[Submission]) -> tuple[Settlemen
     return tuple(found)
 
 
-__all__ = ["FINAL", "settle"]
+def wanted(submissions: Sequence[Submission]) -> dict[str, list[int]]:
+    """Per Target identity, the submissions whose markers can still change an answer, by
+    position: unsettled accepted allocations, and pending intents (``reconcile`` reads a job
+    number off their markers)."""
+    chosen: dict[str, list[int]] = defaultdict(list)
+    for index, submission in enumerate(submissions):
+        if submission.settled is None and submission.outcome is not Outcome.NOT_SUBMITTED:
+            chosen[submission.target].append(index)
+    return chosen
+
+
+def queries(state: CampaignState, submissions: Sequence[Submission]) -> dict[str, MarkerQuery]:
+    """Per Target identity, the markers to list: those of the wanted allocations, newer than the
+    latest horizon recorded before the oldest of them, less :data:`MARGIN`, where there is one.
+
+    ``submissions`` are in intent order, so a position is the intent's index in the journal.
+    """
+    horizons: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for horizon in state.horizons:
+        horizons[horizon.target].append((horizon.intents, horizon.at))
+    chosen = wanted(submissions)
+    result: dict[str, MarkerQuery] = {}
+    for identity in dict.fromkeys(submission.target for submission in submissions):
+        indices = chosen.get(identity, [])
+        ids = [submissions[index].allocation_id for index in indices]
+        oldest = indices[0] if indices else len(submissions)
+        bases = [at for intents, at in horizons.get(target_key(identity), ()) if intents <= oldest]
+        since = max(bases) - MARGIN if bases else None
+        result[identity] = MarkerQuery.of(ids, since)
+    return result
+
+
+def listed(evidence: Mapping[str, Evidence]) -> tuple[Listed, ...]:
+    """For each Target whose markers were listed, the file server's time read just before the
+    listing (``Evidence.clock``): every marker created after the listing is newer."""
+    return tuple(
+        Listed(target_key(identity), item.clock)
+        for identity, item in evidence.items()
+        if item.markers is not None and item.clock is not None
+    )
+
+
+__all__ = ["FINAL", "MARGIN", "listed", "queries", "settle", "wanted"]

@@ -21,6 +21,7 @@ from servatus.evidence import (
     EvidenceReader,
     Marker,
     MarkerKind,
+    MarkerQuery,
     Observation,
     QueueEntry,
     SlotEnd,
@@ -571,14 +572,17 @@ def gather(
     targets: Iterable[str],
     connect: Callable[[Target], Transport],
     reader: EvidenceReader,
+    queries: Mapping[str, MarkerQuery] | None = None,
 ) -> dict[str, Evidence]:
-    """Fetch each distinct Target's two listings once: the I/O edge of ``status``."""
+    """Fetch each distinct Target's two listings once: the I/O edge of ``status``. ``queries``
+    (by Target identity) bounds the marker listing to what can still change an answer."""
     evidence = {}
     for identity in dict.fromkeys(targets):
         target = target_from_identity(identity)
         transport = connect(target)
+        query = None if queries is None else queries.get(identity, MarkerQuery.of(()))
         try:
-            evidence[identity] = fetch(transport, reader, target)
+            evidence[identity] = fetch(transport, reader, target, query)
         finally:
             transport.close()
     return evidence
