@@ -330,23 +330,37 @@ def resolve(
     """Decide unresolved allocations from evidence: a job ``squeue`` lists under the allocation's
     name, else one its run markers name, is accepted; with neither, an intent at least
     :data:`RECONCILE_AFTER` old was never submitted, and a younger one waits."""
+    seen: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
     decisions = []
     for submission in pending:
-        item = evidence[submission.target]
-        name = job_name(submission.allocation_id)
-        listed = [entry.job for entry in item.queue or () if entry.name == name]
-        marked = sorted(
-            {m.job for m in item.markers or () if m.allocation_id == submission.allocation_id}
-        )
-        if listed or marked:
-            job = (listed or marked)[0]
-            decisions.append(Resolution(submission.allocation_id, "accepted", job=job))
+        found = seen.get(submission.target)
+        if found is None:
+            found = seen[submission.target] = _jobs(evidence[submission.target])
+        queued, marked = found
+        allocation_id = submission.allocation_id
+        job = queued.get(job_name(allocation_id), marked.get(allocation_id))
+        if job is not None:
+            decisions.append(Resolution(allocation_id, "accepted", job=job))
         elif now - submission.recorded_at >= RECONCILE_AFTER:
-            decisions.append(Resolution(submission.allocation_id, "not_submitted"))
+            decisions.append(Resolution(allocation_id, "not_submitted"))
         else:
             retry_at = submission.recorded_at + RECONCILE_AFTER
-            decisions.append(Resolution(submission.allocation_id, "waiting", retry_at=retry_at))
+            decisions.append(Resolution(allocation_id, "waiting", retry_at=retry_at))
     return decisions
+
+
+def _jobs(item: Evidence) -> tuple[dict[str, int], dict[str, int]]:
+    """One pass over each listing of a Target: the first job ``squeue`` lists under each name,
+    and the lowest job each allocation's markers name."""
+    queued: dict[str, int] = {}
+    for entry in item.queue or ():
+        queued.setdefault(entry.name, entry.job)
+    marked: dict[str, int] = {}
+    for marker in item.markers or ():
+        earlier = marked.get(marker.allocation_id)
+        if earlier is None or marker.job < earlier:
+            marked[marker.allocation_id] = marker.job
+    return queued, marked
 
 
 def cancellable(
