@@ -142,3 +142,25 @@ def test_a_campaign_of_the_previous_release_reads_unsettled_and_settles(tmp_path
         writer.settle(store.Settled((accepted,)))
     after = store.read(old)
     assert after.settlements == (accepted,) and after.revision == before.revision == 17
+
+
+def test_a_writer_given_the_state_it_would_read_does_not_fold_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state"
+    with store.writing(path, create=True) as writer:
+        writer.initialize(HISTORY[0])  # type: ignore[arg-type]
+        for change in HISTORY[1:]:
+            writer.add(change)
+    version, state = store.journal_version(path), store.read(path)
+    folds = []
+    real = store.load
+    monkeypatch.setattr(store, "load", lambda *a: folds.append(1) or real(*a))
+    with store.writing(path, known=(version, state)) as writer:
+        assert writer.state == state
+        writer.settle(store.Settled((ONE,)))
+    assert folds == []
+    with store.writing(path, known=(version, state)) as writer:  # changed since: read again
+        assert writer.state is not None and writer.state.settlements == (ONE,)
+    assert folds == [1]
+    assert store.read(path).settlements == (ONE,)

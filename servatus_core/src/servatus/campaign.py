@@ -334,7 +334,7 @@ class Campaign:
         if not change.allocations:
             return
         try:
-            with store.writing(self.path) as writer:
+            with store.writing(self.path, known=(self._version, self._state)) as writer:
                 writer.settle(change)
         except Busy:
             return

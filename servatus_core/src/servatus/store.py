@@ -363,26 +363,51 @@ class Fold:
         self.targets[target.key] = target
 
     def add_settlements(self, settlements: Iterable[Settlement]) -> None:
-        """Settle accepted allocations, each once, with one end per slot; check all, then add."""
-        batch: dict[str, Settlement] = {}
-        for item in settlements:
+        """Settle accepted allocations, each once, with one end per slot; check all, then add.
+
+        Checked a pass per rule over the whole batch (a snapshot carries one per allocation);
+        only a batch that fails is walked again to name its first bad allocation."""
+        items = list(settlements)
+        batch = {item.allocation_id: item for item in items}
+        intents = self.intents
+        fits = (
+            len(batch) == len(items)
+            and self.settlements.keys().isdisjoint(batch)
+            and batch.keys() <= intents.keys()
+            and [item.job for item in items] == list(map(self._accepted_job, batch))
+            and [len(item.ends) for item in items]
+            == [len(intents[allocation_id].task_keys) for allocation_id in batch]
+        )
+        if not fits:
+            self._refuse(items)
+        self.settlements.update(batch)
+
+    def _accepted_job(self, allocation_id: str) -> int | None:
+        receipt = self.receipts.get(allocation_id)
+        if receipt is not None:
+            return receipt.job
+        resolution = self.resolutions.get(allocation_id)
+        return None if resolution is None else resolution.job
+
+    def _refuse(self, items: list[Settlement]) -> None:
+        """Raise :class:`Rejected` naming the first settlement of ``items`` that cannot apply."""
+        seen: set[str] = set()
+        for item in items:
             allocation_id = item.allocation_id
             intent = self.intents.get(allocation_id)
             if intent is None:
                 raise Rejected(f"settlement of allocation {allocation_id} without an intent")
-            receipt = self.receipts.get(allocation_id)
-            resolution = self.resolutions.get(allocation_id)
-            job = receipt.job if receipt is not None else resolution and resolution.job
+            job = self._accepted_job(allocation_id)
             if job is None:
                 raise Rejected(f"settlement of allocation {allocation_id}, which is not accepted")
             if item.job != job:
                 raise Rejected(f"settlement of allocation {allocation_id} names job {item.job}")
-            if allocation_id in self.settlements or allocation_id in batch:
+            if allocation_id in self.settlements or allocation_id in seen:
                 raise Rejected(f"allocation {allocation_id} is already settled")
             if len(item.ends) != len(intent.task_keys):
                 raise Rejected(f"settlement of allocation {allocation_id}: one end per slot")
-            batch[allocation_id] = item
-        self.settlements.update(batch)
+            seen.add(allocation_id)
+        raise AssertionError("a refused batch names no bad settlement")
 
     def freeze(self) -> CampaignState:
         if not self.started:
@@ -712,7 +737,7 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
     if column == "time or none":
         return [None if value is None else float(value) for value in values]
     if column == "ends":
-        return [_slot_ends(name, value) for value in values]
+        return _slot_ends(name, values)
     if column == "keys":
         try:
             "".join(itertools.chain.from_iterable(values))  # every key a string
@@ -725,22 +750,28 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
 _MAX_EXIT = 255
 
 
-def _slot_ends(name: str, value: list[Any]) -> tuple[SlotEnd | None, ...]:
-    """One settlement's ends: per slot null, or ``[exit code, mtime]``."""
-    ends: list[SlotEnd | None] = []
-    for end in value:
-        if end is None:
-            ends.append(None)
-            continue
-        if type(end) is not list or len(end) != 2 or type(end[0]) is not int:
-            raise _ColumnProblem(f"a wrong type in {name}")
-        code, at = end
-        if type(at) not in (int, float):
-            raise _ColumnProblem(f"a wrong type in {name}")
-        if not (0 <= code <= _MAX_EXIT and _in_range("time", [at])):
-            raise _ColumnProblem(f"a value out of range in {name}")
-        ends.append(SlotEnd(code, float(at)))
-    return tuple(ends)
+def _slot_ends(name: str, values: list[Any]) -> list[tuple[SlotEnd | None, ...]]:
+    """A column of settlements' ends: per slot null, or ``[exit code, mtime]``. Checked a column
+    at a time (a settled campaign holds one per allocation), then built."""
+    try:
+        present = [end for end in itertools.chain.from_iterable(values) if end is not None]
+    except TypeError:
+        raise _ColumnProblem(f"a wrong type in {name}") from None
+    if not set(map(type, present)) <= {list} or not set(map(len, present)) <= {2}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    codes, times = [end[0] for end in present], [end[1] for end in present]
+    kinds = set(map(type, times))
+    if not set(map(type, codes)) <= {int} or not kinds <= {int, float}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    if (codes and (min(codes) < 0 or max(codes) > _MAX_EXIT)) or not _in_range("time", times):
+        raise _ColumnProblem(f"a value out of range in {name}")
+    if kinds <= {float}:
+        return [tuple([end and _new_end(end) for end in ends]) for ends in values]
+    return [tuple([end and _new_end((end[0], float(end[1]))) for end in ends]) for ends in values]
+
+
+def _new_end(end: Any) -> SlotEnd:
+    return tuple.__new__(SlotEnd, end)
 
 
 def _defaults(kind: type[Any]) -> dict[str, Any]:
@@ -1043,7 +1074,7 @@ class Writer:
 
     # -- opening
 
-    def _open_journal(self) -> None:
+    def _open_journal(self, known: tuple[tuple[int, ...], CampaignState] | None = None) -> None:
         try:
             fd = os.open(JOURNAL, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._directory)
         except FileNotFoundError:
@@ -1054,12 +1085,19 @@ class Writer:
         try:
             st = os.fstat(fd)
             _check_owned(st, self.name, stat.S_ISREG, tightened=True)
+            version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if stat.S_IMODE(st.st_mode) != FILE_MODE:
                 os.fchmod(fd, FILE_MODE)
             data = read_all(fd)
         except OSError as exc:
             raise from_os_error(exc, f"cannot read {self.name!r}") from None
-        self._fold, found = load(data, self.name)
+        if known is not None and known[0] == version:
+            # Unchanged since the caller read it (journal_version): its frames are verified
+            # again, but not decoded and folded a second time.
+            found = scan(data, self.name)
+            self._fold = Fold(known[1])
+        else:
+            self._fold, found = load(data, self.name)
         self._end = found.end
         self._first_size = found.first_size
         self._records = len(found.payloads)
@@ -1243,11 +1281,18 @@ def _make_private(path: Path) -> None:
 
 
 @contextmanager
-def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
+def writing(
+    path: str | Path,
+    *,
+    create: bool = False,
+    known: tuple[tuple[int, ...] | None, CampaignState] | None = None,
+) -> Iterator[Writer]:
     """Hold the campaign's lock for one change; raise ``Busy`` at once if another process has it.
 
     With ``create``, STATE is made (owner-only) when missing and ``state`` may be None. The lock
     also removes a leftover ``journal.tmp`` and truncates a torn tail before anything is written.
+    ``known`` is a state read before with the :func:`journal_version` it was read at: if the
+    journal is still at that version, the writer starts from it instead of folding it again.
     """
     path = Path(checked_path(path, "campaign"))
     if create:
@@ -1282,7 +1327,8 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
     try:
         with suppress(FileNotFoundError):
             os.unlink(TEMPORARY, dir_fd=directory)
-        writer._open_journal()
+        version, state = known if known is not None else (None, None)
+        writer._open_journal(None if version is None or state is None else (version, state))
         if writer._fold is None and not create:
             raise ConfigurationError(f"no campaign at {str(path)!r}")
         yield writer
