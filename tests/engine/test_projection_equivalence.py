@@ -208,7 +208,7 @@ def _reference_attempts(
             f"(servatus cancel STATE --allocation {allocation_id} stops it)"
         )
     job = submission.job if submission.job is not None else (entry.job if entry else None)
-    listed = entry is not None
+    listed = None if by_queue is None else entry is not None  # None: squeue was not asked
     if outcome is not Outcome.ACCEPTED or by_marker is None:
         execution = (
             Execution.UNRESOLVED
@@ -464,3 +464,4 @@ def test_one_listing_missing_projects_offline() -> None:
     report = assert_same(["k0", "k1"], submissions, evidence, now=50.0)
     assert not report.online
     assert report.tasks[1].execution is Execution.ACCEPTED
+    assert [attempt.listed for attempt in report.attempts] == [False, None]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from servatus.cli import human, status_lines
+from typing import Any, NamedTuple
+
+import pytest
+
+from servatus.cli import echo
+from servatus.render import status_lines
 from servatus.status import (
     Execution,
     Report,
@@ -69,14 +74,49 @@ def test_the_table_is_the_plain_one() -> None:
     ]
 
 
+class GrownTask(NamedTuple):
+    """A TaskStatus as chains and leases will grow it: a field in the middle, one at the end."""
+
+    key: str
+    execution: Execution
+    link: int
+    exit_code: int | None
+    detail: StopReason | None
+    run_time: RunTime | None
+    allocation_id: str | None
+    job: int | None
+    accepted: bool
+    unresolved: bool
+    listed: bool
+    within: str | None
+
+
+def test_the_table_reads_each_task_by_field_name() -> None:
+    tasks = (
+        task("a", Execution.SUCCEEDED, exit_code=0, run_time=RunTime(3725), allocation_id="x1"),
+        task("b", Execution.STOPPED, detail=StopReason.TIME_LIMIT, run_time=RunTime(9)),
+    )
+    grown: tuple[Any, ...] = tuple(
+        GrownTask(**{**t._asdict(), "link": 3, "within": "lease"}) for t in tasks
+    )
+    plain = Report(tasks=tasks, attempts=(), warnings=(), online=True)
+    assert status_lines(Report(tasks=grown, attempts=(), warnings=(), online=True)) == (
+        status_lines(plain)
+    )
+
+
 def test_an_empty_table() -> None:
     report = Report(tasks=(), attempts=(), warnings=(), online=False)
     assert status_lines(report) == [*plain_table(report), "0 Tasks: none"]
 
 
-def test_human_escapes_each_line_and_keeps_newlines() -> None:
-    assert human("plain\ntext\n") == "plain\ntext\n"
-    assert human("tab\there\nbell\x07\nnul\x00") == "tab\\there\nbell\\x07\nnul\\x00"
-    assert human("carriage\r\nreturn") == "carriage\\r\nreturn"
-    assert human("é ü 漢字\n") == "é ü 漢字\n"
-    assert human("\u202e") == "\\u202e"
+def test_echo_escapes_each_line_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    echo("plain", "text")
+    assert capsys.readouterr().out == "plain\ntext\n"
+    echo("tab\there", "bell\x07", "nul\x00", "carriage\r", "é ü 漢字", "\u202e")
+    assert (
+        capsys.readouterr().out
+        == "tab\\there\nbell\\x07\nnul\\x00\ncarriage\\r\né ü 漢字\n\\u202e\n"
+    )
+    echo("a value\nwith a newline")  # a newline inside a line is a value's, never a line break
+    assert capsys.readouterr().out == "a value\\nwith a newline\n"

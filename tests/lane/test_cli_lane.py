@@ -274,7 +274,7 @@ def test_ctrl_c_during_sbatch_exits_130_and_keeps_the_intent(
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=20)
     assert child.returncode == 130
-    assert err.strip() == "servatus: interrupted; recorded intent survives; run status"
+    assert err == "servatus: interrupted; recorded intent survives; run status\n"
     capsys.readouterr()
     assert main(["status", state, "--offline", "--json"]) == 0
     tasks = json.loads(capsys.readouterr().out)["tasks"]

@@ -36,7 +36,7 @@ LATER = """\
 import sys
 import time
 
-from servatus.submission import RECONCILE_AFTER
+from servatus.reconcile import RECONCILE_AFTER
 
 real = time.time
 time.time = lambda: real() + RECONCILE_AFTER + 60

@@ -9,7 +9,7 @@ deterministically can rerun ``ensure`` at will.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ import attrs
 from cattrs.preconf.json import make_converter
 
 from servatus import store
+from servatus.cancel import cancellable, scancel
 from servatus.config import Profile, Target, target_from_identity, target_identity
 from servatus.errors import (
     Busy,
@@ -27,19 +28,26 @@ from servatus.errors import (
     TaskConflict,
     Unavailable,
 )
+from servatus.evidence import Evidence, MarkerQuery
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
+from servatus.reconcile import Resolution, resolve
 from servatus.settlement import listed, queries, settle
-from servatus.status import Outcome, Report, gather, project, submissions
+from servatus.status import (
+    Execution,
+    Outcome,
+    Report,
+    StopReason,
+    Submission,
+    gather,
+    project,
+    submissions,
+)
 from servatus.submission import (
     Progress,
-    Resolution,
     SubmittedAllocation,
-    cancellable,
     command,
     ping,
-    resolve,
-    scancel,
     script_may_exceed,
     script_problem,
     script_spec,
@@ -302,29 +310,61 @@ class Campaign:
 
         return connect
 
-    def _report(self, state: store.CampaignState, *, offline: bool) -> Report:
-        return self._observe(state, offline=offline)[0]
+    def _gather(
+        self, recorded: Iterable[Submission], asked: Mapping[str, MarkerQuery] | None = None
+    ) -> dict[str, Evidence]:
+        """One ``squeue`` and one run-marker listing per Target of ``recorded``; ``asked`` bounds
+        the marker listings (:func:`servatus.settlement.queries`)."""
+        return gather(
+            (item.target for item in recorded),
+            self._connector(),
+            self._hooks().evidence_reader(),
+            asked,
+        )
+
+    def _report(
+        self,
+        state: store.CampaignState,
+        *,
+        offline: bool,
+        evidence: Mapping[str, Evidence] | None = None,
+    ) -> Report:
+        if evidence is None:
+            return self._observe(state, offline=offline)[0]
+        with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
+            recorded = submissions(state)
+            return self._project(state, recorded, evidence, offline=offline)
+
+    def _project(
+        self,
+        state: store.CampaignState,
+        recorded: Sequence[Submission],
+        evidence: Mapping[str, Evidence],
+        *,
+        offline: bool = False,
+        now: float | None = None,
+    ) -> Report:
+        return project(
+            state.tasks.keys,
+            recorded,
+            evidence,
+            now=time.time() if now is None else now,
+            offline=offline,
+            state=str(self.path),
+        )
 
     def _observe(
         self, state: store.CampaignState, *, offline: bool
-    ) -> tuple[Report, store.Settled]:
-        """The projection, and what it shows settled (with the listings it read). The marker
-        listing asks only for the markers of allocations not settled yet."""
+    ) -> tuple[Report, store.Settled, dict[str, Evidence]]:
+        """The projection, what it shows settled (with the listings it read), and the evidence.
+        The marker listing asks only for the markers of allocations not settled yet."""
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
-            now = time.time()
             if offline:
-                report = project(state.tasks.keys, recorded, {}, now=now, offline=True)
-                return report, store.Settled(())
-            asked = queries(state, recorded)
-            evidence = gather(
-                (item.target for item in recorded),
-                self._connector(),
-                self._hooks().evidence_reader(),
-                asked,
-            )
-            report = project(state.tasks.keys, recorded, evidence, now=now)
-            return report, store.Settled(settle(report, recorded), listed(evidence))
+                return self._project(state, recorded, {}, offline=True), store.Settled(()), {}
+            evidence = self._gather(recorded, queries(state, recorded))
+            report = self._project(state, recorded, evidence)
+            return report, store.Settled(settle(report, recorded), listed(evidence)), evidence
 
     def _record(self, change: store.Settled) -> None:
         """Record what a read-only command found settled, only if the lock is free at once: a
@@ -346,7 +386,7 @@ class Campaign:
         run-marker listing per Target (of the markers of allocations not yet settled); records
         what it finds settled when it can without waiting."""
         self.refresh()
-        report, change = self._observe(self._state, offline=offline)
+        report, change, _ = self._observe(self._state, offline=offline)
         self._record(change)
         return report
 
@@ -361,7 +401,7 @@ class Campaign:
     ) -> tuple[Plan, store.Settled]:
         launcher = self._hooks().launcher(profile.target.launcher)
         consult = request.consults_slurm or bool(state.resolutions)
-        report, change = self._observe(state, offline=not consult)
+        report, change, _ = self._observe(state, offline=not consult)
         valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
         made = make_plan(
             campaign_id=state.campaign_id,
@@ -499,9 +539,12 @@ class Campaign:
         self.refresh()
         return Submitted(receipts=receipts)
 
-    def validate(self, plan: Plan) -> tuple[ShapeCheck, ...]:
+    def validate(
+        self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
+    ) -> tuple[ShapeCheck, ...]:
         """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks),
-        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection."""
+        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection.
+        ``progress`` gets each check as it is made."""
         scripts = self.scripts(plan)
         shapes: dict[int, str] = {}
         for allocation, script in zip(plan.allocations, scripts, strict=True):
@@ -517,22 +560,26 @@ class Campaign:
                     stdin=script.encode("utf-8", "surrogateescape"),
                 )
                 said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
-                checks.append(
-                    ShapeCheck(
-                        tasks=tasks,
-                        accepted=result.returncode == 0,
-                        message=said.splitlines()[-1] if said else f"exit {result.returncode}",
-                    )
+                check = ShapeCheck(
+                    tasks=tasks,
+                    accepted=result.returncode == 0,
+                    message=said.splitlines()[-1] if said else f"exit {result.returncode}",
                 )
+                checks.append(check)
+                if progress is not None:
+                    progress(check)
         finally:
             transport.close()
         return tuple(checks)
 
-    def reconcile(self) -> tuple[Resolution, ...]:
+    def reconcile(
+        self, *, progress: Callable[[Resolution], None] | None = None
+    ) -> tuple[Resolution, ...]:
         """Decide every unresolved allocation from Slurm's evidence; record what is decided.
 
         An intent too young to decide comes back as ``waiting`` with the time its evidence will
-        be conclusive (the CLI exits 75 then); rerunning is always safe.
+        be conclusive (the CLI exits 75 then); rerunning is always safe. ``progress`` gets each
+        decision once it is recorded (a waiting one at once: nothing is recorded for it).
         """
         with store.writing(self.path) as writer:
             state = writer.state
@@ -542,44 +589,45 @@ class Campaign:
             if not pending:
                 self._state = state
                 return ()
-            asked = queries(state, recorded)
-            evidence = gather(
-                (item.target for item in pending),
-                self._connector(),
-                self._hooks().evidence_reader(),
-                asked,
-            )
             now = time.time()
+            evidence = self._gather(pending, queries(state, recorded))
             decisions = resolve(pending, evidence, now=now)
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
+                if progress is not None:
+                    progress(decision)
             # The same listings settle what they show final, the allocations just decided
             # included; a Target not listed here projects offline and settles nothing.
             state = writer.state
             assert state is not None
             recorded = submissions(state)
-            report = project(state.tasks.keys, recorded, evidence, now=now)
-            found = settle(report, recorded)
+            found = settle(self._project(state, recorded, evidence, now=now), recorded)
             if found:
                 writer.settle(store.Settled(found, listed(evidence)))
         self.refresh()
         return tuple(decisions)
 
-    def cancel(self, *, tasks: Iterable[str] = (), allocations: Iterable[str] = ()) -> Cancelled:
+    def cancel(
+        self,
+        *,
+        tasks: Iterable[str] = (),
+        allocations: Iterable[str] = (),
+        progress: Callable[[str], None] | None = None,
+    ) -> Cancelled:
         """``scancel`` every matching allocation Slurm lists as queued or running, newest first.
 
-        Every allocation is tried; if any ``scancel`` fails, :class:`Unavailable` names what was
-        and was not cancelled.
+        Every allocation is tried; ``progress`` gets each one cancelled, as it is. If any
+        ``scancel`` fails, :class:`Unavailable` names what was and was not cancelled.
         """
         self.refresh()
         tasks, allocations = tuple(tasks), tuple(allocations)
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
         recorded = submissions(self._state)
-        report, change = self._observe(self._state, offline=False)
+        report, change, evidence = self._observe(self._state, offline=False)
         self._record(change)
-        chosen = cancellable(report, recorded, tasks=tasks, allocations=allocations)
+        chosen = cancellable(report, recorded, evidence, tasks=tasks, allocations=allocations)
         done: list[str] = []
         failed: list[str] = []
         connect = self._connector()
@@ -595,6 +643,8 @@ class Campaign:
                 failed.append(f"{submission.allocation_id} ({exc})")
             else:
                 done.append(submission.allocation_id)
+                if progress is not None:
+                    progress(submission.allocation_id)
         if failed:
             raise Unavailable(
                 f"cancelled {', '.join(done) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"
@@ -660,15 +710,54 @@ class Campaign:
                 transport.close()
             if result.returncode != 0:
                 message = result.stderr.decode("utf-8", "replace").strip()[:200]
+                why = self._why_no_log(allocation_id, wanted_key)
+                if why is not None:
+                    raise why
                 raise Unavailable(f"cannot read {path}: {message or 'tail failed'}")
             if len(wanted) > 1:
                 chunks.append(f"==> {path} <==\n".encode())
             chunks.append(result.stdout)
         return b"".join(chunks)
 
+    def _why_no_log(self, allocation_id: str, key: str | None) -> ServatusError | None:
+        """Why a log that could not be read does not exist yet, if Slurm and the run markers
+        say its Task (or allocation) has not started; None when they do not (then the log
+        should be there, and the failure to read it is what to report)."""
+        try:
+            report = self._report(self._state, offline=False)
+        except Unavailable:
+            return None
+        return why_no_log(report, allocation_id, key)
+
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+def why_no_log(report: Report, allocation_id: str, key: str | None) -> ServatusError | None:
+    """Why the log of ``key``'s step (``key`` None: of the allocation) in ``allocation_id`` does
+    not exist, or None if the report shows it should. A queued job, or a running one whose batch
+    script has not written its start marker, has written no log yet: :class:`Unavailable`, as
+    the spec's exit 75 says, "retry later". A Task whose allocation ended before it started
+    never will have one."""
+    attempts = [
+        attempt
+        for attempt in report.attempts
+        if attempt.allocation_id == allocation_id and (key is None or attempt.task_key == key)
+    ]
+    if not attempts:
+        return None
+    whose = f"allocation {allocation_id}" if key is None else f"Task {key}"
+    attempt = attempts[0]
+    where = f"allocation {allocation_id} (job {attempt.job})"
+    if attempt.execution is Execution.QUEUED:
+        return Unavailable(f"{whose} has no log yet: {where} is still queued; retry once it runs")
+    started = attempt.observation is not None and attempt.observation.start is not None
+    if attempt.execution is Execution.RUNNING and not started:
+        return Unavailable(f"{whose} has no log yet: {where} has not started it; retry shortly")
+    if key is not None and attempt.detail is StopReason.NEVER_STARTED:
+        return ConfigurationError(f"{whose} has no log: {where} ended before it started")
+    return None
 
 
 _documents = make_converter()

@@ -2,18 +2,21 @@
 
 Conventions every command keeps: errors are one line ``servatus: <ErrorClass>: <message>`` and the
 exit code of the spec's Recovery playbook (never a traceback); ``--json`` prints exact machine
-output; human output escapes every non-printable character (:func:`human`).
+output, one document whatever the exit (:func:`json_option`); human output escapes every
+non-printable character, a newline inside a value too (:func:`echo`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
-import operator
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 import click
 
@@ -25,7 +28,27 @@ from servatus.errors import (
     EXIT_USAGE,
     ServatusError,
     StateWarning,
+    Unavailable,
     from_os_error,
+)
+from servatus.render import (
+    accepted_line,
+    authoring_line,
+    cancelled_lines,
+    check_line,
+    doctor_lines,
+    escape_line,
+    local_time,
+    plan_lines,
+    plugins_lines,
+    plural,
+    profile_lines,
+    reconcile_lines,
+    saved_line,
+    script_banner,
+    status_lines,
+    submitted_lines,
+    terminal_text,
 )
 from servatus.transport import Connect
 
@@ -41,34 +64,24 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 class Context:
-    """What every command receives: the ``connect=`` override, if any."""
+    """What every command receives: the ``connect=`` override, if any; and, under ``--json``,
+    what it did so far (:func:`describe`) and whether its document was printed."""
 
     def __init__(self, connect: Connect | None) -> None:
         self.connect = connect
+        self.described: Callable[[], dict[str, Any]] | None = None
+        self.emitted = False
 
 
-def human(text: str) -> str:
-    """Escape every non-printable character (keeping newlines between lines) for a terminal."""
-    if text.replace("\n", "").isprintable():  # the usual case: one pass over a large table
-        return text
-    return "\n".join(_escape_line(line) for line in text.split("\n"))
+def _context() -> Context | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_object(Context) if ctx is not None else None
 
 
-def _escape_line(line: str) -> str:
-    if line.isprintable():
-        return line
-    out = []
-    for char in line:
-        if char.isprintable():
-            out.append(char)
-        else:
-            out.append(char.encode("unicode_escape").decode("ascii"))
-    return "".join(out)
-
-
-def echo(text: str) -> None:
-    """Print human output, escaped."""
-    click.echo(human(text))
+def echo(*lines: str) -> None:
+    """Print human output, each argument one line, in one write (a line each costs a flush each),
+    each line escaped whole (:func:`servatus.render.terminal_text`)."""
+    click.echo(terminal_text(lines))
 
 
 def json_text(document: Any) -> str:
@@ -90,7 +103,22 @@ def json_text(document: Any) -> str:
 
 def emit_json(document: Any) -> None:
     """Print one exact JSON document."""
+    context = _context()
+    if context is not None:
+        context.emitted = True
     click.echo(json_text(document))
+
+
+def describe(document: Callable[[], dict[str, Any]]) -> None:
+    """Under ``--json``: what the command has done so far, built when it is printed. The command
+    prints it when it returns, or with an ``error`` member when it fails (:func:`json_option`),
+    so whatever the exit, the document says what happened."""
+    context = _context()
+    if context is not None:
+        context.described = document
+
+
+INTERRUPTED = "interrupted; recorded intent survives; run status"
 
 
 def paused_gc(func: F) -> F:
@@ -112,11 +140,55 @@ def paused_gc(func: F) -> F:
 
 
 def json_option(func: F) -> F:
-    """The ``--json`` flag every command except ``logs`` takes."""
-    return click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")(func)
+    """The ``--json`` flag every command except ``logs`` takes, and its promise: one document on
+    stdout whatever the exit. A command that fails before printing its own prints the document
+    of what it did (:func:`describe`; none: ``{}``) with ``"error": {"type", "message"}``, the
+    class and message of its one line on stderr. A usage error (exit 2) prints no document."""
+
+    @functools.wraps(func)
+    def run(*args: Any, as_json: bool, **kwargs: Any) -> Any:
+        if not as_json:
+            return func(*args, as_json=as_json, **kwargs)
+        try:
+            returned = func(*args, as_json=as_json, **kwargs)
+        except ServatusError as exc:
+            _emit_failure(type(exc).__name__, str(exc))
+            raise
+        except KeyboardInterrupt:
+            _emit_failure("Interrupted", INTERRUPTED)
+            raise
+        context = _context()
+        if context is not None and context.described is not None and not context.emitted:
+            emit_json(context.described())
+        return returned
+
+    option = click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")
+    return cast(F, option(run))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _emit_failure(kind: str, message: str) -> None:
+    context = _context()
+    if context is None or context.emitted:
+        return
+    document = context.described() if context.described is not None else {}
+    with contextlib.suppress(OSError):  # the failure the command met is the one to report
+        emit_json({**document, "error": {"type": kind, "message": message}})
+
+
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click's own handler, which would write a blank
+    line before :func:`_run` reports it."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(
     __version__, "--version", prog_name="servatus", message="%(prog)s %(version)s"
 )
@@ -145,34 +217,63 @@ def plugins(as_json: bool) -> None:
             }
         )
         return
-    width = max((len(p.name) for p in loaded), default=0)
-    for p in loaded:
-        echo(f"{p.name.ljust(width)}  {p.distribution} {p.version}")
-    echo(f"launchers: {', '.join(launchers) or '-'}")
-    echo(f"transports: {', '.join(transports) or '-'}")
+    echo(*plugins_lines(loaded, launchers, transports))
+
+
+class _ClosedOutput:
+    """What stands for stdout while a program started with it closed runs a command: writing
+    fails as writing to a bad descriptor does, so it is reported as any output that cannot be
+    written is, never dropped in silence (click writes nothing at all to a missing stdout)."""
+
+    def write(self, data: object) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        """Nothing is ever buffered."""
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def buffer(self) -> _ClosedOutput:
+        return self
 
 
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
     """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", StateWarning)
-        warnings.showwarning = _warn
-        code = _run(args, connect)
+    closed = sys.stdout is None  # the program started with stdout closed
+    if closed:
+        sys.stdout = cast(TextIO, _ClosedOutput())
     try:
-        if sys.stdout is not None:  # None when the program started with stdout closed
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", StateWarning)
+            warnings.showwarning = _warn
+            code = _run(args, connect)
+        try:
             sys.stdout.flush()  # what is still buffered fails here, not as Python exits
-    except OSError as exc:  # reported once: a failure the command already reported stands
-        if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
-            error = from_os_error(exc, "cannot write the output")
-            _fail(f"{type(error).__name__}: {error}")
-            code = error.exit_code
-        code = code or EXIT_ERROR
+        except OSError as exc:  # reported once: a failure the command already reported stands
+            if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
+                error = _output_error(exc)
+                _fail(f"{type(error).__name__}: {error}")
+                code = error.exit_code
+            code = code or EXIT_ERROR
+    finally:
+        if closed:
+            sys.stdout = cast(TextIO, None)
     return code
 
 
 def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
     """A warning is one line, like an error: ``servatus: warning: ...``."""
     _fail(f"warning: {message}")
+
+
+def _output_error(exc: OSError) -> ServatusError:
+    """What failing to write the output is: as for any file, except that a closed or unwritable
+    stdout (EBADF) is :class:`Unavailable`, as a full device is: the output is lost either way."""
+    if exc.errno == errno.EBADF:
+        return Unavailable(f"cannot write the output: {exc.strerror or exc}")
+    return from_os_error(exc, "cannot write the output")
 
 
 def console() -> int:
@@ -206,8 +307,8 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
             return returned
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("servatus: interrupted; recorded intent survives; run status", err=True)
+    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt):
+        click.echo(f"servatus: {INTERRUPTED}", err=True)
         return EXIT_CTRL_C
     except _NO_ARGUMENTS as exc:  # click 8.2+: the help, as help, but still a usage error
         click.echo(exc.format_message(), err=True)
@@ -220,8 +321,8 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return EXIT_ERROR
-    except OSError as exc:  # writing the output: a full disk, an I/O error
-        error = from_os_error(exc, "cannot write the output")
+    except OSError as exc:  # writing the output: a full disk, an I/O error, a closed stdout
+        error = _output_error(exc)
         _fail(f"{type(error).__name__}: {error}")
         return error.exit_code
     except Exception as exc:  # a bug: still one line, never a traceback
@@ -244,7 +345,8 @@ def _usage(exc: click.UsageError) -> str:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"servatus: {human(message)}".replace("\n", " "), err=True)
+    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line."""
+    click.echo(f"servatus: {escape_line(message)}", err=True)
     sys.stderr.flush()
 
 
@@ -254,7 +356,6 @@ if TYPE_CHECKING:
     from servatus.campaign import Campaign
     from servatus.config import Profile
     from servatus.plan import Plan
-    from servatus.status import Report
 
 DEFAULT_CONFIG = "SERVATUS.toml"
 
@@ -289,62 +390,6 @@ def load_profile_option(config: str | None, profile_name: str | None) -> Profile
     return Profile.load(config if config is not None else DEFAULT_CONFIG, name=profile_name)
 
 
-def profile_lines(profile: Profile, capacity: int) -> list[str]:
-    """The resolved profile as ``profile``'s human output prints it, durations formatted."""
-    from servatus.config import format_duration  # noqa: PLC0415
-
-    target, resources = profile.target, profile.resources
-    apptainer = target.apptainer
-
-    def shown(value: object) -> str:
-        return "-" if value is None else str(value)
-
-    rows: list[tuple[str, str]] = [
-        ("host", target.host or "- (Slurm runs locally)"),
-        ("slurm_bin", target.slurm_bin),
-        ("work_root", target.work_root),
-        ("log_root", target.log_root),
-        ("partitions", ",".join(target.partitions)),
-        ("account", shown(target.account)),
-        ("qos", shown(target.qos)),
-        ("constraint", shown(target.constraint)),
-        ("gpu_gres", shown(target.gpu_gres)),
-        ("max_tasks_per_allocation", str(target.max_tasks_per_allocation)),
-        ("max_cpus_per_allocation", str(target.max_cpus_per_allocation)),
-        ("max_memory_mib_per_allocation", str(target.max_memory_mib_per_allocation)),
-        ("max_gpus_per_allocation", str(target.max_gpus_per_allocation)),
-        ("max_time_limit", format_duration(target.max_time_limit)),
-        ("max_allocations_per_submit", shown(target.max_allocations_per_submit or "- (no cap)")),
-        ("max_script_bytes", str(target.max_script_bytes)),
-        ("launcher", target.launcher),
-        ("apptainer", apptainer.executable if apptainer else "-"),
-        ("image", apptainer.image if apptainer else "-"),
-        ("binds", ", ".join(apptainer.binds) if apptainer and apptainer.binds else "-"),
-        *((f"launcher_options.{key}", value) for key, value in target.launcher_options),
-    ]
-    needs: list[tuple[str, str]] = [
-        ("cpus", str(resources.cpus)),
-        ("memory_mib", str(resources.memory_mib)),
-        ("gpus", str(resources.gpus)),
-        ("time_limit", format_duration(resources.time_limit)),
-        (
-            "signal_before_end",
-            "-"
-            if resources.signal_before_end is None
-            else format_duration(resources.signal_before_end),
-        ),
-    ]
-    width = max(len(key) for key, _ in (*rows, *needs))
-    return [
-        f"profile {profile.name}",
-        "target",
-        *(f"  {key.ljust(width)}  {value}" for key, value in rows),
-        "resources",
-        *(f"  {key.ljust(width)}  {value}" for key, value in needs),
-        f"capacity: {capacity} Task{'s' if capacity != 1 else ''} per allocation",
-    ]
-
-
 @cli.command("profile")
 @config_options
 @json_option
@@ -363,8 +408,7 @@ def profile_command(config: str | None, profile_name: str | None, as_json: bool)
             }
         )
         return
-    for line in profile_lines(profile, fits):
-        echo(line)
+    echo(*profile_lines(profile, fits))
 
 
 # authoring: create, ensure, append, seal --------------------------------------------------------
@@ -378,14 +422,7 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
     if as_json:
         emit_json({"command": command, "state": state, **done.to_document()})
         return
-    kind = "sealed" if done.sealed else "appendable"
-    if done.created:
-        echo(f"created {state}: {done.total} Task{'s' if done.total != 1 else ''} ({kind})")
-    elif command == "seal":
-        echo(f"sealed {state}: {done.total} Task{'s' if done.total != 1 else ''}")
-    else:
-        sealed = "; sealed" if done.sealed else ""
-        echo(f"{command} {state}: {done.added} new, {done.existing} existing{sealed}")
+    echo(authoring_line(command, state, done))
 
 
 @cli.command("create")
@@ -454,51 +491,6 @@ def _campaign(state: str) -> Campaign:
     return Campaign.open(state, connect=context.connect if context else None)
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _shape(plan: Plan, tasks: int) -> str:
-    from servatus.config import format_duration  # noqa: PLC0415
-
-    r = plan.profile.resources
-    parts = [_plural(tasks, "Task"), f"{tasks * r.cpus} CPUs", f"{tasks * r.memory_mib} MiB"]
-    if r.gpus:
-        parts.append(f"{tasks * r.gpus} GPUs")
-    parts.append(format_duration(r.time_limit))
-    return ", ".join(parts)
-
-
-def plan_lines(plan: Plan) -> list[str]:
-    """The human plan: selected (with each allocation), held, deferred, and the totals line."""
-    from servatus.plan import format_totals  # noqa: PLC0415
-
-    decision = plan.decision
-    lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
-    lines.append(
-        f"selected: {_plural(len(decision.selected), 'Task')} in "
-        f"{_plural(len(plan.allocations), 'allocation')}"
-    )
-    shapes: dict[int, str] = {}  # one text per allocation size, not per allocation
-    for allocation in plan.allocations:
-        size = len(allocation.task_keys)
-        shape = shapes.get(size)
-        if shape is None:
-            shape = shapes[size] = _shape(plan, size)
-        lines.append(f"  {allocation.allocation_id}  {shape}")
-        lines.append(f"    {' '.join(allocation.task_keys)}")
-    if decision.held:
-        lines.append(f"held: {_plural(len(decision.held), 'Task')}")
-        width = max(len(key) for key, _ in decision.held)
-        lines += [f"  {key.ljust(width)}  {hold.value}" for key, hold in decision.held]
-    if decision.deferred:
-        lines.append(f"deferred to the next plan: {_plural(len(decision.deferred), 'Task')}")
-        lines.append(f"  {' '.join(decision.deferred)}")
-    lines += [f"warning: {warning}" for warning in plan.warnings]
-    lines.append(format_totals(plan.totals))
-    return lines
-
-
 def _save_plan(path: str, document: dict[str, Any]) -> None:
     """Write the plan owner-only, never over an existing file."""
     from servatus.errors import ConfigurationError, from_os_error  # noqa: PLC0415
@@ -522,7 +514,12 @@ def _save_plan(path: str, document: dict[str, Any]) -> None:
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Retry this Task.")
 @click.option("--retry-failed", is_flag=True, help="Retry every failed or stopped Task.")
 @click.option("--only", "only", multiple=True, metavar="KEY", help="Plan only these Tasks.")
-@click.option("--tasks-per-allocation", type=click.IntRange(min=1), metavar="N")
+@click.option(
+    "--tasks-per-allocation",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Pack at most N Tasks into one allocation (never more than the profile fits).",
+)
 @click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
 @json_option
 @paused_gc
@@ -552,6 +549,8 @@ def plan_command(
         tasks_per_allocation=tasks_per_allocation,
     )
     document = plan_to_document(plan)
+    for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
+        _fail(f"warning: {warning}")
     if output:
         _save_plan(output, document)
     if as_json:
@@ -572,14 +571,12 @@ def plan_command(
             }
         )
     else:
-        echo("\n".join(plan_lines(plan)))  # one write: a line each costs a flush each
+        echo(*plan_lines(plan))
         if output:
-            echo(f"saved {output}; submit it with: servatus submit {state} {output}")
+            echo(saved_line(state, output))
     if show_scripts:
         for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
-            click.echo(
-                f"# --- batch script of allocation {allocation.allocation_id} ---", err=as_json
-            )
+            click.echo(script_banner(allocation.allocation_id), err=as_json)
             click.echo(script, nl=False, err=as_json)
 
 
@@ -607,19 +604,19 @@ def _read_plan(path: str) -> Plan:
 @json_option
 def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected."""
-    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.campaign import ShapeCheck, to_document  # noqa: PLC0415
     from servatus.errors import ShapeRejected  # noqa: PLC0415
 
-    checks = _campaign(state).validate(_read_plan(plan_file))
+    made: list[ShapeCheck] = []  # the checks made, also if Slurm stops answering
     if as_json:
-        emit_json({"checks": [to_document(check) for check in checks]})
-    else:
+        describe(lambda: {"checks": [to_document(check) for check in made]})
+    checks = _campaign(state).validate(_read_plan(plan_file), progress=made.append)
+    if not as_json:
         for check in checks:
-            verdict = "accepted" if check.accepted else "REJECTED"
-            echo(f"{_plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}")
+            echo(check_line(check))
     rejected = [check for check in checks if not check.accepted]
     if rejected:
-        raise ShapeRejected("; ".join(f"{_plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
+        raise ShapeRejected("; ".join(f"{plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
 
 
 @cli.command("submit")
@@ -629,63 +626,25 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
 def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     """Submit the reviewed plan. Exit 3 if interrupted."""
     from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.submission import SubmittedAllocation  # noqa: PLC0415
 
     plan = _read_plan(plan_file)
     interactive = not as_json and sys.stdout.isatty()
+    keys = {allocation.allocation_id: allocation.task_keys for allocation in plan.allocations}
+    accepted: list[SubmittedAllocation] = []  # what Slurm accepted, also if submit stops
 
     def progress(index: int, count: int, allocation_id: str, job: int) -> None:
-        click.echo(f"allocation {index} of {count}: {allocation_id} accepted as job {job}")
+        accepted.append(SubmittedAllocation(allocation_id, job, keys[allocation_id]))
+        if interactive:
+            echo(accepted_line(index, count, allocation_id, job))
 
-    result = _campaign(state).submit(plan, progress=progress if interactive else None)
+    if as_json:
+        describe(lambda: {"receipts": [to_document(receipt) for receipt in accepted]})
+    result = _campaign(state).submit(plan, progress=progress)
     if as_json:
         emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
         return
-    if not result.receipts:
-        echo("nothing to submit: the plan selects no Task")
-    for receipt in result.receipts:
-        echo(
-            f"submitted allocation {receipt.allocation_id}: job {receipt.job} "
-            f"({', '.join(receipt.task_keys)})"
-        )
-
-
-def status_lines(report: Report) -> list[str]:
-    """The aligned human status table, then counts and warnings."""
-    from servatus.status import execution_text, format_run_time, result_of  # noqa: PLC0415
-
-    header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
-    # 100,000 rows: each distinct cell text is computed once, so the widths come from those
-    # texts (and the keys) without a pass over the rows, and each line is one % format.
-    executions: dict[tuple[object, object], str] = {}
-    run_times: dict[object, str] = {}
-    exits: dict[int | None, str] = {None: "-"}
-    result = result_of("", None)  # the CLI has no probe: every result is unobserved
-    rows: list[tuple[str, ...]] = []
-    append = rows.append
-    for task in report.tasks:
-        key, execution, exit_code, detail, run_time, allocation_id, _, _, _, _ = task
-        shown = executions.get((execution, detail))
-        if shown is None:
-            shown = executions[execution, detail] = execution_text(task)
-        time_text = run_times.get(run_time)
-        if time_text is None:
-            time_text = run_times[run_time] = format_run_time(run_time)
-        code = exits.get(exit_code)
-        if code is None:
-            code = exits[exit_code] = str(exit_code)
-        append((key, result, shown, code, time_text, "-", allocation_id or "-"))
-    texts = [executions.values(), exits.values(), run_times.values(), ["-"]]
-    cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
-    widths = [
-        max(len(name), max(map(len, column), default=0))
-        for name, column in zip(header, cells, strict=False)  # the last column is not padded
-    ]
-    line = "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
-    lines = [line % header, *[line % row for row in rows]]
-    counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
-    lines.append(f"{_plural(len(report.tasks), 'Task')}: {counts or 'none'}")
-    lines += [f"warning: {warning}" for warning in report.warnings]
-    return lines
+    echo(*submitted_lines(result.receipts))
 
 
 @cli.command("status")
@@ -704,7 +663,7 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     if as_json:
         emit_json(report_to_document(report))
         return
-    echo("\n".join(status_lines(report)))  # one write: a line each costs a flush each
+    echo(*status_lines(report))
 
 
 @cli.command("reconcile")
@@ -712,38 +671,34 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
-    import time  # noqa: PLC0415
-
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.errors import StillWaiting  # noqa: PLC0415
+    from servatus.reconcile import Resolution  # noqa: PLC0415
 
-    decisions = _campaign(state).reconcile()
+    recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
     if as_json:
-        emit_json({"resolutions": [to_document(decision) for decision in decisions]})
-    elif not decisions:
-        echo("nothing to reconcile")
-    for decision in decisions if not as_json else ():
-        if decision.outcome == "accepted":
-            echo(f"allocation {decision.allocation_id}: accepted as job {decision.job}")
-        elif decision.outcome == "not_submitted":
-            echo(f"allocation {decision.allocation_id}: recorded as not submitted")
-        else:
-            when = time.strftime("%H:%M:%S", time.localtime(decision.retry_at or 0))
-            echo(f"allocation {decision.allocation_id}: no evidence yet; decidable after {when}")
+        describe(lambda: {"resolutions": [to_document(decision) for decision in recorded]})
+    decisions = _campaign(state).reconcile(progress=recorded.append)
+    if not as_json:
+        echo(*reconcile_lines(decisions))
     waiting = [d for d in decisions if d.outcome == "waiting"]
     if waiting:
-        when = time.strftime("%H:%M:%S", time.localtime(max(d.retry_at or 0 for d in waiting)))
+        when = local_time(max(d.retry_at or 0 for d in waiting))
         raise StillWaiting(
-            f"{_plural(len(waiting), 'allocation')} still "
+            f"{plural(len(waiting), 'allocation')} still "
             f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
-            f"run servatus reconcile {state} again after {when}"
+            f"run servatus reconcile {shlex.quote(state)} again after {when}"
         )
 
 
 @cli.command("cancel")
 @click.argument("state", callback=_not_empty)
-@click.option("--task", "tasks", multiple=True, metavar="KEY")
-@click.option("--allocation", "allocations", multiple=True, metavar="ID")
+@click.option(
+    "--task", "tasks", multiple=True, metavar="KEY", help="Cancel this Task's allocations."
+)
+@click.option(
+    "--allocation", "allocations", multiple=True, metavar="ID", help="Cancel this allocation."
+)
 @json_option
 def cancel_command(
     state: str, tasks: tuple[str, ...], allocations: tuple[str, ...], as_json: bool
@@ -751,21 +706,43 @@ def cancel_command(
     """scancel matching allocations that Slurm lists as queued or running, newest first."""
     if not tasks and not allocations:
         raise click.UsageError("name at least one --task or --allocation to cancel")
-    result = _campaign(state).cancel(tasks=tasks, allocations=allocations)
+    cancelled: list[str] = []  # what Slurm cancelled, also if another scancel failed
+    if as_json:
+        describe(lambda: {"cancelled": list(cancelled)})
+    result = _campaign(state).cancel(
+        tasks=tasks, allocations=allocations, progress=cancelled.append
+    )
     if as_json:
         emit_json({"cancelled": list(result.allocations)})
-    elif not result.allocations:
-        echo("nothing to cancel: no matching allocation is queued or running")
     else:
-        for allocation_id in result.allocations:
-            echo(f"cancelled allocation {allocation_id}")
+        echo(*cancelled_lines(result.allocations))
 
 
 @cli.command("logs")
 @click.argument("state", callback=_not_empty)
-@click.option("--task", "tasks", multiple=True, metavar="KEY")
-@click.option("--allocation", "allocations", multiple=True, metavar="ID")
-@click.option("--bytes", "size", type=click.IntRange(1, 1048576), default=65536, show_default=True)
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="KEY",
+    help="This Task's step log (in its current allocation, or in each --allocation).",
+)
+@click.option(
+    "--allocation",
+    "allocations",
+    multiple=True,
+    metavar="ID",
+    help="This allocation's log (with --task: that Task's step log in it).",
+)
+@click.option(
+    "--bytes",
+    "size",
+    type=click.IntRange(1, 1048576),
+    default=65536,
+    show_default=True,
+    help="Print at most the last N bytes of each log.",
+    metavar="N",
+)
 @click.option("--output", callback=_not_empty, metavar="FILE", help="Write the log here (0600).")
 def logs_command(
     state: str,
@@ -817,9 +794,6 @@ def doctor_command(config: str | None, profile_name: str | None, as_json: bool) 
             }
         )
     else:
-        echo(f"doctor: profile {diagnosis.profile}")
-        width = max(len(check.name) for check in diagnosis.checks)
-        for check in diagnosis.checks:
-            echo(f"  {check.status:<11}  {check.name.ljust(width)}  {check.detail}")
+        echo(*doctor_lines(diagnosis))
     if diagnosis.exit_code:
         raise click.exceptions.Exit(diagnosis.exit_code)

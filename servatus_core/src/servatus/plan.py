@@ -242,12 +242,20 @@ def _allocation_id(salted: hashlib._Hash, index: int, keys: Iterable[str]) -> st
 def totals(resources: Resources, allocations: Iterable[Allocation]) -> Totals:
     """CPU-, GPU- and GiB-hours requested at most: every slot held for the whole time limit."""
     slots = sum(len(allocation.task_keys) for allocation in allocations)
-    hours = resources.time_limit / 3600
-    return Totals(
-        cpu_hours=slots * resources.cpus * hours,
-        gpu_hours=slots * resources.gpus * hours,
-        memory_gib_hours=slots * resources.memory_mib / 1024 * hours,
-    )
+    return resource_hours(resources, {resources.time_limit: slots})
+
+
+def resource_hours(resources: Resources, slots: Mapping[int, int]) -> Totals:
+    """CPU-, GPU- and GiB-hours of ``slots`` (how many slots are held, by time limit in seconds)
+    of ``resources`` each: a chain's links (``servatus.continuation.link_slots``) have limits of
+    their own."""
+    cpu = gpu = memory = 0.0
+    for limit, count in sorted(slots.items()):
+        hours = limit / 3600
+        cpu += count * resources.cpus * hours
+        gpu += count * resources.gpus * hours
+        memory += count * resources.memory_mib / 1024 * hours
+    return Totals(cpu_hours=cpu, gpu_hours=gpu, memory_gib_hours=memory)
 
 
 def format_totals(value: Totals) -> str:
@@ -527,5 +535,18 @@ def make_plan(
         decision=decision,
         allocations=allocations,
         created_at=now,
-        warnings=report.warnings,
+        warnings=(*packing_warnings(profile, request), *report.warnings),
+    )
+
+
+def packing_warnings(profile: Profile, request: Request) -> tuple[str, ...]:
+    """What the plan packs differently from what was asked: a packing limit above the profile's
+    capacity is lowered to the capacity."""
+    asked = request.tasks_per_allocation
+    fits = capacity(profile.target, profile.resources)
+    if asked is None or asked <= fits:
+        return ()
+    return (
+        f"{asked} Tasks per allocation were asked, but profile {profile.name} fits "
+        f"{fits}; each allocation holds at most {fits}",
     )

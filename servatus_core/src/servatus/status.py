@@ -9,6 +9,7 @@ is every marker the job wrote visible on the login node.
 from __future__ import annotations
 
 import enum
+import shlex
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -80,6 +81,11 @@ _RUNNING_STATES = frozenset(
 )
 
 
+def queued_or_running(state: str) -> bool:
+    """Whether ``squeue``'s state word is of a job still queued or running, not one that ended."""
+    return state in _QUEUED_STATES or state in _RUNNING_STATES
+
+
 class Submission(NamedTuple):
     """One allocation as the campaign recorded it, with the evidence key of its Target, and the
     observation it was settled with (then its markers and the queue are never read for it).
@@ -110,7 +116,8 @@ class RunTime(NamedTuple):
 
 
 class Attempt(NamedTuple):
-    """One Task's slot in one allocation, projected."""
+    """One Task's slot in one allocation, projected. ``listed`` is whether ``squeue`` lists its
+    job, and None when ``squeue`` was not asked (offline, or its Target's listing is missing)."""
 
     allocation_id: str
     task_key: str
@@ -120,7 +127,7 @@ class Attempt(NamedTuple):
     exit_code: int | None
     detail: StopReason | None
     run_time: RunTime | None
-    listed: bool
+    listed: bool | None
     observation: Observation | None
 
 
@@ -349,12 +356,14 @@ def project(
     *,
     now: float,
     offline: bool = False,
+    state: str = "STATE",
 ) -> Report:
     """Project every Task's status. ``submissions`` are in recording order; ``evidence`` is keyed
     by each submission's ``target``. ``offline`` (or a missing listing) projects without Slurm:
     accepted work reads ``ACCEPTED`` and run time is unknown. A running Task's run time runs to
     its Target's :attr:`~servatus.evidence.Evidence.clock`, the clock that stamped its start
-    marker; ``now`` stands in only for evidence that did not read it.
+    marker; ``now`` stands in only for evidence that did not read it. ``state`` is the campaign's
+    path, as the commands a warning suggests name it.
 
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
@@ -401,9 +410,10 @@ def project(
                 warnings.append(
                     f"allocation {allocation_id} was recorded as not submitted, but Slurm "
                     f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
-                    f"the queue (servatus cancel STATE --allocation {allocation_id} stops it)"
+                    f"the queue (servatus cancel {shlex.quote(state)} --allocation "
+                    f"{allocation_id} stops it)"
                 )
-        listed = entry is not None
+        listed = None if queue is None else entry is not None
         if outcome is not _ACCEPTED or folded is None:
             execution = _UNOBSERVED[outcome]
             for slot, key in enumerate(task_keys):
@@ -519,7 +529,7 @@ def _summary(attempts: list[Attempt]) -> tuple[RunTime | None, bool, bool, bool]
             unresolved = True
         else:
             accepted = True
-        listed = listed or attempt.listed
+        listed = listed or attempt.listed is True
     return total, accepted, unresolved, listed
 
 

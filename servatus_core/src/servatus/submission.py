@@ -2,8 +2,8 @@
 
 The order of effects is the guarantee: the intent is synced before ``sbatch`` runs, and the
 receipt after it answers. A crash or a lost answer in between leaves the intent without an
-outcome (``UNRESOLVED``); only ``reconcile``, reading Slurm's evidence, decides it later.
-Nothing here retries.
+outcome (``UNRESOLVED``); only ``reconcile`` (:mod:`servatus.reconcile`), reading Slurm's
+evidence, decides it later. Nothing here retries.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ import attrs
 
 from servatus.config import Profile, Target
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
-from servatus.evidence import Evidence
 from servatus.launcher import Launcher
 from servatus.plan import Allocation
 from servatus.plugins import Hooks
-from servatus.script import ScriptSpec, ScriptStep, job_name
-from servatus.status import Execution, Report, Submission
+from servatus.script import ScriptSpec, ScriptStep
 from servatus.store import Intent, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
@@ -301,106 +299,3 @@ def _interrupted(what: str) -> SubmissionInterrupted:
     return SubmissionInterrupted(
         f"{what}; its Tasks are UNRESOLVED until servatus reconcile decides"
     )
-
-
-RECONCILE_AFTER = 15 * 60
-"""Seconds after its intent that an allocation with no evidence at all counts as never sent."""
-
-
-@attrs.frozen
-class Resolution:
-    """What ``reconcile`` decided for one unresolved allocation.
-
-    ``outcome`` is ``accepted`` (with the job), ``not_submitted``, or ``waiting`` (too young to
-    decide; ``retry_at`` says when evidence will be conclusive).
-    """
-
-    allocation_id: str
-    outcome: str
-    job: int | None = None
-    retry_at: float | None = None
-
-
-def resolve(
-    pending: Sequence[Submission],
-    evidence: Mapping[str, Evidence],
-    *,
-    now: float,
-) -> list[Resolution]:
-    """Decide unresolved allocations from evidence: a job ``squeue`` lists under the allocation's
-    name, else one its run markers name, is accepted; with neither, an intent at least
-    :data:`RECONCILE_AFTER` old was never submitted, and a younger one waits."""
-    seen: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
-    decisions = []
-    for submission in pending:
-        found = seen.get(submission.target)
-        if found is None:
-            found = seen[submission.target] = _jobs(evidence[submission.target])
-        queued, marked = found
-        allocation_id = submission.allocation_id
-        job = queued.get(job_name(allocation_id), marked.get(allocation_id))
-        if job is not None:
-            decisions.append(Resolution(allocation_id, "accepted", job=job))
-        elif now - submission.recorded_at >= RECONCILE_AFTER:
-            decisions.append(Resolution(allocation_id, "not_submitted"))
-        else:
-            retry_at = submission.recorded_at + RECONCILE_AFTER
-            decisions.append(Resolution(allocation_id, "waiting", retry_at=retry_at))
-    return decisions
-
-
-def _jobs(item: Evidence) -> tuple[dict[str, int], dict[str, int]]:
-    """One pass over each listing of a Target: the first job ``squeue`` lists under each name,
-    and the lowest job each allocation's markers name."""
-    queued: dict[str, int] = {}
-    for entry in item.queue or ():
-        queued.setdefault(entry.name, entry.job)
-    marked: dict[str, int] = {}
-    for marker in item.markers or ():
-        earlier = marked.get(marker.allocation_id)
-        if earlier is None or marker.job < earlier:
-            marked[marker.allocation_id] = marker.job
-    return queued, marked
-
-
-def cancellable(
-    report: Report,
-    submissions: Sequence[Submission],
-    *,
-    tasks: Sequence[str],
-    allocations: Sequence[str],
-) -> list[Submission]:
-    """Allocations to ``scancel``, newest first: those matching the request that Slurm lists
-    as queued or running. A job that already ended is not an error, just not cancelled."""
-    by_id = {submission.allocation_id: submission for submission in submissions}
-    unknown = [a for a in allocations if a not in by_id]
-    keys = {task.key for task in report.tasks}
-    unknown += [f"Task {key}" for key in tasks if key not in keys]
-    if unknown:
-        raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
-    # An allocation without a receipt (unresolved, or recorded as not submitted) is cancelled
-    # whenever Slurm lists a job under its name: after an interrupted submit it may be running.
-    alive = {
-        attempt.allocation_id
-        for attempt in report.attempts
-        if attempt.execution in (Execution.QUEUED, Execution.RUNNING)
-        or (attempt.listed and attempt.execution in (Execution.NOT_SUBMITTED, Execution.UNRESOLVED))
-    }
-    wanted_keys = set(tasks)
-    wanted = set(allocations)
-    chosen = [
-        submission
-        for submission in submissions
-        if submission.allocation_id in alive
-        and (submission.allocation_id in wanted or wanted_keys & set(submission.task_keys))
-    ]
-    return chosen[::-1]
-
-
-def scancel(transport: Transport, target: Target, allocation_id: str) -> None:
-    """Cancel by job name under ``--me``: never an unrelated job that reused a number."""
-    argv = [command(target, "scancel"), "--me", f"--name={job_name(allocation_id)}"]
-    result = transport.run(argv)
-    if result.returncode != 0:
-        message = result.stderr.decode("utf-8", "replace").strip()[:200]
-        raise Unavailable(f"scancel exited {result.returncode}: {message or 'no message'}")

@@ -1,0 +1,72 @@
+"""Cancel: which allocations to ``scancel``, and the ``scancel`` itself.
+
+Only what Slurm lists as queued or running is cancelled, by job name under ``--me``, so an
+unrelated job that reused a number is never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from servatus.config import Target
+from servatus.errors import ConfigurationError, Unavailable
+from servatus.evidence import Evidence
+from servatus.script import job_name
+from servatus.status import Execution, Report, Submission, queued_or_running
+from servatus.submission import command
+from servatus.transport import Transport
+
+
+def cancellable(
+    report: Report,
+    submissions: Sequence[Submission],
+    evidence: Mapping[str, Evidence],
+    *,
+    tasks: Sequence[str],
+    allocations: Sequence[str],
+) -> list[Submission]:
+    """Allocations to ``scancel``, newest first: those matching the request that Slurm lists
+    as queued or running (``evidence``, the listings ``report`` was projected from, says so for
+    a job without a receipt). A job that already ended is not an error, just not cancelled."""
+    by_id = {submission.allocation_id: submission for submission in submissions}
+    unknown = [a for a in allocations if a not in by_id]
+    keys = {task.key for task in report.tasks}
+    unknown += [f"Task {key}" for key in tasks if key not in keys]
+    if unknown:
+        raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
+    # An allocation without a receipt (unresolved, or recorded as not submitted) is cancelled
+    # whenever Slurm lists a job under its name: after an interrupted submit it may be running.
+    live = {
+        (target, entry.name)
+        for target, item in evidence.items()
+        for entry in item.queue or ()
+        if queued_or_running(entry.state)
+    }
+    alive = {
+        attempt.allocation_id
+        for attempt in report.attempts
+        if attempt.execution in (Execution.QUEUED, Execution.RUNNING)
+        or (
+            attempt.listed
+            and attempt.execution in (Execution.NOT_SUBMITTED, Execution.UNRESOLVED)
+            and (by_id[attempt.allocation_id].target, job_name(attempt.allocation_id)) in live
+        )
+    }
+    wanted_keys = set(tasks)
+    wanted = set(allocations)
+    chosen = [
+        submission
+        for submission in submissions
+        if submission.allocation_id in alive
+        and (submission.allocation_id in wanted or wanted_keys & set(submission.task_keys))
+    ]
+    return chosen[::-1]
+
+
+def scancel(transport: Transport, target: Target, allocation_id: str) -> None:
+    """Cancel by job name under ``--me``: never an unrelated job that reused a number."""
+    argv = [command(target, "scancel"), "--me", f"--name={job_name(allocation_id)}"]
+    result = transport.run(argv)
+    if result.returncode != 0:
+        message = result.stderr.decode("utf-8", "replace").strip()[:200]
+        raise Unavailable(f"scancel exited {result.returncode}: {message or 'no message'}")

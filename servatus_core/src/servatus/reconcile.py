@@ -1,0 +1,82 @@
+"""Reconcile: an intent left without an outcome is decided from Slurm's evidence alone.
+
+An interrupted ``submit`` (:mod:`servatus.submission`) may leave an intent whose ``sbatch`` never
+answered; the job may or may not exist. ``resolve`` decides each such intent from what ``squeue``
+lists and what run markers name, and waits while the evidence cannot yet be conclusive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from servatus.evidence import Evidence
+from servatus.script import job_name
+from servatus.status import Submission
+
+RECONCILE_AFTER = 15 * 60
+"""Seconds after its intent that an allocation with no evidence at all counts as never sent."""
+
+
+@attrs.frozen
+class Resolution:
+    """What ``reconcile`` decided for one unresolved allocation.
+
+    ``outcome`` is ``accepted`` (with the job), ``not_submitted``, or ``waiting`` (too young to
+    decide; ``retry_at`` says when evidence will be conclusive).
+    """
+
+    allocation_id: str
+    outcome: str
+    job: int | None = None
+    retry_at: float | None = None
+
+
+def resolve(
+    pending: Sequence[Submission],
+    evidence: Mapping[str, Evidence],
+    *,
+    now: float,
+) -> list[Resolution]:
+    """Decide unresolved allocations from evidence: a job ``squeue`` lists under the allocation's
+    name, else one its run markers name, is accepted; with neither, an intent at least
+    :data:`RECONCILE_AFTER` old was never submitted, and a younger one waits."""
+    folded: dict[str, _Jobs] = {}
+    decisions = []
+    for submission in pending:
+        jobs = folded.get(submission.target)
+        if jobs is None:
+            jobs = folded[submission.target] = _Jobs.of(evidence[submission.target])
+        allocation_id = submission.allocation_id
+        job = jobs.listed.get(job_name(allocation_id), jobs.marked.get(allocation_id))
+        if job is not None:
+            decisions.append(Resolution(allocation_id, "accepted", job=job))
+        elif now - submission.recorded_at >= RECONCILE_AFTER:
+            decisions.append(Resolution(allocation_id, "not_submitted"))
+        else:
+            retry_at = submission.recorded_at + RECONCILE_AFTER
+            decisions.append(Resolution(allocation_id, "waiting", retry_at=retry_at))
+    return decisions
+
+
+@attrs.frozen
+class _Jobs:
+    """One Target's listings folded once, so each intent is a lookup rather than a scan of
+    every marker: the first job ``squeue`` lists under each name, and the lowest job number
+    the markers name for each allocation."""
+
+    listed: dict[str, int]
+    marked: dict[str, int]
+
+    @classmethod
+    def of(cls, item: Evidence) -> _Jobs:
+        listed: dict[str, int] = {}
+        for entry in item.queue or ():
+            listed.setdefault(entry.name, entry.job)
+        marked: dict[str, int] = {}
+        for marker in item.markers or ():
+            known = marked.get(marker.allocation_id)
+            if known is None or marker.job < known:
+                marked[marker.allocation_id] = marker.job
+        return cls(listed, marked)

@@ -1,0 +1,282 @@
+"""Human output: values in, lines out, for every command of :mod:`servatus.cli`.
+
+Nothing here writes or decides an exit; the CLI prints what these functions return through its
+``echo``, which escapes each line with :func:`terminal_text`. The CLI imports this module at
+start-up, so the engine modules a function formats are imported inside it, when it runs.
+"""
+
+from __future__ import annotations
+
+import operator
+import shlex
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servatus.campaign import Authoring, ShapeCheck
+    from servatus.config import Profile
+    from servatus.doctor import Diagnosis
+    from servatus.plan import Plan
+    from servatus.plugins import PluginInfo
+    from servatus.reconcile import Resolution
+    from servatus.status import Report
+    from servatus.submission import SubmittedAllocation
+
+
+def escape_line(line: str) -> str:
+    """One line for a terminal: every non-printable character escaped, a newline too."""
+    if line.isprintable():
+        return line
+    out = []
+    for char in line:
+        if char.isprintable():
+            out.append(char)
+        else:
+            out.append(char.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def terminal_text(lines: Sequence[str]) -> str:
+    """The lines as one text, each escaped whole: a newline inside a value (a STATE, a key) is
+    shown as ``\\n`` and can never start an output line of its own."""
+    if all(map(str.isprintable, lines)):  # the usual case: no Python call per line of a table
+        return "\n".join(lines)
+    return "\n".join(map(escape_line, lines))
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def local_time(at: float) -> str:
+    """A moment as the user's clock shows it, dated and with its UTC offset: who comes back the
+    next day (or reads it from another time zone) can still tell when it is."""
+    import time  # noqa: PLC0415
+
+    return time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(at))
+
+
+def plugins_lines(
+    loaded: Sequence[PluginInfo], launchers: Sequence[str], transports: Sequence[str]
+) -> list[str]:
+    """Each loaded plugin with its distribution, then the launcher and transport names."""
+    width = max((len(p.name) for p in loaded), default=0)
+    return [
+        *(f"{p.name.ljust(width)}  {p.distribution} {p.version}" for p in loaded),
+        f"launchers: {', '.join(launchers) or '-'}",
+        f"transports: {', '.join(transports) or '-'}",
+    ]
+
+
+def profile_lines(profile: Profile, capacity: int) -> list[str]:
+    """The resolved profile as ``profile``'s human output prints it, durations formatted."""
+    from servatus.config import format_duration  # noqa: PLC0415
+
+    target, resources = profile.target, profile.resources
+    apptainer = target.apptainer
+
+    def shown(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    rows: list[tuple[str, str]] = [
+        ("host", target.host or "- (Slurm runs locally)"),
+        ("slurm_bin", target.slurm_bin),
+        ("work_root", target.work_root),
+        ("log_root", target.log_root),
+        ("partitions", ",".join(target.partitions)),
+        ("account", shown(target.account)),
+        ("qos", shown(target.qos)),
+        ("constraint", shown(target.constraint)),
+        ("gpu_gres", shown(target.gpu_gres)),
+        ("max_tasks_per_allocation", str(target.max_tasks_per_allocation)),
+        ("max_cpus_per_allocation", str(target.max_cpus_per_allocation)),
+        ("max_memory_mib_per_allocation", str(target.max_memory_mib_per_allocation)),
+        ("max_gpus_per_allocation", str(target.max_gpus_per_allocation)),
+        ("max_time_limit", format_duration(target.max_time_limit)),
+        ("max_allocations_per_submit", shown(target.max_allocations_per_submit or "- (no cap)")),
+        ("max_script_bytes", str(target.max_script_bytes)),
+        ("launcher", target.launcher),
+        ("apptainer", apptainer.executable if apptainer else "-"),
+        ("image", apptainer.image if apptainer else "-"),
+        ("binds", ", ".join(apptainer.binds) if apptainer and apptainer.binds else "-"),
+        *((f"launcher_options.{key}", value) for key, value in target.launcher_options),
+    ]
+    needs: list[tuple[str, str]] = [
+        ("cpus", str(resources.cpus)),
+        ("memory_mib", str(resources.memory_mib)),
+        ("gpus", str(resources.gpus)),
+        ("time_limit", format_duration(resources.time_limit)),
+        (
+            "signal_before_end",
+            "-"
+            if resources.signal_before_end is None
+            else format_duration(resources.signal_before_end),
+        ),
+    ]
+    width = max(len(key) for key, _ in (*rows, *needs))
+    return [
+        f"profile {profile.name}",
+        "target",
+        *(f"  {key.ljust(width)}  {value}" for key, value in rows),
+        "resources",
+        *(f"  {key.ljust(width)}  {value}" for key, value in needs),
+        f"capacity: {capacity} Task{'s' if capacity != 1 else ''} per allocation",
+    ]
+
+
+def authoring_line(command: str, state: str, done: Authoring) -> str:
+    """What ``create``, ``ensure``, ``append`` or ``seal`` did, in one short line."""
+    kind = "sealed" if done.sealed else "appendable"
+    if done.created:
+        return f"created {state}: {done.total} Task{'s' if done.total != 1 else ''} ({kind})"
+    if command == "seal":
+        return f"sealed {state}: {done.total} Task{'s' if done.total != 1 else ''}"
+    sealed = "; sealed" if done.sealed else ""
+    return f"{command} {state}: {done.added} new, {done.existing} existing{sealed}"
+
+
+def _shape(plan: Plan, tasks: int) -> str:
+    from servatus.config import format_duration  # noqa: PLC0415
+
+    r = plan.profile.resources
+    parts = [plural(tasks, "Task"), f"{tasks * r.cpus} CPUs", f"{tasks * r.memory_mib} MiB"]
+    if r.gpus:
+        parts.append(f"{tasks * r.gpus} GPUs")
+    parts.append(format_duration(r.time_limit))
+    return ", ".join(parts)
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """The human plan: selected (with each allocation), held, deferred, and the totals line (its
+    warnings go to stderr, as a line each)."""
+    from servatus.plan import format_totals  # noqa: PLC0415
+
+    decision = plan.decision
+    lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
+    lines.append(
+        f"selected: {plural(len(decision.selected), 'Task')} in "
+        f"{plural(len(plan.allocations), 'allocation')}"
+    )
+    shapes: dict[int, str] = {}  # one text per allocation size, not per allocation
+    for allocation in plan.allocations:
+        size = len(allocation.task_keys)
+        shape = shapes.get(size)
+        if shape is None:
+            shape = shapes[size] = _shape(plan, size)
+        lines.append(f"  {allocation.allocation_id}  {shape}")
+        lines.append(f"    {' '.join(allocation.task_keys)}")
+    if decision.held:
+        lines.append(f"held: {plural(len(decision.held), 'Task')}")
+        width = max(len(key) for key, _ in decision.held)
+        lines += [f"  {key.ljust(width)}  {hold.value}" for key, hold in decision.held]
+    if decision.deferred:
+        lines.append(f"deferred to the next plan: {plural(len(decision.deferred), 'Task')}")
+        lines.append(f"  {' '.join(decision.deferred)}")
+    lines.append(format_totals(plan.totals))
+    return lines
+
+
+def saved_line(state: str, path: str) -> str:
+    """Where the plan was saved, and the command that submits it, quoted for a shell."""
+    return f"saved {path}; submit it with: servatus submit {shlex.quote(state)} {shlex.quote(path)}"
+
+
+def script_banner(allocation_id: str) -> str:
+    """The line ``--show-scripts`` prints before each batch script."""
+    return f"# --- batch script of allocation {allocation_id} ---"
+
+
+def check_line(check: ShapeCheck) -> str:
+    """One ``validate`` verdict: the shape, accepted or REJECTED, and what Slurm said."""
+    verdict = "accepted" if check.accepted else "REJECTED"
+    return f"{plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}"
+
+
+def accepted_line(index: int, count: int, allocation_id: str, job: int) -> str:
+    """``submit``'s progress on a terminal, after each allocation Slurm accepted."""
+    return f"allocation {index} of {count}: {allocation_id} accepted as job {job}"
+
+
+def submitted_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
+    """Each receipt of a ``submit``, or that the plan selected nothing."""
+    lines = [
+        f"submitted allocation {receipt.allocation_id}: job {receipt.job} "
+        f"({', '.join(receipt.task_keys)})"
+        for receipt in receipts
+    ]
+    return lines or ["nothing to submit: the plan selects no Task"]
+
+
+def status_lines(report: Report) -> list[str]:
+    """The aligned human status table, then counts and warnings."""
+    from servatus.status import execution_text, format_run_time, result_of  # noqa: PLC0415
+
+    header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
+    # 100,000 rows: each distinct cell text is computed once, so the widths come from those
+    # texts (and the keys) without a pass over the rows, and each line is one % format.
+    executions: dict[tuple[object, object], str] = {}
+    run_times: dict[object, str] = {}
+    exits: dict[int | None, str] = {None: "-"}
+    result = result_of("", None)  # the CLI has no probe: every result is unobserved
+    rows: list[tuple[str, ...]] = []
+    append = rows.append
+    for task in report.tasks:  # by field name: a Task's fields grow (a chain's link, a lease)
+        execution, detail = task.execution, task.detail
+        shown = executions.get((execution, detail))
+        if shown is None:
+            shown = executions[execution, detail] = execution_text(task)
+        run_time = task.run_time
+        time_text = run_times.get(run_time)
+        if time_text is None:
+            time_text = run_times[run_time] = format_run_time(run_time)
+        exit_code = task.exit_code
+        code = exits.get(exit_code)
+        if code is None:
+            code = exits[exit_code] = str(exit_code)
+        append((task.key, result, shown, code, time_text, "-", task.allocation_id or "-"))
+    texts = [executions.values(), exits.values(), run_times.values(), ["-"]]
+    cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
+    widths = [
+        max(len(name), max(map(len, column), default=0))
+        for name, column in zip(header, cells, strict=False)  # the last column is not padded
+    ]
+    line = "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
+    lines = [line % header, *[line % row for row in rows]]
+    counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
+    lines.append(f"{plural(len(report.tasks), 'Task')}: {counts or 'none'}")
+    lines += [f"warning: {warning}" for warning in report.warnings]
+    return lines
+
+
+def reconcile_lines(decisions: Sequence[Resolution]) -> list[str]:
+    """What ``reconcile`` decided for each allocation, or that there was nothing to decide."""
+    lines = []
+    for decision in decisions:
+        if decision.outcome == "accepted":
+            lines.append(f"allocation {decision.allocation_id}: accepted as job {decision.job}")
+        elif decision.outcome == "not_submitted":
+            lines.append(f"allocation {decision.allocation_id}: recorded as not submitted")
+        else:
+            when = local_time(decision.retry_at or 0)
+            lines.append(
+                f"allocation {decision.allocation_id}: no evidence yet; decidable after {when}"
+            )
+    return lines or ["nothing to reconcile"]
+
+
+def cancelled_lines(allocations: Sequence[str]) -> list[str]:
+    """Each allocation ``cancel`` cancelled, or that none matched."""
+    lines = [f"cancelled allocation {allocation_id}" for allocation_id in allocations]
+    return lines or ["nothing to cancel: no matching allocation is queued or running"]
+
+
+def doctor_lines(diagnosis: Diagnosis) -> list[str]:
+    """The profile ``doctor`` checked, then each check's status, name and what it saw."""
+    width = max(len(check.name) for check in diagnosis.checks)
+    return [
+        f"doctor: profile {diagnosis.profile}",
+        *(
+            f"  {check.status:<11}  {check.name.ljust(width)}  {check.detail}"
+            for check in diagnosis.checks
+        ),
+    ]

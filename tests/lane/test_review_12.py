@@ -1,0 +1,472 @@
+"""A hostile review of the issue #12 fixes: what still goes wrong, each pinned by a failing test.
+
+Every test here is ``xfail(strict=True)``: it fails on today's main for the reason it names, and
+turns into a failure of the suite (XPASS) once the product is fixed, so the marker must then go.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from servatus.cli import main
+from servatus.testing import FakeScheduler
+from servatus.transport import CommandResult
+from testkit import CPU_PROFILE
+
+
+def run(
+    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(args, connect=fake)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_tasks(path: Path, count: int, **fields: object) -> str:
+    path.write_text(
+        "".join(
+            json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"], **fields}) + "\n"
+            for i in range(count)
+        )
+    )
+    return str(path)
+
+
+# -- max_script_bytes at plan ----------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plan's max_script_bytes pre-check bounds only the Tasks' content (8 KiB a step); "
+    "a Target whose binds make each step larger saves a plan that submit then refuses",
+)
+def test_a_plan_whose_script_is_too_large_through_the_targets_binds_is_refused_at_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binds = [f"/data/{'x' * 90}{i:04d}:/mnt/{i:04d}:ro" for i in range(200)]  # ~21 KB a step
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(
+        CPU_PROFILE.replace(
+            'max_time_limit = "01:00:00"',
+            'max_time_limit = "01:00:00"\nmax_script_bytes = 40000\n'
+            f'apptainer = "/usr/bin/apptainer"\nimage = "/img/a.sif"\nbinds = {json.dumps(binds)}',
+        )
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"key": f"k{i}", "args": ["python"]}) + "\n" for i in (0, 1))
+    )
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, str(tasks)], fake, capsys)[0] == 0
+    planned, _, plan_err = run(
+        ["plan", state, "--config", str(config), "--output", plan], fake, capsys
+    )
+    submitted, _, submit_err = run(["submit", state, plan], fake, capsys)
+    # Today: plan exits 0 and saves it; submit then exits 1: "the batch script of allocation
+    # ... is 50710 bytes, over max_script_bytes (40000)".
+    assert (planned, submitted) == (1, 1), (plan_err, submit_err)
+    assert "max_script_bytes" in plan_err and not Path(plan).exists()
+
+
+# -- a directory that is not a campaign ------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["seal"], ["append", "TASKS"]], ids=["seal", "append"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="writing() makes STATE owner-only before it checks there is a campaign in it: a "
+    "mistyped STATE (., ~, a shared project directory) is chmod 700'ed, then refused",
+)
+def test_a_command_on_a_directory_that_is_no_campaign_leaves_its_mode_alone(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README").write_text("shared with my group\n")
+    project.chmod(0o755)
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    args = [tasks if word == "TASKS" else word for word in command]
+    code, _, err = run([args[0], str(project), *args[1:]], FakeScheduler(), capsys)
+    assert code == 1 and "no campaign" in err
+    assert stat.S_IMODE(os.stat(project).st_mode) == 0o755, err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reading STATE warns about its mode, and advises chmod 700, before it knows STATE "
+    "is a campaign at all: `status ~` tells the user to chmod 700 their home directory",
+)
+def test_status_of_a_directory_that_is_no_campaign_advises_no_chmod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".profile").write_text("")
+    home.chmod(0o755)
+    code, _, err = run(["status", str(home), "--offline"], FakeScheduler(), capsys)
+    assert code == 1
+    assert err == f"servatus: ConfigurationError: no campaign at {str(home)!r}\n"
+
+
+# -- --json whatever the exit ----------------------------------------------------------------
+
+
+class _Broken(FakeScheduler):
+    """A transport (``connect=`` is public) whose squeue fails in a way no one planned for."""
+
+    def run(self, argv, *, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def, override]
+        if os.path.basename(argv[0]) == "squeue":
+            raise RuntimeError("bug in a transport")
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status", "STATE", "--json"], ["reconcile", "STATE", "--json"]],
+    ids=["status", "reconcile"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="json_option prints the failure document only for ServatusError and Ctrl-C; an "
+    "unexpected error (exit 1, 'unexpected error: ...') under --json prints nothing on stdout",
+)
+def test_json_prints_one_document_on_an_unexpected_error(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    broken = _Broken()
+    broken.unavailable("sbatch")  # submit is interrupted: reconcile has work, status asks Slurm
+    assert main(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)]) == 0
+    assert main(["plan", state, "--config", str(config), "--output", plan]) == 0
+    assert main(["submit", state, plan], connect=broken) == 3
+    code, out, err = run([state if a == "STATE" else a for a in args], broken, capsys)
+    assert code == 1 and err.startswith("servatus: unexpected error: RuntimeError")
+    assert json.loads(out)["error"]["type"] == "RuntimeError"
+
+
+# -- logs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="logs of a Task whose job ended and whose log is gone (scratch purges files unread "
+    "for 40 days) still says 'Unavailable: ... tail: cannot open ...', exit 75: retry later, "
+    "which can never help",
+)
+def test_logs_of_an_ended_task_whose_log_is_gone_says_so_and_is_not_retry_later(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.finish(1000, 0)
+    fake.purge()  # SUCCEEDED; its step log was never kept (fake.logs is empty)
+    code, _, err = run(["logs", state, "--task", "k0"], fake, capsys)
+    assert "tail: cannot open" not in err
+    assert code == 1, err
+
+
+# -- authoring errors in the user's terms -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "leak"),
+    [
+        (b'{"key": "k0", "args": ["/usr/bin/\xff"]}\n', "codec"),
+        (b'\xef\xbb\xbf{"key": "k0", "args": ["/usr/bin/true"]}\n', "utf-8-sig"),
+        (b'{"key": "k0", "args": ["/usr/bin/true", "a\x0cb"]}\n', "at at"),
+        (b'{"key": "k0", "args": ["/usr/bin/true"], "stdin_file": ""}\n', "Is a directory"),
+    ],
+    ids=["not-utf8", "bom", "control-character", "empty-stdin-file"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="some Tasks-file errors still speak Python: a non-UTF-8 line is 'not a JSON object: "
+    "'utf-8' codec can't decode byte 0xff in position 29', a BOM advises 'decode using "
+    "utf-8-sig', a raw control character reads 'Invalid control character at at column 42', "
+    "an empty stdin_file reads the JSONL file's own directory: 'cannot read stdin_file "
+    "'/tmp/x': Is a directory'",
+)
+def test_every_tasks_file_error_speaks_the_users_terms(
+    content: bytes, leak: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(content)
+    code, _, err = run(["create", str(tmp_path / "state"), str(tasks)], FakeScheduler(), capsys)
+    assert code == 1 and err.startswith(f"servatus: ConfigurationError: {tasks}:1: "), err
+    assert leak not in err and "not a JSON object" not in err, err
+
+
+# -- FakeScheduler controls ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("times", [0, -1])
+@pytest.mark.xfail(
+    strict=True,
+    reason="a control with times=0 (or below) is accepted and fires once anyway",
+)
+def test_a_control_that_fires_no_times_is_refused_or_never_fires(times: int) -> None:
+    fake = FakeScheduler()
+    try:
+        fake.fail("ping", times=times)
+    except ValueError:
+        return
+    result = fake.run(["/usr/bin/sbatch", "--version"])
+    assert isinstance(result, CommandResult) and result.returncode == 0
+
+
+# -- bad input is reported before Slurm is asked ----------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["--task", "--allocation"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="cancel asks Slurm before it checks the names it was given: with squeue down, a "
+    "mistyped --task or --allocation is exit 75 (retry later) instead of exit 1 (bad input)",
+)
+def test_cancel_of_an_unknown_name_is_bad_input_even_while_slurm_is_down(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.unavailable("squeue")
+    code, _, err = run(["cancel", state, option, "typo"], fake, capsys)
+    assert code == 1, err
+    assert "typo" in err
+
+
+# -- suggested commands run as printed -------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the 'submit it with: servatus submit STATE PLAN' hint quotes STATE for a shell but "
+    "not for the command line: a STATE starting with '-' is read as an option (exit 2)",
+)
+def test_the_submit_command_plan_suggests_runs_as_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    fake = FakeScheduler()
+    assert run(["create", "--", "-st", tasks], fake, capsys)[0] == 0
+    code, out, _ = run(["plan", "--output", "plan.json", "--", "-st"], fake, capsys)
+    assert code == 0
+    suggested = out.splitlines()[-1].split("submit it with: ", 1)[1]
+    words = shlex.split(suggested)
+    assert words[:2] == ["servatus", "submit"]
+    code, _, err = run(words[1:], fake, capsys)
+    assert code == 0, f"{suggested!r}: {err}"
+
+
+# -- FakeScheduler agrees with Slurm ---------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue #18: FakeScheduler.time_out writes only the stop marker; its own scancel (as "
+    "a real job's steps do when SIGTERM'ed) also writes a 143 end marker per running slot",
+)
+def test_the_fakes_time_out_ends_each_running_step_as_its_scancel_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+
+    def ended_slots(stop: str) -> list[str]:
+        state, plan = str(tmp_path / stop), str(tmp_path / f"{stop}.json")
+        fake = FakeScheduler()
+        tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+        assert run(["create", state, tasks], fake, capsys)[0] == 0
+        assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+        assert run(["submit", state, plan], fake, capsys)[0] == 0
+        fake.start(1000)
+        if stop == "time_out":
+            fake.time_out(1000)
+        else:
+            assert run(["cancel", state, "--task", "k0"], fake, capsys)[0] == 0
+        return sorted(name.split(".", 2)[2] for name in fake.markers)
+
+    assert ended_slots("time_out") == ended_slots("scancel") == ["end.0.143", "start", "stop"]
+
+
+# -- logs --output never replaces the campaign's own files ------------------------------------
+
+
+@pytest.mark.parametrize("name", ["journal", "lock"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="logs --output replaces any regular file by a rename, the campaign's own too: "
+    "--output STATE/journal exits 0 and the whole record is gone (CorruptState); a new lock "
+    "inode lets a second writer in beside one that holds the old",
+)
+def test_logs_output_refuses_to_replace_the_campaigns_own_files(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = tmp_path / "state", str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    assert run(["create", str(state), tasks], fake, capsys)[0] == 0
+    assert (
+        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    )
+    assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    fake.start(1000)
+    fake.logs[f"servatus-{fake.jobs[0].allocation_id}-1000.0.out"] = b"a step's log\n"
+    before = (state / name).stat().st_ino, (state / "journal").read_bytes()
+    code, _, err = run(
+        ["logs", str(state), "--task", "k0", "--output", str(state / name)], fake, capsys
+    )
+    assert code == 1, f"logs replaced the campaign's own file: {err!r}"
+    assert ((state / name).stat().st_ino, (state / "journal").read_bytes()) == before
+    assert run(["status", str(state), "--offline"], fake, capsys)[0] == 0
+
+
+# -- a controller that timed out is no answer, not a refusal ----------------------------------
+
+_TIMED_OUT = (
+    b"sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"
+)
+
+
+class _TestOnlyTimesOut(FakeScheduler):
+    """``sbatch --test-only`` loses the controller, as Slurm under load answers it."""
+
+    def run(self, argv, *, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def, override]
+        if "--test-only" in argv:
+            self.calls.append(tuple(argv))
+            return CommandResult(tuple(argv), 1, b"", _TIMED_OUT)
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="validate reads 'Socket timed out on send/recv operation' from sbatch --test-only as "
+    "REJECTED (ShapeRejected, exit 1), while submit reads the same words as Slurm lost (exit "
+    "3): the shape was never judged, which the playbook calls unavailable (exit 75)",
+)
+def test_validate_reads_a_controller_timeout_as_unavailable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = _TestOnlyTimesOut()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    code, out, err = run(["validate", state, plan], fake, capsys)
+    assert code == 75, (out, err)
+    assert "REJECTED" not in out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="doctor's sbatch --test-only check reads a controller timeout as 'fail' (the command "
+    "ran and said no), exit 1; no answer came back, which the spec calls 'unavailable', exit 75",
+)
+def test_doctor_reads_a_controller_timeout_as_unavailable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    code, out, _ = run(["doctor", "--json"], _TestOnlyTimesOut(), capsys)
+    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    assert (code, checks["sbatch --test-only"]) == (75, "unavailable")
+
+
+# -- every read validates the lock too -------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SECURITY.md: a lock with a group or other write bit is refused on every read; "
+    "status and plan read a campaign whose lock is 0666 without a word",
+)
+def test_a_campaign_whose_lock_others_can_write_is_refused_on_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    fake = FakeScheduler()
+    assert (
+        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    )
+    (state / "lock").chmod(0o666)
+    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    assert code == 1 and "UnsafeFilesystem" in err and "lock" in err, err
+
+
+# -- refusing an oversized script costs what reading it costs --------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plan renders an over-max_script_bytes script in full up to three times just to "
+    "print its size: a Task with 6 MB of stdin takes 3 s to refuse (status --offline "
+    "0.04 s); 300 MB took 259 s and 7.8 GB of memory",
+)
+def test_plan_refuses_a_task_with_megabytes_of_stdin_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    (tmp_path / "input.bin").write_bytes(os.urandom(6_000_000))
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1, stdin_file="input.bin")
+    state = str(tmp_path / "state")
+    fake = FakeScheduler()
+    assert run(["create", state, tasks], fake, capsys)[0] == 0
+    started = time.monotonic()
+    assert run(["status", state, "--offline"], fake, capsys)[0] == 0
+    reading = time.monotonic() - started  # what reading the campaign costs
+    started = time.monotonic()
+    code, _, err = run(["plan", state, "--config", str(config)], fake, capsys)
+    took = time.monotonic() - started
+    assert code == 1 and "max_script_bytes" in err, err
+    assert took < 10 * reading + 0.5, f"plan took {took:.2f} s to refuse it, status {reading:.2f} s"
+
+
+# -- a closed stderr ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stdout_closed", [False, True], ids=["stderr", "stdout-and-stderr"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="_fail flushes sys.stderr, which is None when the program started with fd 2 closed "
+    "(cron, a daemon): every error, and with stdout closed too every command, ends in an "
+    "AttributeError out of main (exit 1 and a traceback no one sees)",
+)
+def test_a_closed_stderr_still_gives_the_exit_code(
+    stdout_closed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stderr", None)
+    if stdout_closed:
+        monkeypatch.setattr(sys, "stdout", None)
+        tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+        assert main(["create", str(tmp_path / "state"), tasks]) == 75  # done, line lost
+    else:
+        assert main(["status", str(tmp_path / "none"), "--offline"]) == 1
