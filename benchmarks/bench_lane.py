@@ -125,6 +125,8 @@ class Bench:
 
 def _name(call: Sequence[str]) -> str:
     base = os.path.basename(call[0]) if call else ""
+    if base == "sh" and len(call) > 3 and call[1] == "-c":
+        base = call[3]  # the clock listing: sh -c SCRIPT find ...
     return "ping" if base == "sbatch" and "--version" in call else base
 
 

@@ -56,8 +56,9 @@ def test_commands(tmp_path: Path) -> None:
     assert clocked[3:] == [
         "find",
         f"{tmp_path}/logs",
-        "servatus-" + "?" * 24 + ".*",
         "%f %T@ %s\\n",
+        "-name",
+        "servatus-" + "?" * 24 + ".*",
     ]
 
 

@@ -20,6 +20,7 @@ from servatus import store
 from servatus.cancel import cancellable, scancel
 from servatus.config import Profile, Target, target_from_identity, target_identity
 from servatus.errors import (
+    Busy,
     ConfigurationError,
     PlanRefused,
     ServatusError,
@@ -27,10 +28,11 @@ from servatus.errors import (
     TaskConflict,
     Unavailable,
 )
-from servatus.evidence import Evidence
+from servatus.evidence import Evidence, MarkerQuery
 from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
 from servatus.reconcile import Resolution, resolve
+from servatus.settlement import listed, queries, settle
 from servatus.status import (
     Execution,
     Outcome,
@@ -211,6 +213,9 @@ class Campaign:
         self.path = Path(path)
         self.probe = probe
         self.connect = connect
+        self.record_warning: str | None = None
+        """Why the last read-only command could not record what it settled (a transient
+        failure; a busy campaign is no failure), or None."""
         self._version = None if _state is not None else store.journal_version(self.path)
         self._state = store.read(self.path) if _state is None else _state
 
@@ -305,10 +310,16 @@ class Campaign:
 
         return connect
 
-    def _gather(self, recorded: Iterable[Submission]) -> dict[str, Evidence]:
-        """One ``squeue`` and one run-marker listing per Target of ``recorded``."""
+    def _gather(
+        self, recorded: Iterable[Submission], asked: Mapping[str, MarkerQuery] | None = None
+    ) -> dict[str, Evidence]:
+        """One ``squeue`` and one run-marker listing per Target of ``recorded``; ``asked`` bounds
+        the marker listings (:func:`servatus.settlement.queries`)."""
         return gather(
-            (item.target for item in recorded), self._connector(), self._hooks().evidence_reader()
+            (item.target for item in recorded),
+            self._connector(),
+            self._hooks().evidence_reader(),
+            asked,
         )
 
     def _report(
@@ -318,20 +329,66 @@ class Campaign:
         offline: bool,
         evidence: Mapping[str, Evidence] | None = None,
     ) -> Report:
+        if evidence is None:
+            return self._observe(state, offline=offline)[0]
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
-            if evidence is None:
-                evidence = {} if offline else self._gather(recorded)
-            keys = state.tasks.keys
-            return project(
-                keys, recorded, evidence, now=time.time(), offline=offline, state=str(self.path)
-            )
+            return self._project(state, recorded, evidence, offline=offline)
+
+    def _project(
+        self,
+        state: store.CampaignState,
+        recorded: Sequence[Submission],
+        evidence: Mapping[str, Evidence],
+        *,
+        offline: bool = False,
+        now: float | None = None,
+    ) -> Report:
+        return project(
+            state.tasks.keys,
+            recorded,
+            evidence,
+            now=time.time() if now is None else now,
+            offline=offline,
+            state=str(self.path),
+        )
+
+    def _observe(
+        self, state: store.CampaignState, *, offline: bool
+    ) -> tuple[Report, store.Settled, dict[str, Evidence]]:
+        """The projection, what it shows settled (with the listings it read), and the evidence.
+        The marker listing asks only for the markers of allocations not settled yet."""
+        with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
+            recorded = submissions(state)
+            if offline:
+                return self._project(state, recorded, {}, offline=True), store.Settled(()), {}
+            evidence = self._gather(recorded, queries(state, recorded))
+            report = self._project(state, recorded, evidence)
+            return report, store.Settled(settle(report, recorded), listed(evidence)), evidence
+
+    def _record(self, change: store.Settled) -> None:
+        """Record what a read-only command found settled, only if the lock is free at once: a
+        busy campaign is left for the next command, and a failed write costs a warning, never
+        the answer."""
+        self.record_warning = None
+        if not change.allocations:
+            return
+        try:
+            with store.writing(self.path, known=(self._version, self._state)) as writer:
+                writer.settle(change)
+        except Busy:
+            return
+        except ServatusError as exc:
+            self.record_warning = f"what settled was not recorded ({exc}); the next command retries"
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
-        run-marker listing per Target."""
+        run-marker listing per Target (of the markers of allocations not yet settled); records
+        what it finds settled when it can without waiting."""
         self.refresh()
-        return self._report(self._state, offline=offline)
+        report, change, _ = self._observe(self._state, offline=offline)
+        self._record(change)
+        return report
 
     def valid_keys(self, tasks: Sequence[Task] | None = None) -> frozenset[str]:
         """The keys the probe reports valid (none without a probe)."""
@@ -339,10 +396,12 @@ class Campaign:
             return frozenset()
         return frozenset(self.probe(tuple(self._state.tasks if tasks is None else tasks)))
 
-    def _make_plan(self, state: store.CampaignState, profile: Profile, request: Request) -> Plan:
+    def _make_plan(
+        self, state: store.CampaignState, profile: Profile, request: Request
+    ) -> tuple[Plan, store.Settled]:
         launcher = self._hooks().launcher(profile.target.launcher)
         consult = request.consults_slurm or bool(state.resolutions)
-        report = self._report(state, offline=not consult)
+        report, change, _ = self._observe(state, offline=not consult)
         valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
         made = make_plan(
             campaign_id=state.campaign_id,
@@ -370,7 +429,7 @@ class Campaign:
         if problems:
             raise ConfigurationError("; ".join(problems))
         self._check_scripts(state, profile, made, launcher)
-        return made
+        return made, change
 
     def _check_scripts(
         self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
@@ -411,7 +470,9 @@ class Campaign:
             only=None if only is None else tuple(dict.fromkeys(only)),
             tasks_per_allocation=tasks_per_allocation,
         )
-        return self._make_plan(self._state, profile, request)
+        made, change = self._make_plan(self._state, profile, request)
+        self._record(change)
+        return made
 
     def scripts(self, plan: Plan) -> list[str]:
         """The batch script of each planned allocation, exactly as ``submit`` sends it."""
@@ -455,9 +516,11 @@ class Campaign:
             transport = connect(plan.profile.target)
             try:
                 ping(transport, plan.profile.target)
-                rebuilt = self._make_plan(state, plan.profile, plan.request)
+                rebuilt, change = self._make_plan(state, plan.profile, plan.request)
                 if not rebuilt.same_as(plan):
                     raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
+                if change.allocations or change.listed:  # the listing precedes the intents
+                    writer.settle(change)
                 index = state.tasks.by_key()
                 receipts = submit_allocations(
                     writer,
@@ -521,16 +584,27 @@ class Campaign:
         with store.writing(self.path) as writer:
             state = writer.state
             assert state is not None
-            pending = [s for s in submissions(state) if s.outcome is Outcome.PENDING]
+            recorded = submissions(state)
+            pending = [s for s in recorded if s.outcome is Outcome.PENDING]
             if not pending:
                 self._state = state
                 return ()
-            decisions = resolve(pending, self._gather(pending), now=time.time())
+            now = time.time()
+            evidence = self._gather(pending, queries(state, recorded))
+            decisions = resolve(pending, evidence, now=now)
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
                 if progress is not None:
                     progress(decision)
+            # The same listings settle what they show final, the allocations just decided
+            # included; a Target not listed here projects offline and settles nothing.
+            state = writer.state
+            assert state is not None
+            recorded = submissions(state)
+            found = settle(self._project(state, recorded, evidence, now=now), recorded)
+            if found:
+                writer.settle(store.Settled(found, listed(evidence)))
         self.refresh()
         return tuple(decisions)
 
@@ -551,8 +625,8 @@ class Campaign:
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
         recorded = submissions(self._state)
-        evidence = self._gather(recorded)
-        report = self._report(self._state, offline=False, evidence=evidence)
+        report, change, evidence = self._observe(self._state, offline=False)
+        self._record(change)
         chosen = cancellable(report, recorded, evidence, tasks=tasks, allocations=allocations)
         done: list[str] = []
         failed: list[str] = []

@@ -656,7 +656,10 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     """Task and allocation status."""
     from servatus.status import report_to_document  # noqa: PLC0415
 
-    report = _campaign(state).status(offline=offline)
+    campaign = _campaign(state)
+    report = campaign.status(offline=offline)
+    if campaign.record_warning is not None:
+        click.echo(f"servatus: warning: {campaign.record_warning}", err=True)
     if as_json:
         emit_json(report_to_document(report))
         return

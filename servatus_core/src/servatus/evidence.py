@@ -8,6 +8,7 @@ Readers bound what they accept and drop rows that fail the identity check instea
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import attrs
@@ -58,6 +59,39 @@ class Marker(NamedTuple):
     exit_code: int | None = None
 
 
+class SlotEnd(NamedTuple):
+    """A step's end marker: its exit code and mtime."""
+
+    exit_code: int
+    at: float
+
+
+class Observation(NamedTuple):
+    """What the markers of one allocation show, timed by the file server: its first start, last
+    stop, first limit, and each slot's end. The raw evidence a settled allocation keeps."""
+
+    start: float | None = None
+    stop: float | None = None
+    limit: float | None = None
+    ends: tuple[SlotEnd | None, ...] = ()
+
+
+@attrs.frozen
+class MarkerQuery:
+    """Which markers a command needs: those of ``ids`` (every marker whose name carries one of
+    them). ``since``, on the file server's clock, is a time every one of those markers is newer
+    than, where the campaign has one. The reader lists by name where the ids fit on a command
+    line, else by mtime after ``since``, else everything; the core ignores markers it did not ask
+    for, so each choice gives the same answer (``docs/adr/0004-settlement.md``)."""
+
+    ids: frozenset[str]
+    since: float | None = None
+
+    @classmethod
+    def of(cls, ids: Collection[str], since: float | None = None) -> MarkerQuery:
+        return cls(frozenset(ids), since)
+
+
 class EvidenceReader(Protocol):
     """Names the two listing commands for a Target and parses what they print."""
 
@@ -65,9 +99,12 @@ class EvidenceReader(Protocol):
 
     def parse_queue(self, result: CommandResult) -> list[QueueEntry]: ...
 
-    def marker_command(self, target: Target, *, clock: bool = True) -> list[str]:
-        """The one remote command that lists the run markers of ``log_root``; with ``clock``
-        it also reads the file server's clock first (a write: ``doctor`` lists without it)."""
+    def marker_command(
+        self, target: Target, query: MarkerQuery | None = None, *, clock: bool = True
+    ) -> list[str]:
+        """The one remote command that lists the run markers of ``log_root``: every marker
+        (``query`` None), or at least those the query asks for. With ``clock`` it also reads the
+        file server's clock first (a write: ``doctor`` lists without it)."""
         ...
 
     def parse_markers(self, result: CommandResult) -> list[Marker]: ...
@@ -104,11 +141,14 @@ def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) ->
 
 
 def fetch_markers(
-    transport: Transport, reader: EvidenceReader, target: Target
+    transport: Transport,
+    reader: EvidenceReader,
+    target: Target,
+    query: MarkerQuery | None = None,
 ) -> tuple[list[Marker], float]:
     """One listing of ``log_root`` with the file server's clock; an unreadable (or unstampable)
     log_root is unavailable evidence."""
-    result = transport.run(reader.marker_command(target))
+    result = transport.run(reader.marker_command(target, query))
     if result.returncode != 0:
         raise Unavailable(
             f"listing {target.log_root} failed (exit {result.returncode}): "
@@ -117,14 +157,22 @@ def fetch_markers(
     return reader.parse_markers(result), reader.parse_clock(result)
 
 
-def fetch(transport: Transport, reader: EvidenceReader, target: Target) -> Evidence:
-    """Both listings of one Target: exactly two remote commands, whatever the campaign size.
+def fetch(
+    transport: Transport,
+    reader: EvidenceReader,
+    target: Target,
+    query: MarkerQuery | None = None,
+) -> Evidence:
+    """Both listings of one Target: at most two remote commands, whatever the campaign size
+    (none for the markers when the query asks for none).
 
     The queue is read first: a job that leaves the queue between the two calls then has all its
     markers visible, so it is never mistaken for lost.
     """
     queue = fetch_queue(transport, reader, target)
-    markers, clock = fetch_markers(transport, reader, target)
+    if query is not None and not query.ids:  # no Task runs: no clock needed either
+        return Evidence(queue=tuple(queue), markers=())
+    markers, clock = fetch_markers(transport, reader, target, query)
     return Evidence(queue=tuple(queue), markers=tuple(markers), clock=clock)
 
 

@@ -17,7 +17,17 @@ from typing import Any, NamedTuple
 import attrs
 
 from servatus.config import Target, target_from_identity
-from servatus.evidence import Evidence, EvidenceReader, Marker, MarkerKind, QueueEntry, fetch
+from servatus.evidence import (
+    Evidence,
+    EvidenceReader,
+    Marker,
+    MarkerKind,
+    MarkerQuery,
+    Observation,
+    QueueEntry,
+    SlotEnd,
+    fetch,
+)
 from servatus.script import JOB_NAME_PREFIX
 from servatus.store import CampaignState
 from servatus.transport import Transport
@@ -77,7 +87,8 @@ def queued_or_running(state: str) -> bool:
 
 
 class Submission(NamedTuple):
-    """One allocation as the campaign recorded it, with the evidence key of its Target.
+    """One allocation as the campaign recorded it, with the evidence key of its Target, and the
+    observation it was settled with (then its markers and the queue are never read for it).
 
     This and the other per-Task values of a projection are named tuples, not attrs classes:
     ``status`` builds several per Task, and a frozen attrs instance costs three times as much.
@@ -90,22 +101,7 @@ class Submission(NamedTuple):
     time_limit: int
     outcome: Outcome
     job: int | None = None
-
-
-class SlotEnd(NamedTuple):
-    """A step's end marker: its exit code and mtime."""
-
-    exit_code: int
-    at: float
-
-
-class Observation(NamedTuple):
-    """What the markers of one allocation show, timed by the file server."""
-
-    start: float | None = None
-    stop: float | None = None
-    limit: float | None = None
-    ends: tuple[SlotEnd | None, ...] = ()
+    settled: Observation | None = None
 
 
 class RunTime(NamedTuple):
@@ -387,7 +383,7 @@ def project(
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, _Record] | None = None
     server_now = now
-    for allocation_id, task_keys, target, _, time_limit, outcome, recorded in submissions:
+    for allocation_id, task_keys, target, _, time_limit, outcome, recorded, settled in submissions:
         if target is not last_target:
             last_target = target
             if target in contexts:
@@ -400,7 +396,10 @@ def project(
             else:
                 queue, folded, clock = context
                 server_now = now if clock is None else clock
-        entry = None if queue is None else queue.get(JOB_NAME_PREFIX + allocation_id)
+        if queue is None or settled is not None:
+            entry = None  # a settled job is one Slurm no longer lists
+        else:
+            entry = queue.get(JOB_NAME_PREFIX + allocation_id)
         job = recorded
         if entry is not None:
             if recorded is None:
@@ -431,7 +430,10 @@ def project(
                 if earlier is not attempt:
                     _again(latest, history, key, earlier, attempt)
             continue
-        observation = _observation(folded.get(allocation_id), len(task_keys))
+        if settled is None:
+            observation = _observation(folded.get(allocation_id), len(task_keys))
+        else:
+            observation = settled
         start, stop, limit, ends = observation
         for slot, key in enumerate(task_keys):
             end = ends[slot]
@@ -548,6 +550,11 @@ def submissions(state: CampaignState) -> list[Submission]:
     """The campaign's submissions in recording order, each with its recorded outcome."""
     receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
     resolved = {item.allocation_id: item.job for item in state.resolutions}
+    settled = {
+        item.allocation_id: _new(Observation, (item.start, item.stop, item.limit, item.ends))
+        for item in state.settlements
+    }
+    observed = settled.get
     identities = state.target_identities()  # an intent names its Target by key
     result: list[Submission] = []
     append = result.append
@@ -565,7 +572,7 @@ def submissions(state: CampaignState) -> list[Submission]:
             _new(
                 Submission,
                 (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
-                 intent.time_limit, outcome, job),
+                 intent.time_limit, outcome, job, observed(allocation_id)),
             )
         )  # fmt: skip
     return result
@@ -575,14 +582,17 @@ def gather(
     targets: Iterable[str],
     connect: Callable[[Target], Transport],
     reader: EvidenceReader,
+    queries: Mapping[str, MarkerQuery] | None = None,
 ) -> dict[str, Evidence]:
-    """Fetch each distinct Target's two listings once: the I/O edge of ``status``."""
+    """Fetch each distinct Target's two listings once: the I/O edge of ``status``. ``queries``
+    (by Target identity) bounds the marker listing to what can still change an answer."""
     evidence = {}
     for identity in dict.fromkeys(targets):
         target = target_from_identity(identity)
         transport = connect(target)
+        query = None if queries is None else queries.get(identity, MarkerQuery.of(()))
         try:
-            evidence[identity] = fetch(transport, reader, target)
+            evidence[identity] = fetch(transport, reader, target, query)
         finally:
             transport.close()
     return evidence

@@ -57,7 +57,7 @@ from servatus.errors import (
     from_os_error,
     input_problem,
 )
-from servatus.evidence import MAX_JOB
+from servatus.evidence import MAX_JOB, Observation, SlotEnd
 from servatus.files import checked_path, read_all, write_all
 from servatus.ids import ALLOCATION_ID, target_key
 from servatus.strict import strict_scalars
@@ -187,8 +187,58 @@ class Resolved:
 
 
 @attrs.frozen
+class Settlement:
+    """One accepted allocation whose outcome is final, with the evidence it was judged from: its
+    job and the :class:`~servatus.evidence.Observation` its markers gave (``ends`` one per slot).
+    Every command answers for it from this, never from its markers again."""
+
+    allocation_id: str
+    job: int
+    start: float | None
+    stop: float | None
+    limit: float | None
+    ends: tuple[SlotEnd | None, ...]
+
+    @property
+    def observation(self) -> Observation:
+        return Observation(self.start, self.stop, self.limit, self.ends)
+
+
+@attrs.frozen
+class Listed:
+    """A marker listing of a Target (by key) was read no earlier than ``at``, a time on its file
+    server's clock."""
+
+    target: str
+    at: float
+
+
+@attrs.frozen
+class Horizon:
+    """``at``, on the file server of ``target``, is before every marker of the intents from the
+    ``intents``-th on (0-based): their jobs were submitted after a listing that saw ``at``."""
+
+    target: str
+    intents: int
+    at: float
+
+
+@record("settled")
+@attrs.frozen
+class Settled:
+    """Allocations settled by one command, and the listings that command read.
+
+    Settling changes nothing a plan decided on, so it does not count as a revision: a plan
+    saved before it still submits."""
+
+    allocations: tuple[Settlement, ...]
+    listed: tuple[Listed, ...] = ()
+
+
+@attrs.frozen
 class CampaignState:
-    """Everything the journal says, as one value. ``revision`` counts the changes ever committed."""
+    """Everything the journal says, as one value. ``revision`` counts the changes ever committed
+    that a plan depends on (settlements do not)."""
 
     campaign_id: str
     created_at: float
@@ -199,6 +249,8 @@ class CampaignState:
     resolutions: tuple[Resolved, ...] = ()
     revision: int = 0
     targets: tuple[TargetSeen, ...] = ()
+    settlements: tuple[Settlement, ...] = ()
+    horizons: tuple[Horizon, ...] = ()
 
     @property
     def appendable(self) -> bool:
@@ -242,6 +294,8 @@ class Fold:
         self.receipts: dict[str, Receipt] = {}
         self.resolutions: dict[str, Resolved] = {}
         self.targets: dict[str, TargetSeen] = {}
+        self.settlements: dict[str, Settlement] = {}
+        self.horizons: dict[tuple[str, int], Horizon] = {}
         self.revision = 0
         if state is not None:
             self._load(state)
@@ -265,6 +319,16 @@ class Fold:
         if not named <= self.targets.keys():
             unknown = sorted(named - self.targets.keys())
             raise Rejected(f"intents name unrecorded targets: {unknown}")
+        self.settlements = {}
+        self.add_settlements(state.settlements)
+        self.horizons = {}
+        for horizon in state.horizons:
+            where = (horizon.target, horizon.intents)
+            if horizon.target not in self.targets or where in self.horizons:
+                raise Rejected(f"a horizon of an unrecorded target, or twice: {horizon}")
+            if horizon.intents > len(self.intents):
+                raise Rejected(f"a horizon beyond the intents of target {horizon.target}")
+            self.horizons[where] = horizon
         self.revision = state.revision
 
     def apply(self, change: object) -> None:
@@ -278,7 +342,7 @@ class Fold:
             raise Rejected(f"a {_TAGS[type(change)]} record can only come first")
         rule(self, change)
         self.started = True
-        if not isinstance(change, Snapshot):
+        if not isinstance(change, Snapshot | Settled):
             self.revision += 1
 
     def add_tasks(self, tasks: Roster) -> None:
@@ -298,6 +362,53 @@ class Fold:
             raise Rejected(f"target {target.key} is not the key of its identity")
         self.targets[target.key] = target
 
+    def add_settlements(self, settlements: Iterable[Settlement]) -> None:
+        """Settle accepted allocations, each once, with one end per slot; check all, then add.
+
+        Checked a pass per rule over the whole batch (a snapshot carries one per allocation);
+        only a batch that fails is walked again to name its first bad allocation."""
+        items = list(settlements)
+        batch = {item.allocation_id: item for item in items}
+        intents = self.intents
+        fits = (
+            len(batch) == len(items)
+            and self.settlements.keys().isdisjoint(batch)
+            and batch.keys() <= intents.keys()
+            and [item.job for item in items] == list(map(self._accepted_job, batch))
+            and [len(item.ends) for item in items]
+            == [len(intents[allocation_id].task_keys) for allocation_id in batch]
+        )
+        if not fits:
+            self._refuse(items)
+        self.settlements.update(batch)
+
+    def _accepted_job(self, allocation_id: str) -> int | None:
+        receipt = self.receipts.get(allocation_id)
+        if receipt is not None:
+            return receipt.job
+        resolution = self.resolutions.get(allocation_id)
+        return None if resolution is None else resolution.job
+
+    def _refuse(self, items: list[Settlement]) -> None:
+        """Raise :class:`Rejected` naming the first settlement of ``items`` that cannot apply."""
+        seen: set[str] = set()
+        for item in items:
+            allocation_id = item.allocation_id
+            intent = self.intents.get(allocation_id)
+            if intent is None:
+                raise Rejected(f"settlement of allocation {allocation_id} without an intent")
+            job = self._accepted_job(allocation_id)
+            if job is None:
+                raise Rejected(f"settlement of allocation {allocation_id}, which is not accepted")
+            if item.job != job:
+                raise Rejected(f"settlement of allocation {allocation_id} names job {item.job}")
+            if allocation_id in self.settlements or allocation_id in seen:
+                raise Rejected(f"allocation {allocation_id} is already settled")
+            if len(item.ends) != len(intent.task_keys):
+                raise Rejected(f"settlement of allocation {allocation_id}: one end per slot")
+            seen.add(allocation_id)
+        raise AssertionError("a refused batch names no bad settlement")
+
     def freeze(self) -> CampaignState:
         if not self.started:
             raise Rejected("the journal holds no campaign")
@@ -313,6 +424,8 @@ class Fold:
             resolutions=tuple(self.resolutions.values()),
             revision=self.revision,
             targets=tuple(self.targets.values()),
+            settlements=tuple(self.settlements.values()),
+            horizons=tuple(self.horizons.values()),
         )
 
 
@@ -390,6 +503,22 @@ def _resolved(into: Fold, change: Resolved) -> None:
     if change.allocation_id in into.resolutions:
         raise Rejected(f"allocation {change.allocation_id} is already resolved")
     into.resolutions[change.allocation_id] = change
+
+
+@folds(Settled)
+def _settled(into: Fold, change: Settled) -> None:
+    listed = [item.target for item in change.listed]
+    unknown = [key for key in listed if key not in into.targets]
+    if unknown or len(set(listed)) != len(listed):
+        raise Rejected(f"a settlement names unrecorded or repeated targets: {unknown or listed}")
+    into.add_settlements(change.allocations)
+    # The listing was read before this record, so before every intent folded after it; of two
+    # such times for the same intents, the later is the tighter bound.
+    for item in change.listed:
+        where = (item.target, len(into.intents))
+        earlier = into.horizons.get(where)
+        if earlier is None or earlier.at < item.at:
+            into.horizons[where] = Horizon(*where, item.at)
 
 
 def fold(records: Iterable[object]) -> CampaignState:
@@ -524,6 +653,8 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "job": frozenset({int}),
     "job or none": frozenset({int, _NONE}),
     "keys": frozenset({list}),
+    "time or none": frozenset({int, float, _NONE}),
+    "ends": frozenset({list}),
 }
 _COLUMNS: dict[type[Any], dict[str, str]] = {
     Intent: {
@@ -536,6 +667,16 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
     },
     Receipt: {"allocation_id": "allocation", "job": "job"},
     Resolved: {"allocation_id": "allocation", "job": "job or none"},
+    Settlement: {
+        "allocation_id": "allocation",
+        "job": "job",
+        "start": "time or none",
+        "stop": "time or none",
+        "limit": "time or none",
+        "ends": "ends",
+    },
+    Listed: {"target": "text", "at": "time"},
+    Horizon: {"target": "text", "intents": "seconds", "at": "time"},
 }
 
 _LATEST = 2**36
@@ -552,6 +693,8 @@ def _in_range(column: str, values: list[Any]) -> bool:
         return every_match(ALLOCATION_ID, values)
     if column == "time":
         return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < _LATEST
+    if column == "time or none":
+        return _in_range("time", [value for value in values if value is not None])
     if column == "seconds":
         return bool(min(values) >= 0 and max(values) < _LATEST)
     if column in {"job", "job or none"}:
@@ -568,6 +711,11 @@ def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[st
         for name, column in columns.items():
             if column == "keys":
                 document[name] = list(map(list, document[name]))
+            elif column == "ends":
+                document[name] = [
+                    [None if end is None else [end.exit_code, end.at] for end in ends]
+                    for ends in document[name]
+                ]
         return document
 
     return unstructure
@@ -586,6 +734,10 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
         raise _ColumnProblem(f"a value out of range in {name}")
     if column == "time":
         return list(map(float, values))
+    if column == "time or none":
+        return [None if value is None else float(value) for value in values]
+    if column == "ends":
+        return _slot_ends(name, values)
     if column == "keys":
         try:
             "".join(itertools.chain.from_iterable(values))  # every key a string
@@ -593,6 +745,33 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
             raise _ColumnProblem(f"a wrong type in {name}") from None
         return list(map(tuple, values))
     return values
+
+
+_MAX_EXIT = 255
+
+
+def _slot_ends(name: str, values: list[Any]) -> list[tuple[SlotEnd | None, ...]]:
+    """A column of settlements' ends: per slot null, or ``[exit code, mtime]``. Checked a column
+    at a time (a settled campaign holds one per allocation), then built."""
+    try:
+        present = [end for end in itertools.chain.from_iterable(values) if end is not None]
+    except TypeError:
+        raise _ColumnProblem(f"a wrong type in {name}") from None
+    if not set(map(type, present)) <= {list} or not set(map(len, present)) <= {2}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    codes, times = [end[0] for end in present], [end[1] for end in present]
+    kinds = set(map(type, times))
+    if not set(map(type, codes)) <= {int} or not kinds <= {int, float}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    if (codes and (min(codes) < 0 or max(codes) > _MAX_EXIT)) or not _in_range("time", times):
+        raise _ColumnProblem(f"a value out of range in {name}")
+    if kinds <= {float}:
+        return [tuple([end and _new_end(end) for end in ends]) for ends in values]
+    return [tuple([end and _new_end((end[0], float(end[1]))) for end in ends]) for ends in values]
+
+
+def _new_end(end: Any) -> SlotEnd:
+    return tuple.__new__(SlotEnd, end)
 
 
 def _defaults(kind: type[Any]) -> dict[str, Any]:
@@ -609,7 +788,7 @@ def _structure_columns(kind: type[R]) -> Callable[[Any, Any], tuple[R, ...]]:
     """A snapshot's columns of ``kind``; the column of a field with a default may be absent."""
     columns = _COLUMNS[kind]
     defaults = _defaults(kind)
-    what = f"{_TAGS[kind]} columns"
+    what = f"{_TAGS.get(kind, kind.__name__.lower())} columns"
 
     def structure(value: Any, _: Any) -> tuple[R, ...]:
         present = [name for name in columns if type(value) is not dict or name in value]
@@ -636,7 +815,7 @@ def _structure_record(kind: type[R]) -> Callable[[Any, Any], R]:
     columns = _COLUMNS[kind]
     defaults = _defaults(kind)
     required = columns.keys() - defaults.keys()
-    what = f"a valid {_TAGS[kind]} record"
+    what = f"a valid {_TAGS.get(kind, kind.__name__.lower())} record"
 
     def structure(value: Any, _: Any) -> R:
         if type(value) is not dict or not required <= value.keys() <= columns.keys():
@@ -895,7 +1074,7 @@ class Writer:
 
     # -- opening
 
-    def _open_journal(self) -> None:
+    def _open_journal(self, known: tuple[tuple[int, ...], CampaignState] | None = None) -> None:
         try:
             fd = os.open(JOURNAL, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._directory)
         except FileNotFoundError:
@@ -906,12 +1085,19 @@ class Writer:
         try:
             st = os.fstat(fd)
             _check_owned(st, self.name, stat.S_ISREG, tightened=True)
+            version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if stat.S_IMODE(st.st_mode) != FILE_MODE:
                 os.fchmod(fd, FILE_MODE)
             data = read_all(fd)
         except OSError as exc:
             raise from_os_error(exc, f"cannot read {self.name!r}") from None
-        self._fold, found = load(data, self.name)
+        if known is not None and known[0] == version:
+            # Unchanged since the caller read it (journal_version): its frames are verified
+            # again, but not decoded and folded a second time.
+            found = scan(data, self.name)
+            self._fold = Fold(known[1])
+        else:
+            self._fold, found = load(data, self.name)
         self._end = found.end
         self._first_size = found.first_size
         self._records = len(found.payloads)
@@ -982,6 +1168,18 @@ class Writer:
                 self.compact()
             except ServatusError:
                 self._compaction_failed = True
+
+    def settle(self, change: Settled) -> int:
+        """Record ``change`` less what is settled already (another command may have recorded it
+        since ``change`` was judged); nothing when nothing is left. Returns what was recorded."""
+        self._usable()
+        if self._fold is None:
+            raise ConfigurationError(f"no campaign at {str(self.path)!r}")
+        done = self._fold.settlements
+        fresh = tuple(item for item in change.allocations if item.allocation_id not in done)
+        if fresh or (change.listed and not change.allocations):
+            self.add(Settled(fresh, change.listed))
+        return len(fresh)
 
     def target(self, identity: str) -> str:
         """The key an intent names the Target ``identity`` by; the first time, a
@@ -1083,11 +1281,18 @@ def _make_private(path: Path) -> None:
 
 
 @contextmanager
-def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
+def writing(
+    path: str | Path,
+    *,
+    create: bool = False,
+    known: tuple[tuple[int, ...] | None, CampaignState] | None = None,
+) -> Iterator[Writer]:
     """Hold the campaign's lock for one change; raise ``Busy`` at once if another process has it.
 
     With ``create``, STATE is made (owner-only) when missing and ``state`` may be None. The lock
     also removes a leftover ``journal.tmp`` and truncates a torn tail before anything is written.
+    ``known`` is a state read before with the :func:`journal_version` it was read at: if the
+    journal is still at that version, the writer starts from it instead of folding it again.
     """
     path = Path(checked_path(path, "campaign"))
     if create:
@@ -1122,7 +1327,8 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
     try:
         with suppress(FileNotFoundError):
             os.unlink(TEMPORARY, dir_fd=directory)
-        writer._open_journal()
+        version, state = known if known is not None else (None, None)
+        writer._open_journal(None if version is None or state is None else (version, state))
         if writer._fold is None and not create:
             raise ConfigurationError(f"no campaign at {str(path)!r}")
         yield writer
@@ -1150,11 +1356,15 @@ __all__ = [
     "CampaignState",
     "Created",
     "Fold",
+    "Horizon",
     "Intent",
+    "Listed",
     "Receipt",
     "Rejected",
     "Resolved",
     "Sealed",
+    "Settled",
+    "Settlement",
     "Snapshot",
     "TargetSeen",
     "Writer",

@@ -242,23 +242,30 @@ class FakeScheduler:
         return CommandResult(argv, 0, text.encode(), b"")
 
     def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        """A plain ``find``, or the clock listing (``sh -c SCRIPT find LOG_ROOT GLOB FORMAT``),
+        """A plain ``find``, or the clock listing (``sh -c SCRIPT find LOG_ROOT FORMAT TESTS``),
         which prints the clock file's row first, stamped by this fake's (the file server's)
-        clock."""
+        clock. Names match any ``-name`` pattern of the tests (``-false`` matches none), and
+        with ``-newermt @T`` only those modified after T."""
         rows = []
         if _is_script(argv):
-            pattern = argv[5] if len(argv) > 5 else "*"
             rows.append(f"servatus-clock.{os.getuid()} {self.clock():.10f} 0\n")
-        else:
-            pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
-        listed = re.compile(fnmatch.translate(pattern)).match
+        patterns = [argv[i + 1] for i, word in enumerate(argv) if word == "-name"] or ["*"]
+        if "-false" in argv:
+            patterns = []
+        listed = re.compile("|".join(map(fnmatch.translate, patterns)) or "(?!)").match
+        after = float(argv[argv.index("-newermt") + 1][1:]) if "-newermt" in argv else None
         rows += [
-            f"{name} {at:.10f} 0\n" for name, at in sorted(self.markers.items()) if listed(name)
+            f"{name} {at:.10f} 0\n"
+            for name, at in sorted(self.markers.items())
+            if listed(name) and (after is None or at > after)
         ]
         now = self.clock()
-        rows += [
-            f"{name} {now:.10f} {len(data)}\n" for name, data in self.logs.items() if listed(name)
-        ]
+        if after is None or now > after:
+            rows += [
+                f"{name} {now:.10f} {len(data)}\n"
+                for name, data in self.logs.items()
+                if listed(name)
+            ]
         return CommandResult(argv, 0, "".join(rows).encode(), b"")
 
     def _cmd_tail(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:

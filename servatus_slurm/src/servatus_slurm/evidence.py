@@ -9,13 +9,14 @@ ours (other jobs, foreign files, lines too long, malformed lines) are dropped, n
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING
 
 import attrs
 
 from servatus.errors import Unavailable
-from servatus.evidence import MAX_JOB, Marker, QueueEntry
+from servatus.evidence import MAX_JOB, Marker, MarkerQuery, QueueEntry
 from servatus_slurm.markers import (
     ID_LENGTH,
     MARKER_GLOB,
@@ -37,18 +38,23 @@ QUEUE_FORMAT = "%A|%j|%T"
 """Job number, name, state. Our names (``servatus-<hex>``) never contain ``|``."""
 MARKER_FORMAT = "%f %T@ %s\\n"
 """File name, mtime in UNIX seconds (file server's clock), size."""
+MAX_NAMED = 1000
+"""Most allocation ids a listing names. Over ``ssh`` the whole remote command is one argument to
+the remote shell, which Linux bounds at 128 KiB (``MAX_ARG_STRLEN``); each id adds
+``-o -name 'servatus-<id>.*'`` (45 bytes quoted), so 1,000 of them stay near 45 KiB."""
 MAX_ROWS = 1_000_000
 MAX_LINE = 512
 """Longer lines are not ours: our names are under 80 bytes."""
 
 CLOCK_SCRIPT = (
     'umask 077 && clock="$1/servatus-clock.$(id -u)" && touch -- "$clock" '
-    '&& find "$clock" -maxdepth 0 -printf "$3" '
-    '&& exec find -H "$1" -mindepth 1 -maxdepth 1 -name "$2" -type f -printf "$3"'
+    '&& find "$clock" -maxdepth 0 -printf "$2" && root=$1 format=$2 && shift 2 '
+    '&& exec find -H "$root" -mindepth 1 -maxdepth 1 "$@" -type f -printf "$format"'
 )
-"""``sh -c`` text of the clock listing: ``$1`` log_root, ``$2`` the marker glob, ``$3`` the row
-format. The clock file is ``servatus-clock.<uid>``, one per user (users who share a ``log_root``
-cannot touch each other's owner-only file), and matches neither the marker glob nor a log name.
+"""``sh -c`` text of the clock listing: ``$1`` log_root, ``$2`` the row format, then the tests
+that choose the markers (:func:`_selection`). The clock file is ``servatus-clock.<uid>``, one
+per user (users who share a ``log_root`` cannot touch each other's owner-only file), and matches
+neither the marker glob nor a log name.
 ``touch`` of an existing file asks the server for its own time (``UTIME_NOW``)."""
 _CLOCK_ROW = re.compile(rb"servatus-clock\.[0-9]{1,10} ([0-9]{1,12}(?:\.[0-9]{1,10})?) [0-9]{1,20}")
 
@@ -93,6 +99,19 @@ def _listing(result: CommandResult, what: str) -> str:
     return "\n" + stdout.decode("latin-1")
 
 
+def _selection(query: MarkerQuery | None) -> list[str]:
+    """The ``find`` tests choosing which markers a query needs (see :meth:`marker_command`)."""
+    if query is not None and len(query.ids) <= MAX_NAMED:
+        named: list[str] = []
+        for allocation_id in sorted(query.ids):
+            named += ["-o", "-name", f"servatus-{allocation_id}.*"]
+        return ["(", *named[1:], ")"] if named else ["-name", MARKER_GLOB, "-false"]
+    if query is not None and query.since is not None:
+        # -newermt compares mtimes on the file server with a time of the same clock.
+        return ["-name", MARKER_GLOB, "-newermt", f"@{math.floor(query.since)}"]
+    return ["-name", MARKER_GLOB]
+
+
 @attrs.frozen
 class SlurmEvidenceReader:
     """Reads ``squeue --me`` and ``find`` listings of ``log_root``."""
@@ -121,7 +140,9 @@ class SlurmEvidenceReader:
                 append(_new(QueueEntry, (number, name, state)))
         return entries
 
-    def marker_command(self, target: Target, *, clock: bool = True) -> list[str]:
+    def marker_command(
+        self, target: Target, query: MarkerQuery | None = None, *, clock: bool = True
+    ) -> list[str]:
         """``-H`` follows a symlinked ``log_root`` itself (and nothing below it); a marker is a
         regular file, so a directory or link under a marker's name is no evidence.
 
@@ -129,6 +150,10 @@ class SlurmEvidenceReader:
         prints its row, then runs the same ``find``: the file server stamps that mtime as it
         stamps the markers', so the first row is its "now" (:data:`CLOCK_SCRIPT`). ``$0`` is
         ``find``, so the shell's own complaints name the listing.
+
+        With a query, up to :data:`MAX_NAMED` ids are named (exactly their markers); more are
+        filtered on the file server's clock, by mtime after ``query.since``, where there is
+        one; else every marker is listed.
         """
         if clock:
             return [
@@ -137,8 +162,8 @@ class SlurmEvidenceReader:
                 CLOCK_SCRIPT,
                 "find",
                 target.log_root,
-                MARKER_GLOB,
                 MARKER_FORMAT,
+                *_selection(query),
             ]
         return [
             "find",
@@ -148,8 +173,7 @@ class SlurmEvidenceReader:
             "1",
             "-maxdepth",
             "1",
-            "-name",
-            MARKER_GLOB,
+            *_selection(query),
             "-type",
             "f",
             "-printf",
