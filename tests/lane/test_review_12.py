@@ -316,12 +316,6 @@ def test_the_fakes_time_out_ends_each_running_step_as_its_scancel_does(
 
 
 @pytest.mark.parametrize("name", ["journal", "lock"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="logs --output replaces any regular file by a rename, the campaign's own too: "
-    "--output STATE/journal exits 0 and the whole record is gone (CorruptState); a new lock "
-    "inode lets a second writer in beside one that holds the old",
-)
 def test_logs_output_refuses_to_replace_the_campaigns_own_files(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -343,6 +337,66 @@ def test_logs_output_refuses_to_replace_the_campaigns_own_files(
     )
     assert code == 1, f"logs replaced the campaign's own file: {err!r}"
     assert ((state / name).stat().st_ino, (state / "journal").read_bytes()) == before
+    assert run(["status", str(state), "--offline"], fake, capsys)[0] == 0
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["state/journal.tmp", "state/new-file", "link/journal", "link/new-file", "other/../state/x"],
+)
+@pytest.mark.parametrize("command", ["logs", "plan"])
+def test_no_output_goes_into_a_campaigns_directory_by_any_name(
+    command: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = tmp_path / "state", str(tmp_path / "plan.json")
+    (tmp_path / "link").symlink_to(state)
+    (tmp_path / "other").mkdir()
+    fake = FakeScheduler()
+    assert (
+        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    )
+    assert (
+        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    )
+    assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    fake.start(1000)
+    fake.logs[f"servatus-{fake.jobs[0].allocation_id}-1000.0.out"] = b"a step's log\n"
+    entries, journal = sorted(os.listdir(state)), (state / "journal").read_bytes()
+    output = str(tmp_path / where)
+    args = {
+        "logs": ["logs", str(state), "--task", "k0", "--output", output],
+        "plan": ["plan", str(state), "--config", str(config), "--output", output],
+    }[command]
+    code, _, err = run(args, fake, capsys)
+    assert code == 1 and "inside the campaign" in err, err
+    assert (sorted(os.listdir(state)), (state / "journal").read_bytes()) == (entries, journal)
+
+
+def test_logs_output_over_a_hard_link_to_the_journal_leaves_the_journal_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = tmp_path / "state", str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert (
+        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    )
+    assert (
+        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    )
+    assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    fake.start(1000)
+    fake.logs[f"servatus-{fake.jobs[0].allocation_id}-1000.0.out"] = b"a step's log\n"
+    linked = tmp_path / "backup"
+    os.link(state / "journal", linked)
+    journal = (state / "journal").read_bytes()
+    code, _, err = run(["logs", str(state), "--task", "k0", "--output", str(linked)], fake, capsys)
+    assert code == 0, err
+    assert linked.read_bytes() == b"a step's log\n"
+    assert (state / "journal").read_bytes() == journal
     assert run(["status", str(state), "--offline"], fake, capsys)[0] == 0
 
 

@@ -491,17 +491,29 @@ def _campaign(state: str) -> Campaign:
     return Campaign.open(state, connect=context.connect if context else None)
 
 
-def _save_plan(path: str, document: dict[str, Any]) -> None:
-    """Write the plan owner-only, never over an existing file."""
-    from servatus.errors import ConfigurationError, from_os_error  # noqa: PLC0415
-    from servatus.files import create_private  # noqa: PLC0415
+def write_output(path: str, data: bytes, *, replace: bool) -> None:
+    """What every ``--output FILE`` writes goes through here: owner-only, created (or, with
+    ``replace``, replaced by a rename), and never into a campaign's directory, whose journal,
+    lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
+    directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
+    elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
+    import os  # noqa: PLC0415
 
-    data = (json_text(document) + "\n").encode()
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+    from servatus.files import checked_path, create_private, replace_private  # noqa: PLC0415
+    from servatus.store import holds_campaign  # noqa: PLC0415
+
+    directory = os.path.realpath(os.path.dirname(checked_path(path, "path")) or ".")
+    if holds_campaign(directory):
+        raise ConfigurationError(
+            f"{path} is inside the campaign {directory!r}, whose files only servatus writes; "
+            "choose a file outside it"
+        )
     try:
-        create_private(path, data)
-    except FileExistsError:
-        raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
+        (replace_private if replace else create_private)(path, data)
     except OSError as exc:
+        if isinstance(exc, FileExistsError) and not replace:
+            raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
         raise from_os_error(exc, f"cannot write {path}") from None
 
 
@@ -552,7 +564,7 @@ def plan_command(
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
         _fail(f"warning: {warning}")
     if output:
-        _save_plan(output, document)
+        write_output(output, (json_text(document) + "\n").encode(), replace=False)
     if as_json:
         totals = plan.totals
         emit_json(
@@ -760,13 +772,7 @@ def logs_command(
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        from servatus.errors import from_os_error  # noqa: PLC0415
-        from servatus.files import replace_private  # noqa: PLC0415
-
-        try:
-            replace_private(output, data)
-        except OSError as exc:
-            raise from_os_error(exc, f"cannot write {output}") from None
+        write_output(output, data, replace=True)
 
 
 @cli.command("doctor")

@@ -1046,6 +1046,37 @@ class Writer:
 _OURS = frozenset({JOURNAL, LOCK, TEMPORARY})
 
 
+def holds_campaign(directory: str) -> bool:
+    """Whether ``directory`` is a campaign's STATE (its journal says so, or it holds only the
+    store's own names, as while one is created): what else writes into it could replace the
+    journal or the lock, so a user's output file never goes there."""
+    try:
+        entries = set(os.listdir(directory))
+    except (OSError, ValueError):
+        return False
+    if entries and entries <= _OURS:
+        return True
+    if JOURNAL not in entries:
+        return False
+    try:
+        fd = os.open(
+            os.path.join(directory, JOURNAL),
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+        )
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(_CAMPAIGN_PREFIX)) == _CAMPAIGN_PREFIX
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+_CAMPAIGN_PREFIX = SCHEMA.rsplit("/", 1)[0].encode("ascii") + b"/"
+"""How every version's journal starts: ``servatus.campaign/``."""
+
+
 def _make_directory(path: Path) -> None:
     """Create STATE owner-only, or adopt an existing directory that holds nothing but ours."""
     try:
@@ -1164,6 +1195,7 @@ __all__ = [
     "fold",
     "folds",
     "frame",
+    "holds_campaign",
     "read",
     "record",
     "scan",
