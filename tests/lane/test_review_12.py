@@ -80,11 +80,6 @@ def test_a_plan_whose_script_is_too_large_through_the_targets_binds_is_refused_a
 
 
 @pytest.mark.parametrize("command", [["seal"], ["append", "TASKS"]], ids=["seal", "append"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="writing() makes STATE owner-only before it checks there is a campaign in it: a "
-    "mistyped STATE (., ~, a shared project directory) is chmod 700'ed, then refused",
-)
 def test_a_command_on_a_directory_that_is_no_campaign_leaves_its_mode_alone(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -97,13 +92,10 @@ def test_a_command_on_a_directory_that_is_no_campaign_leaves_its_mode_alone(
     code, _, err = run([args[0], str(project), *args[1:]], FakeScheduler(), capsys)
     assert code == 1 and "no campaign" in err
     assert stat.S_IMODE(os.stat(project).st_mode) == 0o755, err
+    assert err == f"servatus: ConfigurationError: no campaign at {str(project)!r}\n"
+    assert sorted(os.listdir(project)) == ["README"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reading STATE warns about its mode, and advises chmod 700, before it knows STATE "
-    "is a campaign at all: `status ~` tells the user to chmod 700 their home directory",
-)
 def test_status_of_a_directory_that_is_no_campaign_advises_no_chmod(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

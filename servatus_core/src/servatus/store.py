@@ -824,19 +824,29 @@ def _check_owned(
         )
 
 
-def _open_directory(path: Path, *, tightened: bool = False) -> int:
+def _open_directory(path: Path) -> int:
+    """STATE, opened, not yet judged: its mode is checked (and warned of, or tightened) only
+    once it is known to hold a campaign, so a mistyped STATE (``.``, ``~``, a shared project
+    directory) is left as it is and called no campaign."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigurationError(f"no campaign at {str(path)!r}") from None
     except OSError as exc:
         raise from_os_error(exc, f"cannot open campaign {str(path)!r}") from None
+
+
+def _check_lock(directory: int, path: Path) -> None:
+    """A lock others can write is refused on every read too: whoever can replace it can let a
+    second writer in beside the one holding it. A campaign whose lock is missing is fine (the
+    next writer makes it)."""
     try:
-        _check_owned(os.fstat(fd), str(path), stat.S_ISDIR, tightened=tightened)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        st = os.stat(LOCK, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot open {str(path / LOCK)!r}") from None
+    _check_owned(st, str(path / LOCK), stat.S_ISREG)
 
 
 def read(path: str | Path) -> CampaignState:
@@ -851,10 +861,15 @@ def read(path: str | Path) -> CampaignState:
             raise ConfigurationError(f"no campaign at {str(path)!r}") from None
         except OSError as exc:
             raise from_os_error(exc, f"cannot open {name!r}") from None
+        try:
+            _check_owned(os.fstat(directory), str(path), stat.S_ISDIR)
+            _check_owned(os.fstat(fd), name, stat.S_ISREG)
+        except BaseException:
+            os.close(fd)
+            raise
     finally:
         os.close(directory)
     try:
-        _check_owned(os.fstat(fd), name, stat.S_ISREG)
         data = read_all(fd)
     except OSError as exc:
         raise from_os_error(exc, f"cannot read {name!r}") from None
@@ -1113,6 +1128,14 @@ def _make_private(path: Path) -> None:
         os.close(fd)
 
 
+def _exists(name: str, directory: int) -> bool:
+    try:
+        os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 @contextmanager
 def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
     """Hold the campaign's lock for one change; raise ``Busy`` at once if another process has it.
@@ -1123,16 +1146,21 @@ def writing(path: str | Path, *, create: bool = False) -> Iterator[Writer]:
     path = Path(checked_path(path, "campaign"))
     if create:
         _make_directory(path)
-    directory = _open_directory(path, tightened=True)
+    directory = _open_directory(path)
     try:
+        if not create and not _exists(JOURNAL, directory):
+            raise ConfigurationError(f"no campaign at {str(path)!r}")
         st = os.fstat(directory)
+        _check_owned(st, str(path), stat.S_ISDIR, tightened=True)
         if stat.S_IMODE(st.st_mode) != DIRECTORY_MODE:
             os.fchmod(directory, DIRECTORY_MODE)
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         lock = os.open(LOCK, flags, FILE_MODE, dir_fd=directory)
-    except OSError as exc:
+    except BaseException as exc:
         os.close(directory)
-        raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
+        if isinstance(exc, OSError):
+            raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
+        raise
     try:
         _check_owned(os.fstat(lock), str(path / LOCK), stat.S_ISREG, tightened=True)
         os.fchmod(lock, FILE_MODE)
