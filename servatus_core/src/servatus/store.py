@@ -864,6 +864,7 @@ def read(path: str | Path) -> CampaignState:
         try:
             _check_owned(os.fstat(directory), str(path), stat.S_ISDIR)
             _check_owned(os.fstat(fd), name, stat.S_ISREG)
+            _check_lock(directory, path)
         except BaseException:
             os.close(fd)
             raise
