@@ -512,12 +512,6 @@ def test_plan_refuses_a_task_with_megabytes_of_stdin_at_once(
 
 
 @pytest.mark.parametrize("stdout_closed", [False, True], ids=["stderr", "stdout-and-stderr"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="_fail flushes sys.stderr, which is None when the program started with fd 2 closed "
-    "(cron, a daemon): every error, and with stdout closed too every command, ends in an "
-    "AttributeError out of main (exit 1 and a traceback no one sees)",
-)
 def test_a_closed_stderr_still_gives_the_exit_code(
     stdout_closed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

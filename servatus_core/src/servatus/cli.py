@@ -345,7 +345,11 @@ def _usage(exc: click.UsageError) -> str:
 
 
 def _fail(message: str) -> None:
-    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line."""
+    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line; none
+    when the program started with stderr closed (cron, a daemon), where the exit code is all
+    that can be told."""
+    if sys.stderr is None:
+        return
     click.echo(f"servatus: {escape_line(message)}", err=True)
     sys.stderr.flush()
 
