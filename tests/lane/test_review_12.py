@@ -125,11 +125,6 @@ class _Broken(FakeScheduler):
     [["status", "STATE", "--json"], ["reconcile", "STATE", "--json"]],
     ids=["status", "reconcile"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="json_option prints the failure document only for ServatusError and Ctrl-C; an "
-    "unexpected error (exit 1, 'unexpected error: ...') under --json prints nothing on stdout",
-)
 def test_json_prints_one_document_on_an_unexpected_error(
     args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -157,6 +157,17 @@ def json_option(func: F) -> F:
         except KeyboardInterrupt:
             _emit_failure("Interrupted", INTERRUPTED)
             raise
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # a usage error, or an exit code the command chose after its document
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # the output could not be written: what _run reports it as
+            error = _output_error(exc)
+            _emit_failure(type(error).__name__, str(error))
+            raise
+        except Exception as exc:  # a bug: _run says "unexpected error", the document too
+            _emit_failure(type(exc).__name__, str(exc))
+            raise
         context = _context()
         if context is not None and context.described is not None and not context.emitted:
             emit_json(context.described())
