@@ -220,11 +220,6 @@ def test_a_control_that_fires_no_times_is_refused_or_never_fires(times: int) -> 
 
 
 @pytest.mark.parametrize("option", ["--task", "--allocation"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="cancel asks Slurm before it checks the names it was given: with squeue down, a "
-    "mistyped --task or --allocation is exit 75 (retry later) instead of exit 1 (bad input)",
-)
 def test_cancel_of_an_unknown_name_is_bad_input_even_while_slurm_is_down(
     option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,7 +17,7 @@ import attrs
 from cattrs.preconf.json import make_converter
 
 from servatus import store
-from servatus.cancel import cancellable, scancel
+from servatus.cancel import cancellable, check_names, scancel
 from servatus.config import Profile, Target, target_from_identity, target_identity
 from servatus.errors import (
     ConfigurationError,
@@ -551,6 +551,8 @@ class Campaign:
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
         recorded = submissions(self._state)
+        keys = self._state.tasks.by_key()
+        check_names(recorded, keys, tasks=tasks, allocations=allocations)
         evidence = self._gather(recorded)
         report = self._report(self._state, offline=False, evidence=evidence)
         chosen = cancellable(report, recorded, evidence, tasks=tasks, allocations=allocations)
