@@ -144,12 +144,6 @@ def test_json_prints_one_document_on_an_unexpected_error(
 # -- logs ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="logs of a Task whose job ended and whose log is gone (scratch purges files unread "
-    "for 40 days) still says 'Unavailable: ... tail: cannot open ...', exit 75: retry later, "
-    "which can never help",
-)
 def test_logs_of_an_ended_task_whose_log_is_gone_says_so_and_is_not_retry_later(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -165,6 +159,42 @@ def test_logs_of_an_ended_task_whose_log_is_gone_says_so_and_is_not_retry_later(
     code, _, err = run(["logs", state, "--task", "k0"], fake, capsys)
     assert "tail: cannot open" not in err
     assert code == 1, err
+
+
+class _RealTail(FakeScheduler):
+    """``tail`` of a missing file says what GNU tail says."""
+
+    def run(self, argv, *, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def, override]
+        if os.path.basename(argv[0]) == "tail":
+            self.calls.append(tuple(argv))
+            said = f"tail: cannot open '{argv[-1]}' for reading: No such file or directory\n"
+            return CommandResult(tuple(argv), 1, b"", said.encode())
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+def test_logs_of_an_ended_allocation_whose_log_is_gone_names_the_file_and_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = _RealTail()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.start(1000)
+    fake.finish(1000, 0)
+    fake.purge()
+    allocation = fake.jobs[0].allocation_id
+    code, _, err = run(["logs", state, "--allocation", allocation], fake, capsys)
+    path = [call for call in fake.calls if call[0].endswith("/tail")][-1][-1]
+    assert code == 1
+    assert err == (
+        f"servatus: ConfigurationError: allocation {allocation} has no log to read: allocation "
+        f"{allocation} (job 1000) has ended and {path} cannot be read (No such file or "
+        "directory); nothing writes it again, so retrying cannot help (was it removed, by a "
+        "scratch purge say?)\n"
+    )
 
 
 # -- authoring errors in the user's terms -----------------------------------------------------
