@@ -269,11 +269,6 @@ def test_cancel_of_an_unknown_name_is_bad_input_even_while_slurm_is_down(
 # -- suggested commands run as printed -------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 'submit it with: servatus submit STATE PLAN' hint quotes STATE for a shell but "
-    "not for the command line: a STATE starting with '-' is read as an option (exit 2)",
-)
 def test_the_submit_command_plan_suggests_runs_as_printed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,6 +286,48 @@ def test_the_submit_command_plan_suggests_runs_as_printed(
     assert words[:2] == ["servatus", "submit"]
     code, _, err = run(words[1:], fake, capsys)
     assert code == 0, f"{suggested!r}: {err}"
+
+
+def test_the_chmod_a_mode_warning_suggests_runs_as_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    fake = FakeScheduler()
+    assert (
+        run(["create", "--", "-st", write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    )
+    (tmp_path / "-st" / "journal").chmod(0o644)
+    code, _, err = run(["status", "--offline", "--", "-st"], fake, capsys)
+    assert code == 0
+    suggested = err.splitlines()[-1].split("make it owner-only: ", 1)[1]
+    assert suggested == "chmod 600 ./-st/journal"
+    subprocess.run(shlex.split(suggested), check=True)
+    assert stat.S_IMODE(os.stat(tmp_path / "-st" / "journal").st_mode) == 0o600
+
+
+def test_the_reconcile_command_a_wait_suggests_runs_as_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    fake = FakeScheduler()
+    assert (
+        run(["create", "--", "-st", write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    )
+    assert run(["plan", "--output", "plan.json", "--", "-st"], fake, capsys)[0] == 0
+    fake.unavailable("sbatch")
+    assert run(["submit", "--", "-st", "plan.json"], fake, capsys)[0] == 3
+    code, _, err = run(["reconcile", "--", "-st"], FakeScheduler(), capsys)
+    assert code == 75
+    suggested = err.split("run ", 1)[1].split(" again after ", 1)[0]
+    assert suggested == "servatus reconcile ./-st"
+    code, _, err = run(shlex.split(suggested)[1:], FakeScheduler(), capsys)
+    assert code == 75 and "still waits for evidence" in err, err
 
 
 # -- FakeScheduler agrees with Slurm ---------------------------------------------------------

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import functools
 import json
-import shlex
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from servatus.errors import (
     Unavailable,
     from_os_error,
 )
+from servatus.files import path_word
 from servatus.render import (
     accepted_line,
     authoring_line,
@@ -711,7 +711,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
         raise StillWaiting(
             f"{plural(len(waiting), 'allocation')} still "
             f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
-            f"run servatus reconcile {shlex.quote(state)} again after {when}"
+            f"run servatus reconcile {path_word(state)} again after {when}"
         )
 
 

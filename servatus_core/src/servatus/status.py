@@ -9,7 +9,6 @@ is every marker the job wrote visible on the login node.
 from __future__ import annotations
 
 import enum
-import shlex
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -18,6 +17,7 @@ import attrs
 
 from servatus.config import Target, target_from_identity
 from servatus.evidence import Evidence, EvidenceReader, Marker, MarkerKind, QueueEntry, fetch
+from servatus.files import path_word
 from servatus.script import JOB_NAME_PREFIX
 from servatus.store import CampaignState
 from servatus.transport import Transport
@@ -411,7 +411,7 @@ def project(
                 warnings.append(
                     f"allocation {allocation_id} was recorded as not submitted, but Slurm "
                     f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
-                    f"the queue (servatus cancel {shlex.quote(state)} --allocation "
+                    f"the queue (servatus cancel {path_word(state)} --allocation "
                     f"{allocation_id} stops it)"
                 )
         listed = None if queue is None else entry is not None

@@ -30,7 +30,6 @@ import math
 import operator
 import os
 import re
-import shlex
 import stat
 import time
 import uuid
@@ -58,7 +57,7 @@ from servatus.errors import (
     input_problem,
 )
 from servatus.evidence import MAX_JOB
-from servatus.files import checked_path, read_all, write_all
+from servatus.files import checked_path, path_word, read_all, write_all
 from servatus.ids import ALLOCATION_ID, target_key
 from servatus.strict import strict_scalars
 from servatus.tasks import Roster, Task, as_roster, bulk, every_match, fields_valid
@@ -810,13 +809,13 @@ def _check_owned(
     if mode & 0o022:
         raise UnsafeFilesystem(
             f"{name}: other users can write it (mode {mode:04o}), so it is not used; if the "
-            f"record is as you left it, make it owner-only: chmod {wanted:o} {shlex.quote(name)}"
+            f"record is as you left it, make it owner-only: chmod {wanted:o} {path_word(name)}"
         )
     if mode & 0o077:
         done = (
             f"made it owner-only ({wanted:04o})"
             if tightened
-            else f"make it owner-only: chmod {wanted:o} {shlex.quote(name)}"
+            else f"make it owner-only: chmod {wanted:o} {path_word(name)}"
         )
         warnings.warn(
             StateWarning(f"{name}: other users can read it (mode {mode:04o}); {done}"),
