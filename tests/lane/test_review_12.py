@@ -210,14 +210,6 @@ def test_logs_of_an_ended_allocation_whose_log_is_gone_names_the_file_and_the_re
     ],
     ids=["not-utf8", "bom", "control-character", "empty-stdin-file"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="some Tasks-file errors still speak Python: a non-UTF-8 line is 'not a JSON object: "
-    "'utf-8' codec can't decode byte 0xff in position 29', a BOM advises 'decode using "
-    "utf-8-sig', a raw control character reads 'Invalid control character at at column 42', "
-    "an empty stdin_file reads the JSONL file's own directory: 'cannot read stdin_file "
-    "'/tmp/x': Is a directory'",
-)
 def test_every_tasks_file_error_speaks_the_users_terms(
     content: bytes, leak: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -226,6 +218,38 @@ def test_every_tasks_file_error_speaks_the_users_terms(
     code, _, err = run(["create", str(tmp_path / "state"), str(tasks)], FakeScheduler(), capsys)
     assert code == 1 and err.startswith(f"servatus: ConfigurationError: {tasks}:1: "), err
     assert leak not in err and "not a JSON object" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (
+            b'{"key": "k0", "args": ["/usr/bin/\xc3\xa9\xff"]}\n',
+            "not UTF-8 text: byte 0xff at column 35; a Tasks file is UTF-8",
+        ),
+        (
+            b'\xef\xbb\xbf{"key": "k0", "args": ["/usr/bin/true"]}\n',
+            "starts with a byte order mark (U+FEFF); save the Tasks file as UTF-8 without one",
+        ),
+        (
+            b'{"key": "k0", "args": ["a\x01b"]}\n',
+            "not valid JSON: a raw control character (U+0001) at column 26; inside a string "
+            "write it escaped (\\u0001)",
+        ),
+        (
+            b'{"key": "k0", "args": ["/usr/bin/true"], "stdin_file": ""}\n',
+            '"stdin_file" must not be empty; leave it out for no stdin',
+        ),
+    ],
+    ids=["not-utf8", "bom", "control-character", "empty-stdin-file"],
+)
+def test_each_tasks_file_error_says_what_to_change(
+    content: bytes, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(content)
+    code, _, err = run(["create", str(tmp_path / "state"), str(tasks)], FakeScheduler(), capsys)
+    assert (code, err) == (1, f"servatus: ConfigurationError: {tasks}:1: {said}\n")
 
 
 # -- FakeScheduler controls ------------------------------------------------------------------
