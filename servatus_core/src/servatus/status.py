@@ -408,11 +408,15 @@ def project(
             elif entry.job != recorded:
                 entry = None  # same name, another job number: not this submission's job
             if entry is not None and outcome is Outcome.NOT_SUBMITTED:
+                stops = (  # an ended job stays listed until MinJobAge: cancel finds nothing
+                    f"servatus cancel {path_word(state)} --allocation {allocation_id} stops it"
+                    if queued_or_running(entry.state)
+                    else f"it has ended, {entry.state}: nothing to cancel"
+                )
                 warnings.append(
                     f"allocation {allocation_id} was recorded as not submitted, but Slurm "
                     f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
-                    f"the queue (servatus cancel {path_word(state)} --allocation "
-                    f"{allocation_id} stops it)"
+                    f"the queue ({stops})"
                 )
         listed = None if queue is None else entry is not None
         if outcome is not _ACCEPTED or folded is None:
