@@ -558,6 +558,32 @@ def test_a_campaign_whose_lock_others_can_read_is_read_with_a_warning(
     )
 
 
+@pytest.mark.parametrize("command", ["status", "plan"])
+def test_a_campaign_others_can_read_is_a_warning_in_the_json_document_too(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE)
+    state = tmp_path / "state"
+    fake = FakeScheduler()
+    assert (
+        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    )
+    (state / "journal").chmod(0o644)
+    warning = (
+        f"{state / 'journal'}: other users can read it (mode 0644); make it owner-only: "
+        f"chmod 600 {state / 'journal'}"
+    )
+    args = {
+        "status": ["status", str(state), "--offline", "--json"],
+        "plan": ["plan", str(state), "--config", str(config), "--json"],
+    }[command]
+    code, out, err = run(args, fake, capsys)
+    assert code == 0
+    assert err == f"servatus: warning: {warning}\n"
+    assert json.loads(out)["warnings"] == [warning]
+
+
 # -- refusing an oversized script costs what reading it costs --------------------------------
 
 

@@ -64,13 +64,15 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 class Context:
-    """What every command receives: the ``connect=`` override, if any; and, under ``--json``,
-    what it did so far (:func:`describe`) and whether its document was printed."""
+    """What every command receives: the ``connect=`` override, if any; under ``--json``, what
+    it did so far (:func:`describe`) and whether its document was printed; and the warnings
+    (:class:`StateWarning`) issued so far, which a document with ``warnings`` carries too."""
 
     def __init__(self, connect: Connect | None) -> None:
         self.connect = connect
         self.described: Callable[[], dict[str, Any]] | None = None
         self.emitted = False
+        self.warned: list[str] = []
 
 
 def _context() -> Context | None:
@@ -275,8 +277,19 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
 
 
 def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
-    """A warning is one line, like an error: ``servatus: warning: ...``."""
+    """A warning is one line, like an error: ``servatus: warning: ...``; kept for a ``--json``
+    document's ``warnings`` (:func:`with_warnings`)."""
+    context = _context()
+    if context is not None:
+        context.warned.append(str(message))
     _fail(f"warning: {message}")
+
+
+def with_warnings(warned: Sequence[str]) -> list[str]:
+    """A document's ``warnings``: those the command warned of on the way (a campaign others
+    can read, say), then its own ``warned``, so a program reading ``--json`` sees them all."""
+    context = _context()
+    return [*(context.warned if context is not None else ()), *warned]
 
 
 def _output_error(exc: OSError) -> ServatusError:
@@ -576,6 +589,7 @@ def plan_command(
         tasks_per_allocation=tasks_per_allocation,
     )
     document = plan_to_document(plan)
+    warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
         _fail(f"warning: {warning}")
     if output:
@@ -588,7 +602,7 @@ def plan_command(
                 "retry": list(plan.request.retry),
                 "extensions": list(plan.extensions),
                 "allocations": [to_document(a) for a in plan.allocations],
-                "warnings": list(plan.warnings),
+                "warnings": warned,
                 "saved": output,
                 "totals": {
                     "cpu_hours": totals.cpu_hours,
@@ -685,7 +699,8 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
 
     report = _campaign(state).status(offline=offline)
     if as_json:
-        emit_json(report_to_document(report))
+        document = report_to_document(report)
+        emit_json({**document, "warnings": with_warnings(document["warnings"])})
         return
     echo(*status_lines(report))
 
