@@ -202,10 +202,15 @@ def _reference_attempts(
         entry = None
     outcome = submission.outcome
     if outcome is Outcome.NOT_SUBMITTED and entry is not None:
+        live = entry.state in _QUEUED_STATES or entry.state in _RUNNING_STATES
         warnings.append(
             f"allocation {allocation_id} was recorded as not submitted, but Slurm "
             f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves the queue "
-            f"(servatus cancel STATE --allocation {allocation_id} stops it)"
+            + (
+                f"(servatus cancel STATE --allocation {allocation_id} stops it)"
+                if live
+                else f"(it has ended, {entry.state}: nothing to cancel)"
+            )
         )
     job = submission.job if submission.job is not None else (entry.job if entry else None)
     listed = None if by_queue is None else entry is not None  # None: squeue was not asked

@@ -157,6 +157,25 @@ def test_the_late_sbatch_warning_names_the_campaign(
     assert "'" in shlex.quote(state)  # the path holds a space
 
 
+def test_the_late_sbatch_warning_suggests_no_cancel_once_the_job_has_ended(
+    sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, plan = sweep
+    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys)
+    fake.jobs[-1].state = "COMPLETED"  # ended, and still listed until MinJobAge passes
+    code, out, err = run(["status", state, "--json"], fake, capsys)
+    assert code == 0
+    (warning,) = json.loads(out)["warnings"]
+    assert "servatus cancel" not in warning and "servatus cancel" not in err
+    assert warning.endswith(
+        "its Tasks are held ACTIVE until it leaves the queue (it has ended, COMPLETED: nothing "
+        "to cancel)"
+    )
+    assert run(["cancel", state, "--allocation", allocation_id], fake, capsys)[1] == (
+        "nothing to cancel: no matching allocation is queued or running\n"
+    )
+
+
 def test_cancel_of_a_late_job_that_already_ended_cancels_nothing(
     sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

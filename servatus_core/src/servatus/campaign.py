@@ -17,7 +17,7 @@ import attrs
 from cattrs.preconf.json import make_converter
 
 from servatus import store
-from servatus.cancel import cancellable, scancel
+from servatus.cancel import cancellable, check_names, scancel
 from servatus.config import Profile, Target, target_from_identity, target_identity
 from servatus.errors import (
     Busy,
@@ -625,6 +625,8 @@ class Campaign:
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
         recorded = submissions(self._state)
+        keys = self._state.tasks.by_key()
+        check_names(recorded, keys, tasks=tasks, allocations=allocations)
         report, change, evidence = self._observe(self._state, offline=False)
         self._record(change)
         chosen = cancellable(report, recorded, evidence, tasks=tasks, allocations=allocations)
@@ -710,7 +712,7 @@ class Campaign:
                 transport.close()
             if result.returncode != 0:
                 message = result.stderr.decode("utf-8", "replace").strip()[:200]
-                why = self._why_no_log(allocation_id, wanted_key)
+                why = self._why_no_log(allocation_id, wanted_key, path, message)
                 if why is not None:
                     raise why
                 raise Unavailable(f"cannot read {path}: {message or 'tail failed'}")
@@ -719,27 +721,37 @@ class Campaign:
             chunks.append(result.stdout)
         return b"".join(chunks)
 
-    def _why_no_log(self, allocation_id: str, key: str | None) -> ServatusError | None:
-        """Why a log that could not be read does not exist yet, if Slurm and the run markers
-        say its Task (or allocation) has not started; None when they do not (then the log
-        should be there, and the failure to read it is what to report)."""
+    def _why_no_log(
+        self, allocation_id: str, key: str | None, path: str, message: str
+    ) -> ServatusError | None:
+        """Why a log that could not be read does not exist, if Slurm and the run markers say
+        its Task (or allocation) has not started, or has ended; None when they do not (then
+        the log should be there, and the failure to read it is what to report)."""
         try:
             report = self._report(self._state, offline=False)
         except Unavailable:
             return None
-        return why_no_log(report, allocation_id, key)
+        return why_no_log(report, allocation_id, key, path=path, message=message)
 
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
 
 
-def why_no_log(report: Report, allocation_id: str, key: str | None) -> ServatusError | None:
-    """Why the log of ``key``'s step (``key`` None: of the allocation) in ``allocation_id`` does
-    not exist, or None if the report shows it should. A queued job, or a running one whose batch
-    script has not written its start marker, has written no log yet: :class:`Unavailable`, as
-    the spec's exit 75 says, "retry later". A Task whose allocation ended before it started
-    never will have one."""
+_ENDED = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED, Execution.LOST})
+"""Executions after which nothing writes the log again: one unreadable then stays so."""
+
+
+def why_no_log(
+    report: Report, allocation_id: str, key: str | None, *, path: str = "", message: str = ""
+) -> ServatusError | None:
+    """Why the log ``path`` of ``key``'s step (``key`` None: of the allocation) in
+    ``allocation_id`` could not be read (``message``: what ``tail`` said), or None if the report
+    shows it should be there. A queued job, or a running one whose batch script has not written
+    its start marker, has written no log yet: :class:`Unavailable`, as the spec's exit 75 says,
+    "retry later". A Task whose allocation ended before it started never will have one; one
+    whose allocation ended has had its log removed since (a scratch purge), and retrying
+    cannot bring it back: both are :class:`ConfigurationError`."""
     attempts = [
         attempt
         for attempt in report.attempts
@@ -757,7 +769,22 @@ def why_no_log(report: Report, allocation_id: str, key: str | None) -> ServatusE
         return Unavailable(f"{whose} has no log yet: {where} has not started it; retry shortly")
     if key is not None and attempt.detail is StopReason.NEVER_STARTED:
         return ConfigurationError(f"{whose} has no log: {where} ended before it started")
+    if attempt.execution in _ENDED:
+        reason = _tail_reason(message)
+        return ConfigurationError(
+            f"{whose} has no log to read: {where} has ended and {path or 'its log'} cannot be "
+            f"read{f' ({reason})' if reason else ''}; nothing writes it again, so retrying "
+            "cannot help (was it removed, by a scratch purge say?)"
+        )
     return None
+
+
+def _tail_reason(message: str) -> str:
+    """The operating system's reason in what ``tail`` said (``tail: cannot open 'P' for reading:
+    No such file or directory``), without the program's words and the path said already."""
+    if not message.startswith("tail: ") or message.count(": ") < 2:
+        return ""
+    return message.rsplit(": ", 1)[1]
 
 
 _documents = make_converter()

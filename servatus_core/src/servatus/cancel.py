@@ -6,7 +6,7 @@ unrelated job that reused a number is never touched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from servatus.config import Target
 from servatus.errors import ConfigurationError, Unavailable
@@ -15,6 +15,22 @@ from servatus.script import job_name
 from servatus.status import Execution, Report, Submission, queued_or_running
 from servatus.submission import command
 from servatus.transport import Transport
+
+
+def check_names(
+    submissions: Sequence[Submission],
+    task_keys: Collection[str],
+    *,
+    tasks: Sequence[str],
+    allocations: Sequence[str],
+) -> None:
+    """Refuse a name the campaign does not hold, before Slurm is asked anything: a typo is bad
+    input (exit 1) whether or not Slurm answers, never "retry later"."""
+    recorded = {submission.allocation_id for submission in submissions}
+    unknown = [a for a in allocations if a not in recorded]
+    unknown += [f"Task {key}" for key in tasks if key not in task_keys]
+    if unknown:
+        raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
 
 
 def cancellable(
@@ -29,11 +45,8 @@ def cancellable(
     as queued or running (``evidence``, the listings ``report`` was projected from, says so for
     a job without a receipt). A job that already ended is not an error, just not cancelled."""
     by_id = {submission.allocation_id: submission for submission in submissions}
-    unknown = [a for a in allocations if a not in by_id]
     keys = {task.key for task in report.tasks}
-    unknown += [f"Task {key}" for key in tasks if key not in keys]
-    if unknown:
-        raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
+    check_names(submissions, keys, tasks=tasks, allocations=allocations)
     # An allocation without a receipt (unresolved, or recorded as not submitted) is cancelled
     # whenever Slurm lists a job under its name: after an interrupted submit it may be running.
     live = {

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import functools
 import json
-import shlex
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from servatus.errors import (
     Unavailable,
     from_os_error,
 )
+from servatus.files import path_word
 from servatus.render import (
     accepted_line,
     authoring_line,
@@ -64,13 +64,15 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 class Context:
-    """What every command receives: the ``connect=`` override, if any; and, under ``--json``,
-    what it did so far (:func:`describe`) and whether its document was printed."""
+    """What every command receives: the ``connect=`` override, if any; under ``--json``, what
+    it did so far (:func:`describe`) and whether its document was printed; and the warnings
+    (:class:`StateWarning`) issued so far, which a document with ``warnings`` carries too."""
 
     def __init__(self, connect: Connect | None) -> None:
         self.connect = connect
         self.described: Callable[[], dict[str, Any]] | None = None
         self.emitted = False
+        self.warned: list[str] = []
 
 
 def _context() -> Context | None:
@@ -156,6 +158,17 @@ def json_option(func: F) -> F:
             raise
         except KeyboardInterrupt:
             _emit_failure("Interrupted", INTERRUPTED)
+            raise
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # a usage error, or an exit code the command chose after its document
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # the output could not be written: what _run reports it as
+            error = _output_error(exc)
+            _emit_failure(type(error).__name__, str(error))
+            raise
+        except Exception as exc:  # a bug: _run says "unexpected error", the document too
+            _emit_failure(type(exc).__name__, str(exc))
             raise
         context = _context()
         if context is not None and context.described is not None and not context.emitted:
@@ -264,8 +277,19 @@ def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -
 
 
 def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
-    """A warning is one line, like an error: ``servatus: warning: ...``."""
+    """A warning is one line, like an error: ``servatus: warning: ...``; kept for a ``--json``
+    document's ``warnings`` (:func:`with_warnings`)."""
+    context = _context()
+    if context is not None:
+        context.warned.append(str(message))
     _fail(f"warning: {message}")
+
+
+def with_warnings(warned: Sequence[str]) -> list[str]:
+    """A document's ``warnings``: those the command warned of on the way (a campaign others
+    can read, say), then its own ``warned``, so a program reading ``--json`` sees them all."""
+    context = _context()
+    return [*(context.warned if context is not None else ()), *warned]
 
 
 def _output_error(exc: OSError) -> ServatusError:
@@ -345,7 +369,11 @@ def _usage(exc: click.UsageError) -> str:
 
 
 def _fail(message: str) -> None:
-    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line."""
+    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line; none
+    when the program started with stderr closed (cron, a daemon), where the exit code is all
+    that can be told."""
+    if sys.stderr is None:
+        return
     click.echo(f"servatus: {escape_line(message)}", err=True)
     sys.stderr.flush()
 
@@ -491,17 +519,29 @@ def _campaign(state: str) -> Campaign:
     return Campaign.open(state, connect=context.connect if context else None)
 
 
-def _save_plan(path: str, document: dict[str, Any]) -> None:
-    """Write the plan owner-only, never over an existing file."""
-    from servatus.errors import ConfigurationError, from_os_error  # noqa: PLC0415
-    from servatus.files import create_private  # noqa: PLC0415
+def write_output(path: str, data: bytes, *, replace: bool) -> None:
+    """What every ``--output FILE`` writes goes through here: owner-only, created (or, with
+    ``replace``, replaced by a rename), and never into a campaign's directory, whose journal,
+    lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
+    directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
+    elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
+    import os  # noqa: PLC0415
 
-    data = (json_text(document) + "\n").encode()
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+    from servatus.files import checked_path, create_private, replace_private  # noqa: PLC0415
+    from servatus.store import holds_campaign  # noqa: PLC0415
+
+    directory = os.path.realpath(os.path.dirname(checked_path(path, "path")) or ".")
+    if holds_campaign(directory):
+        raise ConfigurationError(
+            f"{path} is inside the campaign {directory!r}, whose files only servatus writes; "
+            "choose a file outside it"
+        )
     try:
-        create_private(path, data)
-    except FileExistsError:
-        raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
+        (replace_private if replace else create_private)(path, data)
     except OSError as exc:
+        if isinstance(exc, FileExistsError) and not replace:
+            raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
         raise from_os_error(exc, f"cannot write {path}") from None
 
 
@@ -549,10 +589,11 @@ def plan_command(
         tasks_per_allocation=tasks_per_allocation,
     )
     document = plan_to_document(plan)
+    warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
         _fail(f"warning: {warning}")
     if output:
-        _save_plan(output, document)
+        write_output(output, (json_text(document) + "\n").encode(), replace=False)
     if as_json:
         totals = plan.totals
         emit_json(
@@ -561,7 +602,7 @@ def plan_command(
                 "retry": list(plan.request.retry),
                 "extensions": list(plan.extensions),
                 "allocations": [to_document(a) for a in plan.allocations],
-                "warnings": list(plan.warnings),
+                "warnings": warned,
                 "saved": output,
                 "totals": {
                     "cpu_hours": totals.cpu_hours,
@@ -661,7 +702,8 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     if campaign.record_warning is not None:
         click.echo(f"servatus: warning: {campaign.record_warning}", err=True)
     if as_json:
-        emit_json(report_to_document(report))
+        document = report_to_document(report)
+        emit_json({**document, "warnings": with_warnings(document["warnings"])})
         return
     echo(*status_lines(report))
 
@@ -687,7 +729,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
         raise StillWaiting(
             f"{plural(len(waiting), 'allocation')} still "
             f"{'waits' if len(waiting) == 1 else 'wait'} for evidence; "
-            f"run servatus reconcile {shlex.quote(state)} again after {when}"
+            f"run servatus reconcile {path_word(state)} again after {when}"
         )
 
 
@@ -763,13 +805,7 @@ def logs_command(
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        from servatus.errors import from_os_error  # noqa: PLC0415
-        from servatus.files import replace_private  # noqa: PLC0415
-
-        try:
-            replace_private(output, data)
-        except OSError as exc:
-            raise from_os_error(exc, f"cannot write {output}") from None
+        write_output(output, data, replace=True)
 
 
 @cli.command("doctor")

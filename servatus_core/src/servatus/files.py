@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shlex
 import stat
 
 from servatus.errors import ConfigurationError
@@ -24,6 +25,14 @@ def checked_path(path: str | os.PathLike[str], what: str) -> str:
     if "\0" in text:
         raise ConfigurationError(f"{what} {text!r} contains a NUL byte; no file can have that name")
     return text
+
+
+def path_word(path: str | os.PathLike[str]) -> str:
+    """``path`` as one word of a command to copy and paste: shell-quoted, and with ``./`` before
+    a relative path that starts with ``-``, which any program would take for an option
+    (``servatus submit -st``, ``chmod 700 -st``); the same file, whatever the command."""
+    text = os.fspath(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
 def read_regular(path: str | os.PathLike[str]) -> bytes:

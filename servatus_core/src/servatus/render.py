@@ -8,9 +8,10 @@ start-up, so the engine modules a function formats are imported inside it, when 
 from __future__ import annotations
 
 import operator
-import shlex
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
+
+from servatus.files import path_word
 
 if TYPE_CHECKING:
     from servatus.campaign import Authoring, ShapeCheck
@@ -178,7 +179,7 @@ def plan_lines(plan: Plan) -> list[str]:
 
 def saved_line(state: str, path: str) -> str:
     """Where the plan was saved, and the command that submits it, quoted for a shell."""
-    return f"saved {path}; submit it with: servatus submit {shlex.quote(state)} {shlex.quote(path)}"
+    return f"saved {path}; submit it with: servatus submit {path_word(state)} {path_word(path)}"
 
 
 def script_banner(allocation_id: str) -> str:

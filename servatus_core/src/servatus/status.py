@@ -9,7 +9,6 @@ is every marker the job wrote visible on the login node.
 from __future__ import annotations
 
 import enum
-import shlex
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -28,6 +27,7 @@ from servatus.evidence import (
     SlotEnd,
     fetch,
 )
+from servatus.files import path_word
 from servatus.script import JOB_NAME_PREFIX
 from servatus.store import CampaignState
 from servatus.transport import Transport
@@ -407,11 +407,15 @@ def project(
             elif entry.job != recorded:
                 entry = None  # same name, another job number: not this submission's job
             if entry is not None and outcome is Outcome.NOT_SUBMITTED:
+                stops = (  # an ended job stays listed until MinJobAge: cancel finds nothing
+                    f"servatus cancel {path_word(state)} --allocation {allocation_id} stops it"
+                    if queued_or_running(entry.state)
+                    else f"it has ended, {entry.state}: nothing to cancel"
+                )
                 warnings.append(
                     f"allocation {allocation_id} was recorded as not submitted, but Slurm "
                     f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
-                    f"the queue (servatus cancel {shlex.quote(state)} --allocation "
-                    f"{allocation_id} stops it)"
+                    f"the queue ({stops})"
                 )
         listed = None if queue is None else entry is not None
         if outcome is not _ACCEPTED or folded is None:

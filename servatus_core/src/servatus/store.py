@@ -30,7 +30,6 @@ import math
 import operator
 import os
 import re
-import shlex
 import stat
 import time
 import uuid
@@ -58,7 +57,7 @@ from servatus.errors import (
     input_problem,
 )
 from servatus.evidence import MAX_JOB, Observation, SlotEnd
-from servatus.files import checked_path, read_all, write_all
+from servatus.files import checked_path, path_word, read_all, write_all
 from servatus.ids import ALLOCATION_ID, target_key
 from servatus.strict import strict_scalars
 from servatus.tasks import Roster, Task, as_roster, bulk, every_match, fields_valid
@@ -989,13 +988,13 @@ def _check_owned(
     if mode & 0o022:
         raise UnsafeFilesystem(
             f"{name}: other users can write it (mode {mode:04o}), so it is not used; if the "
-            f"record is as you left it, make it owner-only: chmod {wanted:o} {shlex.quote(name)}"
+            f"record is as you left it, make it owner-only: chmod {wanted:o} {path_word(name)}"
         )
     if mode & 0o077:
         done = (
             f"made it owner-only ({wanted:04o})"
             if tightened
-            else f"make it owner-only: chmod {wanted:o} {shlex.quote(name)}"
+            else f"make it owner-only: chmod {wanted:o} {path_word(name)}"
         )
         warnings.warn(
             StateWarning(f"{name}: other users can read it (mode {mode:04o}); {done}"),
@@ -1003,19 +1002,29 @@ def _check_owned(
         )
 
 
-def _open_directory(path: Path, *, tightened: bool = False) -> int:
+def _open_directory(path: Path) -> int:
+    """STATE, opened, not yet judged: its mode is checked (and warned of, or tightened) only
+    once it is known to hold a campaign, so a mistyped STATE (``.``, ``~``, a shared project
+    directory) is left as it is and called no campaign."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigurationError(f"no campaign at {str(path)!r}") from None
     except OSError as exc:
         raise from_os_error(exc, f"cannot open campaign {str(path)!r}") from None
+
+
+def _check_lock(directory: int, path: Path) -> None:
+    """A lock others can write is refused on every read too: whoever can replace it can let a
+    second writer in beside the one holding it. A campaign whose lock is missing is fine (the
+    next writer makes it)."""
     try:
-        _check_owned(os.fstat(fd), str(path), stat.S_ISDIR, tightened=tightened)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        st = os.stat(LOCK, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot open {str(path / LOCK)!r}") from None
+    _check_owned(st, str(path / LOCK), stat.S_ISREG)
 
 
 def read(path: str | Path) -> CampaignState:
@@ -1030,10 +1039,16 @@ def read(path: str | Path) -> CampaignState:
             raise ConfigurationError(f"no campaign at {str(path)!r}") from None
         except OSError as exc:
             raise from_os_error(exc, f"cannot open {name!r}") from None
+        try:
+            _check_owned(os.fstat(directory), str(path), stat.S_ISDIR)
+            _check_owned(os.fstat(fd), name, stat.S_ISREG)
+            _check_lock(directory, path)
+        except BaseException:
+            os.close(fd)
+            raise
     finally:
         os.close(directory)
     try:
-        _check_owned(os.fstat(fd), name, stat.S_ISREG)
         data = read_all(fd)
     except OSError as exc:
         raise from_os_error(exc, f"cannot read {name!r}") from None
@@ -1244,6 +1259,37 @@ class Writer:
 _OURS = frozenset({JOURNAL, LOCK, TEMPORARY})
 
 
+def holds_campaign(directory: str) -> bool:
+    """Whether ``directory`` is a campaign's STATE (its journal says so, or it holds only the
+    store's own names, as while one is created): what else writes into it could replace the
+    journal or the lock, so a user's output file never goes there."""
+    try:
+        entries = set(os.listdir(directory))
+    except (OSError, ValueError):
+        return False
+    if entries and entries <= _OURS:
+        return True
+    if JOURNAL not in entries:
+        return False
+    try:
+        fd = os.open(
+            os.path.join(directory, JOURNAL),
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+        )
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(_CAMPAIGN_PREFIX)) == _CAMPAIGN_PREFIX
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+_CAMPAIGN_PREFIX = SCHEMA.rsplit("/", 1)[0].encode("ascii") + b"/"
+"""How every version's journal starts: ``servatus.campaign/``."""
+
+
 def _make_directory(path: Path) -> None:
     """Create STATE owner-only, or adopt an existing directory that holds nothing but ours."""
     try:
@@ -1280,6 +1326,14 @@ def _make_private(path: Path) -> None:
         os.close(fd)
 
 
+def _exists(name: str, directory: int) -> bool:
+    try:
+        os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 @contextmanager
 def writing(
     path: str | Path,
@@ -1297,16 +1351,21 @@ def writing(
     path = Path(checked_path(path, "campaign"))
     if create:
         _make_directory(path)
-    directory = _open_directory(path, tightened=True)
+    directory = _open_directory(path)
     try:
+        if not create and not _exists(JOURNAL, directory):
+            raise ConfigurationError(f"no campaign at {str(path)!r}")
         st = os.fstat(directory)
+        _check_owned(st, str(path), stat.S_ISDIR, tightened=True)
         if stat.S_IMODE(st.st_mode) != DIRECTORY_MODE:
             os.fchmod(directory, DIRECTORY_MODE)
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         lock = os.open(LOCK, flags, FILE_MODE, dir_fd=directory)
-    except OSError as exc:
+    except BaseException as exc:
         os.close(directory)
-        raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
+        if isinstance(exc, OSError):
+            raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
+        raise
     try:
         _check_owned(os.fstat(lock), str(path / LOCK), stat.S_ISREG, tightened=True)
         os.fchmod(lock, FILE_MODE)
@@ -1374,6 +1433,7 @@ __all__ = [
     "fold",
     "folds",
     "frame",
+    "holds_campaign",
     "read",
     "record",
     "scan",

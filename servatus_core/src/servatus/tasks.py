@@ -492,14 +492,24 @@ def parse_line(raw: bytes, *, base: Path) -> Task:
     """
     try:
         text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        column = len(raw[: exc.start].decode("utf-8", "replace")) + 1
+        raise ConfigurationError(
+            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {column}; a Tasks file is UTF-8"
+        ) from None
+    if text.startswith("\ufeff"):
+        raise ConfigurationError(
+            "starts with a byte order mark (U+FEFF); save the Tasks file as UTF-8 without one"
+        )
+    try:
         document = json.loads(
             text, object_pairs_hook=_no_duplicate_names, parse_constant=_no_constants
         )
     except ConfigurationError:
         raise
     except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConfigurationError(_json_problem(exc)) from None
+    except (ValueError, RecursionError) as exc:
         raise ConfigurationError(f"not a JSON object: {input_problem(exc)}") from None
     if not isinstance(document, dict):
         raise ConfigurationError(f"a Task line must be a JSON object with {_FIELDS}")
@@ -510,6 +520,8 @@ def parse_line(raw: bytes, *, base: Path) -> Task:
     stdin = b""
     if line.stdin_file is not None:
         source = base / line.stdin_file
+        if not line.stdin_file:  # base / "" is base: the Tasks file's own directory
+            raise ConfigurationError('"stdin_file" must not be empty; leave it out for no stdin')
         if "\0" in line.stdin_file:
             raise ConfigurationError('"stdin_file" must be a path without NUL bytes')
         try:
@@ -527,6 +539,19 @@ def parse_line(raw: bytes, *, base: Path) -> Task:
     if problem is not None:
         raise ConfigurationError(problem)
     return task
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """A JSON syntax error in the line author's words: a raw control character is named, with
+    how to write it, instead of Python's "Invalid control character at" (followed by our own
+    "at column")."""
+    if exc.msg.startswith("Invalid control character"):
+        code = ord(exc.doc[exc.pos])  # the decoder stops on the character itself
+        return (
+            f"not valid JSON: a raw control character (U+{code:04X}) at column {exc.colno}; "
+            f"inside a string write it escaped (\\u{code:04x})"
+        )
+    return f"not valid JSON: {exc.msg} at column {exc.colno}"
 
 
 _FIELDS = '"key", "args" and optionally "stdin_file" and "env"'
