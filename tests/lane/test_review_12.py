@@ -215,10 +215,6 @@ def test_every_tasks_file_error_speaks_the_users_terms(
 
 
 @pytest.mark.parametrize("times", [0, -1])
-@pytest.mark.xfail(
-    strict=True,
-    reason="a control with times=0 (or below) is accepted and fires once anyway",
-)
 def test_a_control_that_fires_no_times_is_refused_or_never_fires(times: int) -> None:
     fake = FakeScheduler()
     try:

@@ -56,7 +56,11 @@ class _Fault:
 
 
 class FakeScheduler:
-    """An in-memory Slurm: call it with a Target to get a Transport (``connect=``)."""
+    """An in-memory Slurm: call it with a Target to get a Transport (``connect=``).
+
+    A control (``fail``, ``unavailable``, ``lose_answer``) fires on the next ``times`` runs;
+    ``times`` below 1 is refused with ``ValueError``, never read as "once".
+    """
 
     def __init__(
         self,
@@ -92,20 +96,24 @@ class FakeScheduler:
 
     def fail(self, command: str, *, times: int = 1, returncode: int = 1, stderr: str = "") -> None:
         """The next ``times`` runs of ``command`` run and say no (a nonzero exit)."""
-        program = _program(self._known(command))
+        program = _program(self._known(command, times))
         message = stderr or f"{program}: error: refused by FakeScheduler\n"
         self._faults[command] = _Fault("fail", times, returncode, message)
 
     def unavailable(self, command: str, *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` get no answer (a dropped connection)."""
-        self._faults[self._known(command)] = _Fault("unavailable", times)
+        self._faults[self._known(command, times)] = _Fault("unavailable", times)
 
     def lose_answer(self, command: str = "sbatch", *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` take effect, but their answer never arrives."""
-        self._faults[self._known(command)] = _Fault("lose", times)
+        self._faults[self._known(command, times)] = _Fault("lose", times)
 
-    def _known(self, command: str) -> str:
-        """A control that names no command the fake answers would never fire: refuse it."""
+    def _known(self, command: str, times: int) -> str:
+        """A control that names no command the fake answers, or that fires fewer than once
+        (``times`` below 1), would never do what its caller meant: refuse it (``ValueError``)
+        rather than fire once or silently never."""
+        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+            raise ValueError(f"FakeScheduler controls fire at least once; times={times!r}")
         if command not in CONTROL_NAMES:
             raise ValueError(
                 f"FakeScheduler has no command {command!r}; its controls name one of "
