@@ -359,12 +359,6 @@ class _TestOnlyTimesOut(FakeScheduler):
         return super().run(argv, stdin=stdin, timeout=timeout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="validate reads 'Socket timed out on send/recv operation' from sbatch --test-only as "
-    "REJECTED (ShapeRejected, exit 1), while submit reads the same words as Slurm lost (exit "
-    "3): the shape was never judged, which the playbook calls unavailable (exit 75)",
-)
 def test_validate_reads_a_controller_timeout_as_unavailable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -379,11 +373,6 @@ def test_validate_reads_a_controller_timeout_as_unavailable(
     assert "REJECTED" not in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="doctor's sbatch --test-only check reads a controller timeout as 'fail' (the command "
-    "ran and said no), exit 1; no answer came back, which the spec calls 'unavailable', exit 75",
-)
 def test_doctor_reads_a_controller_timeout_as_unavailable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -392,6 +381,41 @@ def test_doctor_reads_a_controller_timeout_as_unavailable(
     code, out, _ = run(["doctor", "--json"], _TestOnlyTimesOut(), capsys)
     checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
     assert (code, checks["sbatch --test-only"]) == (75, "unavailable")
+
+
+def test_a_real_refusal_of_the_shape_stays_a_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--output", plan], fake, capsys)[0] == 0
+    refusal = "sbatch: error: Batch job submission failed: Invalid partition name specified\n"
+    fake.fail("sbatch", stderr=refusal, times=2)
+    code, out, _ = run(["validate", state, plan], fake, capsys)
+    assert code == 1 and "REJECTED" in out, out
+    code, out, _ = run(["doctor", "--json"], fake, capsys)
+    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    assert (code, checks["sbatch --test-only"]) == (1, "fail")
+
+
+def test_doctor_reads_a_controller_that_cannot_be_contacted_as_unavailable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    fake = FakeScheduler()
+    said = "squeue: error: Unable to contact slurm controller (connect failure)\n"
+    fake.fail("squeue", stderr=said)
+    fake.fail("scontrol", stderr=said.replace("squeue", "scontrol"))
+    code, out, _ = run(["doctor", "--json"], fake, capsys)
+    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    assert code == 75, checks
+    assert [checks[name] for name in ("squeue", "MinJobAge", "ProctrackType")] == [
+        "unavailable"
+    ] * 3
 
 
 # -- every read validates the lock too -------------------------------------------------------

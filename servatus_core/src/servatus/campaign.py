@@ -50,6 +50,7 @@ from servatus.submission import (
     script_problem,
     script_spec,
     submit_allocations,
+    unanswered,
 )
 from servatus.tasks import Roster, Task, bulk, check_unique
 from servatus.transport import Connect, Transport
@@ -497,6 +498,11 @@ class Campaign:
                     stdin=script.encode("utf-8", "surrogateescape"),
                 )
                 said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
+                if unanswered(result):
+                    raise Unavailable(
+                        f"sbatch --test-only of the {tasks}-Task shape got no answer "
+                        f"from Slurm ({said.splitlines()[-1]}); the shape was not judged"
+                    )
                 check = ShapeCheck(
                     tasks=tasks,
                     accepted=result.returncode == 0,

@@ -33,9 +33,21 @@ _NO_ANSWER = re.compile(
     r"|standby|not responding",
     re.IGNORECASE,
 )
-"""What ``sbatch`` says when it lost the controller mid-request (``Socket timed out on send/recv
-operation``, ``Zero Bytes were transmitted or received``, ...): the job may exist, so the exit
-is no refusal."""
+"""What a Slurm command says when it lost the controller mid-request (``Socket timed out on
+send/recv operation``, ``Zero Bytes were transmitted or received``, ``Unable to contact slurm
+controller``, ...): no answer, so its exit is no refusal."""
+
+
+def unanswered(result: CommandResult) -> bool:
+    """Whether a Slurm command that exited nonzero says it never got the controller's answer.
+
+    The one reading of Slurm's stderr that submit (the job may exist: interrupted), validate
+    (the shape was never judged) and doctor (``unavailable``) share, so no command reads as a
+    refusal what another reads as no answer.
+    """
+    said = result.stderr.decode("utf-8", "replace")
+    return result.returncode != 0 and _NO_ANSWER.search(said) is not None
+
 
 Progress = Callable[[int, int, str, int], None]
 """Called after each accepted allocation: (index from 1, count, allocation id, job number)."""
@@ -265,7 +277,7 @@ def submit_allocations(
         if result.returncode != 0:
             said = result.stderr.decode("utf-8", "replace")
             reason = said.strip().splitlines()
-            if _NO_ANSWER.search(said):
+            if unanswered(result):
                 raise _interrupted(
                     f"sbatch lost Slurm while submitting allocation {allocation.allocation_id} "
                     f"({reason[-1]}); {done}"
