@@ -349,3 +349,22 @@ def test_plan_says_fewer_tasks_per_allocation_when_no_task_is_large(
         capsys,
     )
     assert code == 0, err
+
+
+def test_status_without_the_file_servers_clock_warns_and_exits_0(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """log_root read-only from here: no clock, one warning line (and in --json), never a
+    failure."""
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    planned = run(["plan", state, "--config", str(config_path), "--output", plan], fake, capsys)
+    assert planned[0] == 0 and run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.start()
+    fake.read_only_directories.add("/scratch/alice/sweep/logs")
+    code, out, err = run(["status", state], fake, capsys)
+    said = [line for line in (out + err).splitlines() if "clock" in line]
+    assert code == 0 and len(said) == 1 and "/scratch/alice/sweep/logs" in said[0], out + err
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    warnings = json.loads(out)["warnings"]
+    assert code == 0 and [w for w in warnings if "clock" in w] == warnings and len(warnings) == 1

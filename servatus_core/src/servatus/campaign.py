@@ -37,6 +37,7 @@ from servatus.status import (
     Report,
     StopReason,
     Submission,
+    clock_warnings,
     gather,
     project,
     submissions,
@@ -324,9 +325,13 @@ class Campaign:
             if evidence is None:
                 evidence = {} if offline else self._gather(recorded)
             keys = state.tasks.keys
-            return project(
+            report = project(
                 keys, recorded, evidence, now=time.time(), offline=offline, state=str(self.path)
             )
+        unclocked = clock_warnings(evidence)
+        if unclocked:
+            report = attrs.evolve(report, warnings=(*report.warnings, *unclocked))
+        return report
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one

@@ -81,6 +81,7 @@ class FakeScheduler:
         self.markers: dict[str, float] = {}
         self.logs: dict[str, bytes] = {}
         self.missing_directories: set[str] = set()
+        self.read_only_directories: set[str] = set()
         self._next_job = first_job
         self._faults: dict[str, _Fault] = {}
 
@@ -254,12 +255,13 @@ class FakeScheduler:
 
     def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         """A plain ``find``, or the clock listing (``sh -c SCRIPT find LOG_ROOT GLOB FORMAT``),
-        which prints the clock file's row first, stamped by this fake's (the file server's)
-        clock."""
+        which prints the clock row first, stamped by this fake's (the file server's) clock,
+        unless LOG_ROOT is in :attr:`read_only_directories`."""
         rows = []
         if _is_script(argv):
             pattern = argv[5] if len(argv) > 5 else "*"
-            rows.append(f"servatus-clock.{os.getuid()} {self.clock():.10f} 0\n")
+            if argv[4] not in self.read_only_directories:
+                rows.append(f"clock {self.clock():.10f}\n")
         else:
             pattern = argv[argv.index("-name") + 1] if "-name" in argv else "*"
         listed = re.compile(fnmatch.translate(pattern)).match
@@ -280,8 +282,11 @@ class FakeScheduler:
         return CommandResult(argv, 0, self.logs[name][-count:], b"")
 
     def _cmd_sh(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        """Only the directory probe ``doctor`` runs: a writable directory unless marked missing."""
-        missing = bool(argv) and argv[-1] in self.missing_directories
+        """Only the directory probe ``doctor`` runs: a writable directory unless marked missing
+        or read-only."""
+        missing = bool(argv) and (
+            argv[-1] in self.missing_directories or argv[-1] in self.read_only_directories
+        )
         return CommandResult(argv, 1 if missing else 0, b"", b"")
 
     # -- helpers ----------------------------------------------------------------------------
