@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from servatus.cli import main
+from servatus.plugins import Hooks
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 
@@ -324,6 +325,46 @@ def test_plan_refuses_a_script_over_max_script_bytes_naming_task_and_cause(
     assert err.startswith(f"servatus: ConfigurationError: {said}")
     assert "over max_script_bytes 20000" in err
     assert not plan.exists() and fake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("stdin", "renders", "said"),
+    [
+        (b"y" * 30000, 0, "its batch script would be more than 30008 bytes"),
+        (b"\x01" * 15000, 1, "its batch script is 6"),  # each byte a 4-character escape
+    ],
+    ids=["content-over", "escapes-over"],
+)
+def test_plan_renders_an_oversized_script_at_most_once(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: bytes,
+    renders: int,
+    said: str,
+) -> None:
+    """Content over max_script_bytes is refused unrendered; else the script is rendered once and
+    its exact size said."""
+    rendered: list[int] = []
+    batch_script = Hooks.batch_script
+
+    def counting(self: Hooks, spec):  # type: ignore[no-untyped-def]
+        rendered.extend(1 for step in spec.steps if len(step.stdin) == len(stdin))
+        return batch_script(self, spec)
+
+    monkeypatch.setattr(Hooks, "batch_script", counting)
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE.replace("[profiles", "max_script_bytes = 20000\n\n[profiles"))
+    (tmp_path / "big.bin").write_bytes(stdin)
+    line = {"key": "big", "args": ["/bin/cat"], "stdin_file": "big.bin"}
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(line) + "\n")
+    state = str(tmp_path / "state")
+    assert main(["ensure", state, str(tmp_path / "tasks.jsonl")]) == 0
+    capsys.readouterr()
+    code, _, err = run(["plan", state, "--config", str(config)], FakeScheduler(), capsys)
+    assert code == 1 and "Task 'big': its stdin" in err and said in err, err
+    assert "bytes, over max_script_bytes 20000" in err
+    assert len(rendered) == renders
 
 
 def test_plan_says_fewer_tasks_per_allocation_when_no_task_is_large(

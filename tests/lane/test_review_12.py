@@ -442,12 +442,6 @@ def test_a_campaign_whose_lock_others_can_write_is_refused_on_read(
 # -- refusing an oversized script costs what reading it costs --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan renders an over-max_script_bytes script in full up to three times just to "
-    "print its size: a Task with 6 MB of stdin takes 3 s to refuse (status --offline "
-    "0.04 s); 300 MB took 259 s and 7.8 GB of memory",
-)
 def test_plan_refuses_a_task_with_megabytes_of_stdin_at_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -138,35 +138,39 @@ def script_problem(
     """Why the allocation's batch script cannot be sent, found at planning, or None. A script
     over ``max_script_bytes`` is put in the user's terms: the Task with the most content and its
     largest part (stdin, env, args) when even its script alone is too large, else the number of
-    Tasks in the allocation."""
-    try:
-        hooks.batch_script(script_spec(profile, allocation, tasks, launcher))
-    except ConfigurationError as exc:
-        bound = profile.target.max_script_bytes
-        unbounded = attrs.evolve(
-            profile, target=attrs.evolve(profile.target, max_script_bytes=2**62)
-        )
+    Tasks in the allocation.
 
-        def size(keys: tuple[str, ...]) -> int:
-            spec = script_spec(
-                unbounded, Allocation(allocation.allocation_id, keys), tasks, launcher
-            )
-            return len(hooks.batch_script(spec).encode("utf-8", "surrogateescape"))
+    A script carries every byte of its Tasks' content, so content over the bound is refused
+    without rendering it (300 MB of stdin would render to a script of a gigabyte and more);
+    otherwise the script is rendered once, unbounded, and measured."""
+    bound = profile.target.max_script_bytes
+    unbounded = attrs.evolve(profile, target=attrs.evolve(profile.target, max_script_bytes=2**62))
 
+    def size(keys: tuple[str, ...]) -> int:
+        spec = script_spec(unbounded, Allocation(allocation.allocation_id, keys), tasks, launcher)
+        return _utf8(hooks.batch_script(spec))
+
+    chosen = [tasks[key] for key in allocation.task_keys]
+    least = sum(map(content_size, chosen))
+    if least > bound:
+        measured = f"its batch script would be more than {least} bytes"
+    else:
         try:
             total = size(allocation.task_keys)
-        except ConfigurationError:
-            return str(exc)  # not about its size
-        task = max((tasks[key] for key in allocation.task_keys), key=content_size)
-        if len(allocation.task_keys) > 1 and size((task.key,)) <= bound:
-            why = (
-                f"the {len(allocation.task_keys)} Tasks of one allocation do not fit in one "
-                "batch script; plan fewer per allocation (--tasks-per-allocation)"
-            )
-        else:
-            why = _too_large(task)
-        return f"{why} (its batch script is {total} bytes, over max_script_bytes {bound})"
-    return None
+        except ConfigurationError as exc:
+            return str(exc)
+        if total <= bound:
+            return None
+        measured = f"its batch script is {total} bytes"
+    task = max(chosen, key=content_size)
+    if len(chosen) > 1 and content_size(task) <= bound and size((task.key,)) <= bound:
+        why = (
+            f"the {len(chosen)} Tasks of one allocation do not fit in one "
+            "batch script; plan fewer per allocation (--tasks-per-allocation)"
+        )
+    else:
+        why = _too_large(task)
+    return f"{why} ({measured}, over max_script_bytes {bound})"
 
 
 def _too_large(task: Task) -> str:
