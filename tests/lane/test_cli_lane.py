@@ -8,10 +8,15 @@ import os
 import stat
 from pathlib import Path
 
+import attrs
 import pytest
 
 from servatus.cli import main
-from servatus.plugins import Hooks
+from servatus.config import Profile
+from servatus.plan import Allocation
+from servatus.plugins import Hooks, hooks
+from servatus.submission import script_may_exceed, script_room, script_spec
+from servatus.tasks import Task, content_size
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 
@@ -409,3 +414,37 @@ def test_status_without_the_file_servers_clock_warns_and_exits_0(
     code, out, _ = run(["status", state, "--json"], fake, capsys)
     warnings = json.loads(out)["warnings"]
     assert code == 0 and [w for w in warnings if "clock" in w] == warnings and len(warnings) == 1
+
+
+@pytest.mark.parametrize("binds", [0, 200], ids=["direct", "apptainer-200-binds"])
+def test_the_planning_bound_is_never_below_the_script_it_bounds(tmp_path: Path, binds: int) -> None:
+    """script_may_exceed may say "may exceed" wrongly, never "fits" wrongly: its bound is at
+    least the script submit renders, whatever the launcher adds per step."""
+    extra = ""
+    if binds:
+        paths = [f"/data/{'x' * 90}{i:04d}:/mnt/{i:04d}:ro" for i in range(binds)]
+        extra = (
+            f'apptainer = "/usr/bin/apptainer"\nimage = "/img/a.sif"\nbinds = {json.dumps(paths)}\n'
+        )
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE.replace("[profiles", f"{extra}\n[profiles"))
+    profile = Profile.load(config)
+    registry = hooks()
+    launcher = registry.launcher(profile.target.launcher)
+    room = script_room(registry, profile, launcher)
+    assert room is not None
+    tasks = [
+        Task("plain", ["/usr/bin/python3"]),
+        Task("args", ["/bin/echo", *(f"a{i}" for i in range(300))]),
+        Task("odd", ["/bin/echo", "é\x01'%" * 500], env={"X": "\t" * 700, "Y": ""}),
+        Task("stdin", ["/bin/cat"], stdin=bytes(range(256)) * 40),
+        Task("k" * 128, ["/bin/true"], env={f"V{i}": "v" for i in range(100)}),
+    ]
+    index = {task.key: task for task in tasks}
+    for count in (1, 2, len(tasks)):
+        keys = tuple(task.key for task in tasks[:count])
+        spec = script_spec(profile, Allocation("ab" * 12, keys), index, launcher)
+        size = len(registry.batch_script(spec).encode())
+        just_under = attrs.evolve(profile.target, max_script_bytes=size - 1)
+        sizes = [content_size(index[key]) for key in keys]
+        assert script_may_exceed(just_under, sizes, room), (binds, count, size)

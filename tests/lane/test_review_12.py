@@ -42,11 +42,6 @@ def write_tasks(path: Path, count: int, **fields: object) -> str:
 # -- max_script_bytes at plan ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan's max_script_bytes pre-check bounds only the Tasks' content (8 KiB a step); "
-    "a Target whose binds make each step larger saves a plan that submit then refuses",
-)
 def test_a_plan_whose_script_is_too_large_through_the_targets_binds_is_refused_at_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

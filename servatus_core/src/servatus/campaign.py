@@ -49,6 +49,7 @@ from servatus.submission import (
     ping,
     script_may_exceed,
     script_problem,
+    script_room,
     script_spec,
     submit_allocations,
     unanswered,
@@ -386,8 +387,9 @@ class Campaign:
         roster, index, registry = state.tasks, state.tasks.by_key(), self._hooks()
         problems: list[str] = []
         size, target = roster.size, profile.target
+        room = script_room(registry, profile, launcher) if made.allocations else None
         for allocation in made.allocations:
-            if not script_may_exceed(target, list(map(size, allocation.task_keys))):
+            if not script_may_exceed(target, list(map(size, allocation.task_keys)), room):
                 continue
             problem = script_problem(registry, profile, allocation, index, launcher)
             if problem is not None:

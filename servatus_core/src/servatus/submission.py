@@ -106,10 +106,9 @@ def script_spec(
     )
 
 
-SCRIPT_ROOM = 16384
-"""Bytes a batch script may take beyond its steps (options, helpers) in the planning bound."""
 STEP_ROOM = 8192
-"""Bytes a step may take beyond its Task's content (the launcher's words, ``srun`` options)."""
+"""Bytes a step may take in the planning bound beyond what :class:`ScriptRoom` measured and its
+Task's escaped content (its key, slot, per-word quoting)."""
 ESCAPE_GROWTH = 16
 """The most a character of a Task's content can grow by in a script: four UTF-8 bytes, each a
 four-character octal escape."""
@@ -118,13 +117,47 @@ _TOO_LARGE = {
     "env": "pass large values through a file it reads instead",
     "args": "pass large values through a file it reads instead",
 }
+_PROBE = Task("servatus-size-probe", ["/bin/true"])
+"""The Task whose scripts :func:`script_room` renders: a program and nothing else."""
 
 
-def script_may_exceed(target: Target, sizes: Sequence[int]) -> bool:
+@attrs.frozen
+class ScriptRoom:
+    """What a Target's batch script takes besides its Tasks' content, measured by rendering it:
+    ``frame`` is the script of one content-free step, ``step`` what each further such step adds
+    (the launcher's words for it, binds and image included, and its ``srun`` line)."""
+
+    frame: int
+    step: int
+
+
+def script_room(hooks: Hooks, profile: Profile, launcher: Launcher) -> ScriptRoom | None:
+    """The :class:`ScriptRoom` of ``profile``'s scripts, from one render of a one-step and one of
+    a two-step script of :data:`_PROBE`; None if even those cannot be rendered (every script
+    must then be rendered to say why)."""
+    unbounded = attrs.evolve(profile, target=attrs.evolve(profile.target, max_script_bytes=2**62))
+    probes = {_PROBE.key: _PROBE}
+    sizes = []
+    for keys in ((_PROBE.key,), (_PROBE.key, _PROBE.key)):
+        spec = script_spec(unbounded, Allocation("0" * 24, keys), probes, launcher)
+        try:
+            sizes.append(_utf8(hooks.batch_script(spec)))
+        except ConfigurationError:
+            return None
+    one, two = sizes
+    return ScriptRoom(frame=one, step=max(two - one, 0))
+
+
+def script_may_exceed(target: Target, sizes: Sequence[int], room: ScriptRoom | None) -> bool:
     """Whether the batch script of Tasks of these content sizes can be over
     ``max_script_bytes``: a bound that never says no wrongly, so planning renders only the
-    scripts that may be too large instead of every one (100,000 allocations)."""
-    bound = ESCAPE_GROWTH * sum(sizes) + STEP_ROOM * len(sizes) + SCRIPT_ROOM
+    scripts that may be too large instead of every one (100,000 allocations). ``room`` is what
+    the launcher and the script add per step, measured once a plan (:func:`script_room`); without
+    it every script may be."""
+    if room is None:
+        return True
+    steps = len(sizes)
+    bound = room.frame + room.step * (steps - 1) + STEP_ROOM * steps + ESCAPE_GROWTH * sum(sizes)
     return bound > target.max_script_bytes
 
 
