@@ -8,9 +8,15 @@ import os
 import stat
 from pathlib import Path
 
+import attrs
 import pytest
 
 from servatus.cli import main
+from servatus.config import Profile
+from servatus.plan import Allocation
+from servatus.plugins import Hooks, hooks
+from servatus.submission import script_may_exceed, script_room, script_spec
+from servatus.tasks import Task, content_size
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 
@@ -326,6 +332,46 @@ def test_plan_refuses_a_script_over_max_script_bytes_naming_task_and_cause(
     assert not plan.exists() and fake.calls == []
 
 
+@pytest.mark.parametrize(
+    ("stdin", "renders", "said"),
+    [
+        (b"y" * 30000, 0, "its batch script would be more than 30008 bytes"),
+        (b"\x01" * 15000, 1, "its batch script is 6"),  # each byte a 4-character escape
+    ],
+    ids=["content-over", "escapes-over"],
+)
+def test_plan_renders_an_oversized_script_at_most_once(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: bytes,
+    renders: int,
+    said: str,
+) -> None:
+    """Content over max_script_bytes is refused unrendered; else the script is rendered once and
+    its exact size said."""
+    rendered: list[int] = []
+    batch_script = Hooks.batch_script
+
+    def counting(self: Hooks, spec):  # type: ignore[no-untyped-def]
+        rendered.extend(1 for step in spec.steps if len(step.stdin) == len(stdin))
+        return batch_script(self, spec)
+
+    monkeypatch.setattr(Hooks, "batch_script", counting)
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE.replace("[profiles", "max_script_bytes = 20000\n\n[profiles"))
+    (tmp_path / "big.bin").write_bytes(stdin)
+    line = {"key": "big", "args": ["/bin/cat"], "stdin_file": "big.bin"}
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(line) + "\n")
+    state = str(tmp_path / "state")
+    assert main(["ensure", state, str(tmp_path / "tasks.jsonl")]) == 0
+    capsys.readouterr()
+    code, _, err = run(["plan", state, "--config", str(config)], FakeScheduler(), capsys)
+    assert code == 1 and "Task 'big': its stdin" in err and said in err, err
+    assert "bytes, over max_script_bytes 20000" in err
+    assert len(rendered) == renders
+
+
 def test_plan_says_fewer_tasks_per_allocation_when_no_task_is_large(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -349,3 +395,56 @@ def test_plan_says_fewer_tasks_per_allocation_when_no_task_is_large(
         capsys,
     )
     assert code == 0, err
+
+
+def test_status_without_the_file_servers_clock_warns_and_exits_0(
+    sweep: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """log_root read-only from here: no clock, one warning line (and in --json), never a
+    failure."""
+    fake = FakeScheduler()
+    state, plan = str(sweep / "state"), str(sweep / "plan.json")
+    planned = run(["plan", state, "--config", str(config_path), "--output", plan], fake, capsys)
+    assert planned[0] == 0 and run(["submit", state, plan], fake, capsys)[0] == 0
+    fake.start()
+    fake.read_only_directories.add("/scratch/alice/sweep/logs")
+    code, out, err = run(["status", state], fake, capsys)
+    said = [line for line in (out + err).splitlines() if "clock" in line]
+    assert code == 0 and len(said) == 1 and "/scratch/alice/sweep/logs" in said[0], out + err
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    warnings = json.loads(out)["warnings"]
+    assert code == 0 and [w for w in warnings if "clock" in w] == warnings and len(warnings) == 1
+
+
+@pytest.mark.parametrize("binds", [0, 200], ids=["direct", "apptainer-200-binds"])
+def test_the_planning_bound_is_never_below_the_script_it_bounds(tmp_path: Path, binds: int) -> None:
+    """script_may_exceed may say "may exceed" wrongly, never "fits" wrongly: its bound is at
+    least the script submit renders, whatever the launcher adds per step."""
+    extra = ""
+    if binds:
+        paths = [f"/data/{'x' * 90}{i:04d}:/mnt/{i:04d}:ro" for i in range(binds)]
+        extra = (
+            f'apptainer = "/usr/bin/apptainer"\nimage = "/img/a.sif"\nbinds = {json.dumps(paths)}\n'
+        )
+    config = tmp_path / "SERVATUS.toml"
+    config.write_text(CPU_PROFILE.replace("[profiles", f"{extra}\n[profiles"))
+    profile = Profile.load(config)
+    registry = hooks()
+    launcher = registry.launcher(profile.target.launcher)
+    room = script_room(registry, profile, launcher)
+    assert room is not None
+    tasks = [
+        Task("plain", ["/usr/bin/python3"]),
+        Task("args", ["/bin/echo", *(f"a{i}" for i in range(300))]),
+        Task("odd", ["/bin/echo", "é\x01'%" * 500], env={"X": "\t" * 700, "Y": ""}),
+        Task("stdin", ["/bin/cat"], stdin=bytes(range(256)) * 40),
+        Task("k" * 128, ["/bin/true"], env={f"V{i}": "v" for i in range(100)}),
+    ]
+    index = {task.key: task for task in tasks}
+    for count in (1, 2, len(tasks)):
+        keys = tuple(task.key for task in tasks[:count])
+        spec = script_spec(profile, Allocation("ab" * 12, keys), index, launcher)
+        size = len(registry.batch_script(spec).encode())
+        just_under = attrs.evolve(profile.target, max_script_bytes=size - 1)
+        sizes = [content_size(index[key]) for key in keys]
+        assert script_may_exceed(just_under, sizes, room), (binds, count, size)

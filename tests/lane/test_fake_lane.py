@@ -244,6 +244,29 @@ def test_running_time_is_read_on_the_file_servers_clock(
     assert status.run_time == RunTime(120, complete=False)
 
 
+def test_a_log_root_that_cannot_be_written_loses_only_the_clock(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """No clock row (log_root read-only here): the listing still counts, run time runs to this
+    machine's clock as before the clock existed, and status says so once."""
+    server = [time.time()]
+    fake = FakeScheduler(clock=lambda: server[0])
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    fake.start()
+    fake.read_only_directories.add(profile.target.log_root)
+    server[0] += 3600  # the file server's clock is ignored: none was read
+    report = campaign.status()
+    (status,) = report.tasks
+    assert report.online and status.execution is Execution.RUNNING
+    assert status.run_time is not None and status.run_time.total < 60
+    assert not status.run_time.complete
+    [warning] = report.warnings
+    assert "clock" in warning and profile.target.log_root in warning
+    fake.read_only_directories.clear()
+    assert campaign.status().warnings == ()
+
+
 @pytest.mark.parametrize("control", ["fail", "unavailable", "lose_answer"])
 @pytest.mark.parametrize("name", ["/usr/bin/squeue", "sqeue", "sbatch --version", ""])
 def test_a_control_naming_no_known_command_is_refused(control: str, name: str) -> None:

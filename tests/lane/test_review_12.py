@@ -42,11 +42,6 @@ def write_tasks(path: Path, count: int, **fields: object) -> str:
 # -- max_script_bytes at plan ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan's max_script_bytes pre-check bounds only the Tasks' content (8 KiB a step); "
-    "a Target whose binds make each step larger saves a plan that submit then refuses",
-)
 def test_a_plan_whose_script_is_too_large_through_the_targets_binds_is_refused_at_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -256,10 +251,6 @@ def test_each_tasks_file_error_says_what_to_change(
 
 
 @pytest.mark.parametrize("times", [0, -1])
-@pytest.mark.xfail(
-    strict=True,
-    reason="a control with times=0 (or below) is accepted and fires once anyway",
-)
 def test_a_control_that_fires_no_times_is_refused_or_never_fires(times: int) -> None:
     fake = FakeScheduler()
     try:
@@ -485,12 +476,6 @@ class _TestOnlyTimesOut(FakeScheduler):
         return super().run(argv, stdin=stdin, timeout=timeout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="validate reads 'Socket timed out on send/recv operation' from sbatch --test-only as "
-    "REJECTED (ShapeRejected, exit 1), while submit reads the same words as Slurm lost (exit "
-    "3): the shape was never judged, which the playbook calls unavailable (exit 75)",
-)
 def test_validate_reads_a_controller_timeout_as_unavailable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -505,11 +490,6 @@ def test_validate_reads_a_controller_timeout_as_unavailable(
     assert "REJECTED" not in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="doctor's sbatch --test-only check reads a controller timeout as 'fail' (the command "
-    "ran and said no), exit 1; no answer came back, which the spec calls 'unavailable', exit 75",
-)
 def test_doctor_reads_a_controller_timeout_as_unavailable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -518,6 +498,41 @@ def test_doctor_reads_a_controller_timeout_as_unavailable(
     code, out, _ = run(["doctor", "--json"], _TestOnlyTimesOut(), capsys)
     checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
     assert (code, checks["sbatch --test-only"]) == (75, "unavailable")
+
+
+def test_a_real_refusal_of_the_shape_stays_a_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
+    fake = FakeScheduler()
+    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    assert run(["plan", state, "--output", plan], fake, capsys)[0] == 0
+    refusal = "sbatch: error: Batch job submission failed: Invalid partition name specified\n"
+    fake.fail("sbatch", stderr=refusal, times=2)
+    code, out, _ = run(["validate", state, plan], fake, capsys)
+    assert code == 1 and "REJECTED" in out, out
+    code, out, _ = run(["doctor", "--json"], fake, capsys)
+    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    assert (code, checks["sbatch --test-only"]) == (1, "fail")
+
+
+def test_doctor_reads_a_controller_that_cannot_be_contacted_as_unavailable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    fake = FakeScheduler()
+    said = "squeue: error: Unable to contact slurm controller (connect failure)\n"
+    fake.fail("squeue", stderr=said)
+    fake.fail("scontrol", stderr=said.replace("squeue", "scontrol"))
+    code, out, _ = run(["doctor", "--json"], fake, capsys)
+    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    assert code == 75, checks
+    assert [checks[name] for name in ("squeue", "MinJobAge", "ProctrackType")] == [
+        "unavailable"
+    ] * 3
 
 
 # -- every read validates the lock too -------------------------------------------------------
@@ -582,12 +597,6 @@ def test_a_campaign_others_can_read_is_a_warning_in_the_json_document_too(
 # -- refusing an oversized script costs what reading it costs --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan renders an over-max_script_bytes script in full up to three times just to "
-    "print its size: a Task with 6 MB of stdin takes 3 s to refuse (status --offline "
-    "0.04 s); 300 MB took 259 s and 7.8 GB of memory",
-)
 def test_plan_refuses_a_task_with_megabytes_of_stdin_at_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

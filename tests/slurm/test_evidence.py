@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -199,11 +200,13 @@ def test_real_find_lists_markers_but_not_logs(tmp_path: Path) -> None:
     ]
     for name in [*markers, f"servatus-{ALLOCATION}-9.out", step_log_name(ALLOCATION, 9, 0)]:
         (logs / name).touch()
+    before = sorted(path.name for path in logs.iterdir())
     result = LocalTransport().run(READER.marker_command(make_target(tmp_path, log_root=str(logs))))
     clock, *rows = (line.split(b" ")[0].decode() for line in result.stdout.splitlines())
-    assert clock == f"servatus-clock.{os.getuid()}"
+    assert clock == "clock"
     assert sorted(rows) == sorted(markers)
     assert len(READER.parse_markers(result)) == len(markers)
+    assert sorted(path.name for path in logs.iterdir()) == before  # the clock file is gone
 
 
 def test_listing_of_many_markers_fits_the_output_bound(tmp_path: Path) -> None:
@@ -223,20 +226,42 @@ def test_listing_of_many_markers_fits_the_output_bound(tmp_path: Path) -> None:
 
 
 def test_the_listing_reads_the_file_servers_clock(tmp_path: Path) -> None:
-    """The clock row comes first, from a per-user owner-only file whose mtime the listing itself
-    stamps: "now" on the clock that stamps the markers, however stale the file was."""
+    """The clock row comes first, from a fresh file the listing itself creates (so its mtime is
+    the file server's "now") and removes: no file of anyone's, stale or forged, is the clock."""
     logs = tmp_path / "logs"
     logs.mkdir()
     target = make_target(tmp_path, log_root=str(logs))
-    clock_file = logs / f"servatus-clock.{os.getuid()}"
-    before = time.time()
-    first = LocalTransport().run(READER.marker_command(target))
-    assert before - 1 <= READER.parse_clock(first) <= time.time() + 1
-    assert clock_file.stat().st_mode & 0o777 == 0o600
-    os.utime(clock_file, (1000.0, 1000.0))
-    again = READER.parse_clock(LocalTransport().run(READER.marker_command(target)))
-    assert again >= before - 1
-    assert READER.parse_markers(first) == []
+    stale = logs / f"servatus-clock.{os.getuid()}"  # the old per-user file, dated 1970
+    stale.touch()
+    os.utime(stale, (1000.0, 1000.0))
+    for _ in range(2):
+        before = time.time()
+        listed = LocalTransport().run(READER.marker_command(target))
+        clock = READER.parse_clock(listed)
+        assert clock is not None and before - 1 <= clock <= time.time() + 1
+        assert READER.parse_markers(listed) == []
+        assert [path.name for path in logs.iterdir()] == [stale.name]
+    assert stale.stat().st_mtime == 1000.0
+
+
+def test_a_clock_file_swapped_for_a_link_is_no_clock(tmp_path: Path) -> None:
+    """A link put at the fresh file's name before the row is read (someone else who can write
+    log_root) is not followed, and its own mtime is never read as the clock."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    script = evidence.CLOCK_SCRIPT.replace(
+        '&& { find "$clock"',
+        f'&& rm -f -- "$clock" && ln -s {shlex.quote(str(elsewhere))} "$clock" '
+        '&& touch -h -d @2000000000 "$clock" && { find "$clock"',
+    )
+    argv = READER.marker_command(make_target(tmp_path, log_root=str(logs)))
+    assert argv[2] == evidence.CLOCK_SCRIPT
+    argv[2] = script
+    listed = LocalTransport().run(argv)
+    assert listed.returncode == 0, listed.stderr
+    assert READER.parse_clock(listed) is None
+    assert not elsewhere.exists() and list(logs.iterdir()) == []
 
 
 def test_doctor_listing_writes_nothing(tmp_path: Path) -> None:
@@ -253,11 +278,21 @@ def test_doctor_listing_writes_nothing(tmp_path: Path) -> None:
         b"",
         f"{marker_name(ALLOCATION, 9, MarkerKind.START)} 1.0 0\n".encode(),
         b"servatus-clock.1 x 0\n",
+        b"servatus-clock.0 2000000000.5 0\n",  # the old clock row: a file anyone could set
+        b"clock x\n",
+        b"clock 2000000000.5 0\n",
+        b" clock 2000000000.5\n",
+        f"{marker_name(ALLOCATION, 9, MarkerKind.START)} 1.0 0\nclock 2000000000.5\n".encode(),
     ],
 )
-def test_a_listing_without_the_clock_row_is_unusable(stdout: bytes) -> None:
-    with pytest.raises(Unavailable, match="clock"):
-        READER.parse_clock(result(stdout))
+def test_a_listing_without_the_clock_row_has_no_clock(stdout: bytes) -> None:
+    """No first-line clock row, no clock: run time falls back, the listing still counts."""
+    assert READER.parse_clock(result(stdout)) is None
+
+
+def test_a_failed_listing_has_no_clock() -> None:
+    assert READER.parse_clock(result(b"clock 2000000000.5\n")) == 2000000000.5
+    assert READER.parse_clock(result(b"clock 2000000000.5\n", code=1)) is None
 
 
 def test_missing_log_root_is_unavailable(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from servatus.status import (
     Report,
     StopReason,
     Submission,
+    clock_warnings,
     gather,
     project,
     submissions,
@@ -50,8 +51,10 @@ from servatus.submission import (
     ping,
     script_may_exceed,
     script_problem,
+    script_room,
     script_spec,
     submit_allocations,
+    unanswered,
 )
 from servatus.tasks import Roster, Task, bulk, check_unique
 from servatus.transport import Connect, Transport
@@ -344,7 +347,7 @@ class Campaign:
         offline: bool = False,
         now: float | None = None,
     ) -> Report:
-        return project(
+        report = project(
             state.tasks.keys,
             recorded,
             evidence,
@@ -352,6 +355,14 @@ class Campaign:
             offline=offline,
             state=str(self.path),
         )
+        running = any(
+            task.execution is Execution.RUNNING or task.execution is Execution.ENDING
+            for task in report.tasks
+        )
+        unclocked = clock_warnings(evidence) if running else []
+        if unclocked:
+            report = attrs.evolve(report, warnings=(*report.warnings, *unclocked))
+        return report
 
     def _observe(
         self, state: store.CampaignState, *, offline: bool
@@ -439,8 +450,9 @@ class Campaign:
         roster, index, registry = state.tasks, state.tasks.by_key(), self._hooks()
         problems: list[str] = []
         size, target = roster.size, profile.target
+        room = script_room(registry, profile, launcher) if made.allocations else None
         for allocation in made.allocations:
-            if not script_may_exceed(target, list(map(size, allocation.task_keys))):
+            if not script_may_exceed(target, list(map(size, allocation.task_keys)), room):
                 continue
             problem = script_problem(registry, profile, allocation, index, launcher)
             if problem is not None:
@@ -560,6 +572,11 @@ class Campaign:
                     stdin=script.encode("utf-8", "surrogateescape"),
                 )
                 said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
+                if unanswered(result):
+                    raise Unavailable(
+                        f"sbatch --test-only of the {tasks}-Task shape got no answer "
+                        f"from Slurm ({said.splitlines()[-1]}); the shape was not judged"
+                    )
                 check = ShapeCheck(
                     tasks=tasks,
                     accepted=result.returncode == 0,

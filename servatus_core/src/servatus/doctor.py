@@ -18,7 +18,13 @@ from servatus.errors import EXIT_ERROR, EXIT_OK, EXIT_TEMPFAIL, ConfigurationErr
 from servatus.plan import Allocation
 from servatus.plugins import Hooks
 from servatus.plugins import hooks as default_hooks
-from servatus.submission import PING_UNANSWERED, command, ping_problem, script_spec
+from servatus.submission import (
+    PING_UNANSWERED,
+    command,
+    ping_problem,
+    script_spec,
+    unanswered,
+)
 from servatus.tasks import Task
 from servatus.transport import CommandResult, Transport
 
@@ -113,6 +119,12 @@ def _run(transport: Transport, argv: list[str], stdin: bytes = b"") -> CommandRe
         return None
 
 
+def _refused(result: CommandResult) -> str:
+    """A Slurm command's nonzero exit: ``fail`` if Slurm said no, ``unavailable`` if it says
+    the controller never answered (:func:`~servatus.submission.unanswered`)."""
+    return UNAVAILABLE if unanswered(result) else FAIL
+
+
 def _said(result: CommandResult) -> str:
     text = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
     return text.splitlines()[-1][:200] if text else f"exit {result.returncode}"
@@ -144,7 +156,7 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
     if queue is None:
         checks.append(Check("squeue", UNAVAILABLE, "no answer"))
     elif queue.returncode != 0:
-        checks.append(Check("squeue", FAIL, _said(queue)))
+        checks.append(Check("squeue", _refused(queue), _said(queue)))
     else:
         checks.append(Check("squeue", PASS, "answers under the scrubbed environment"))
 
@@ -184,8 +196,8 @@ def _config_checks(result: CommandResult | None) -> list[Check]:
         ]
     if result.returncode != 0:
         return [
-            Check("MinJobAge", FAIL, _said(result)),
-            Check("ProctrackType", FAIL, _said(result)),
+            Check("MinJobAge", _refused(result), _said(result)),
+            Check("ProctrackType", _refused(result), _said(result)),
         ]
     values = config_values(result.stdout.decode("utf-8", "replace"))
     checks = []
@@ -213,5 +225,5 @@ def _test_only(profile: Profile, transport: Transport, hooks: Hooks) -> Check:
     if result is None:
         return Check("sbatch --test-only", UNAVAILABLE, "no answer")
     if result.returncode != 0:
-        return Check("sbatch --test-only", FAIL, _said(result))
+        return Check("sbatch --test-only", _refused(result), _said(result))
     return Check("sbatch --test-only", PASS, "Slurm accepts the one-Task request")

@@ -104,13 +104,15 @@ class EvidenceReader(Protocol):
     ) -> list[str]:
         """The one remote command that lists the run markers of ``log_root``: every marker
         (``query`` None), or at least those the query asks for. With ``clock`` it also reads the
-        file server's clock first (a write: ``doctor`` lists without it)."""
+        file server's clock first, by creating and removing a fresh file (a write: ``doctor``
+        lists without it). The clock never makes the listing fail."""
         ...
 
     def parse_markers(self, result: CommandResult) -> list[Marker]: ...
 
-    def parse_clock(self, result: CommandResult) -> float:
-        """The file server's time that a ``clock`` listing printed, in UNIX seconds."""
+    def parse_clock(self, result: CommandResult) -> float | None:
+        """The file server's time that a ``clock`` listing printed, in UNIX seconds; None
+        when it printed none (``log_root`` not writable from here)."""
         ...
 
     def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:
@@ -123,8 +125,10 @@ class Evidence:
     """One Target's two listings: ``None`` where a listing was not fetched (``--offline``).
 
     ``clock`` is the file server's time when the markers were listed, on the clock that stamps
-    marker mtimes: "now" for a running Task's run time, so no span mixes two clocks. ``None``
-    where no listing read it (then run time falls back to the caller's ``now``).
+    marker mtimes, read in the same command as the listing, before the listing: "now" for a
+    running Task's run time, so no span mixes two clocks. ``None`` where no listing read it
+    (``--offline``, or a ``log_root`` this user cannot write): run time then falls back to the
+    caller's ``now``.
     """
 
     queue: tuple[QueueEntry, ...] | None
@@ -145,9 +149,9 @@ def fetch_markers(
     reader: EvidenceReader,
     target: Target,
     query: MarkerQuery | None = None,
-) -> tuple[list[Marker], float]:
-    """One listing of ``log_root`` with the file server's clock; an unreadable (or unstampable)
-    log_root is unavailable evidence."""
+) -> tuple[list[Marker], float | None]:
+    """One listing of ``log_root`` with the file server's clock (None where it could not be
+    read); an unreadable log_root is unavailable evidence, an unwritable one is not."""
     result = transport.run(reader.marker_command(target, query))
     if result.returncode != 0:
         raise Unavailable(

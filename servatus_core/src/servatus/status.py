@@ -602,6 +602,18 @@ def gather(
     return evidence
 
 
+def clock_warnings(evidence: Mapping[str, Evidence]) -> list[str]:
+    """One line per Target whose listing read no file-server clock (its ``log_root`` cannot be
+    written from here): a running Task's run time then runs to this machine's clock."""
+    return [
+        f"the file server's clock was not read (cannot create a file in "
+        f"{target_from_identity(identity).log_root}); a running Task's run time is counted on "
+        "this machine's clock"
+        for identity, listed in evidence.items()
+        if listed.queue is not None and listed.markers is not None and listed.clock is None
+    ]
+
+
 STATUS_SCHEMA = "servatus.status/4"
 
 RESULT_VALID, RESULT_MISSING, RESULT_UNOBSERVED = "VALID", "MISSING", "UNOBSERVED"

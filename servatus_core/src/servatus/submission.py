@@ -33,9 +33,21 @@ _NO_ANSWER = re.compile(
     r"|standby|not responding",
     re.IGNORECASE,
 )
-"""What ``sbatch`` says when it lost the controller mid-request (``Socket timed out on send/recv
-operation``, ``Zero Bytes were transmitted or received``, ...): the job may exist, so the exit
-is no refusal."""
+"""What a Slurm command says when it lost the controller mid-request (``Socket timed out on
+send/recv operation``, ``Zero Bytes were transmitted or received``, ``Unable to contact slurm
+controller``, ...): no answer, so its exit is no refusal."""
+
+
+def unanswered(result: CommandResult) -> bool:
+    """Whether a Slurm command that exited nonzero says it never got the controller's answer.
+
+    The one reading of Slurm's stderr that submit (the job may exist: interrupted), validate
+    (the shape was never judged) and doctor (``unavailable``) share, so no command reads as a
+    refusal what another reads as no answer.
+    """
+    said = result.stderr.decode("utf-8", "replace")
+    return result.returncode != 0 and _NO_ANSWER.search(said) is not None
+
 
 Progress = Callable[[int, int, str, int], None]
 """Called after each accepted allocation: (index from 1, count, allocation id, job number)."""
@@ -94,10 +106,9 @@ def script_spec(
     )
 
 
-SCRIPT_ROOM = 16384
-"""Bytes a batch script may take beyond its steps (options, helpers) in the planning bound."""
 STEP_ROOM = 8192
-"""Bytes a step may take beyond its Task's content (the launcher's words, ``srun`` options)."""
+"""Bytes a step may take in the planning bound beyond what :class:`ScriptRoom` measured and its
+Task's escaped content (its key, slot, per-word quoting)."""
 ESCAPE_GROWTH = 16
 """The most a character of a Task's content can grow by in a script: four UTF-8 bytes, each a
 four-character octal escape."""
@@ -106,13 +117,47 @@ _TOO_LARGE = {
     "env": "pass large values through a file it reads instead",
     "args": "pass large values through a file it reads instead",
 }
+_PROBE = Task("servatus-size-probe", ["/bin/true"])
+"""The Task whose scripts :func:`script_room` renders: a program and nothing else."""
 
 
-def script_may_exceed(target: Target, sizes: Sequence[int]) -> bool:
+@attrs.frozen
+class ScriptRoom:
+    """What a Target's batch script takes besides its Tasks' content, measured by rendering it:
+    ``frame`` is the script of one content-free step, ``step`` what each further such step adds
+    (the launcher's words for it, binds and image included, and its ``srun`` line)."""
+
+    frame: int
+    step: int
+
+
+def script_room(hooks: Hooks, profile: Profile, launcher: Launcher) -> ScriptRoom | None:
+    """The :class:`ScriptRoom` of ``profile``'s scripts, from one render of a one-step and one of
+    a two-step script of :data:`_PROBE`; None if even those cannot be rendered (every script
+    must then be rendered to say why)."""
+    unbounded = attrs.evolve(profile, target=attrs.evolve(profile.target, max_script_bytes=2**62))
+    probes = {_PROBE.key: _PROBE}
+    sizes = []
+    for keys in ((_PROBE.key,), (_PROBE.key, _PROBE.key)):
+        spec = script_spec(unbounded, Allocation("0" * 24, keys), probes, launcher)
+        try:
+            sizes.append(_utf8(hooks.batch_script(spec)))
+        except ConfigurationError:
+            return None
+    one, two = sizes
+    return ScriptRoom(frame=one, step=max(two - one, 0))
+
+
+def script_may_exceed(target: Target, sizes: Sequence[int], room: ScriptRoom | None) -> bool:
     """Whether the batch script of Tasks of these content sizes can be over
     ``max_script_bytes``: a bound that never says no wrongly, so planning renders only the
-    scripts that may be too large instead of every one (100,000 allocations)."""
-    bound = ESCAPE_GROWTH * sum(sizes) + STEP_ROOM * len(sizes) + SCRIPT_ROOM
+    scripts that may be too large instead of every one (100,000 allocations). ``room`` is what
+    the launcher and the script add per step, measured once a plan (:func:`script_room`); without
+    it every script may be."""
+    if room is None:
+        return True
+    steps = len(sizes)
+    bound = room.frame + room.step * (steps - 1) + STEP_ROOM * steps + ESCAPE_GROWTH * sum(sizes)
     return bound > target.max_script_bytes
 
 
@@ -126,35 +171,39 @@ def script_problem(
     """Why the allocation's batch script cannot be sent, found at planning, or None. A script
     over ``max_script_bytes`` is put in the user's terms: the Task with the most content and its
     largest part (stdin, env, args) when even its script alone is too large, else the number of
-    Tasks in the allocation."""
-    try:
-        hooks.batch_script(script_spec(profile, allocation, tasks, launcher))
-    except ConfigurationError as exc:
-        bound = profile.target.max_script_bytes
-        unbounded = attrs.evolve(
-            profile, target=attrs.evolve(profile.target, max_script_bytes=2**62)
-        )
+    Tasks in the allocation.
 
-        def size(keys: tuple[str, ...]) -> int:
-            spec = script_spec(
-                unbounded, Allocation(allocation.allocation_id, keys), tasks, launcher
-            )
-            return len(hooks.batch_script(spec).encode("utf-8", "surrogateescape"))
+    A script carries every byte of its Tasks' content, so content over the bound is refused
+    without rendering it (300 MB of stdin would render to a script of a gigabyte and more);
+    otherwise the script is rendered once, unbounded, and measured."""
+    bound = profile.target.max_script_bytes
+    unbounded = attrs.evolve(profile, target=attrs.evolve(profile.target, max_script_bytes=2**62))
 
+    def size(keys: tuple[str, ...]) -> int:
+        spec = script_spec(unbounded, Allocation(allocation.allocation_id, keys), tasks, launcher)
+        return _utf8(hooks.batch_script(spec))
+
+    chosen = [tasks[key] for key in allocation.task_keys]
+    least = sum(map(content_size, chosen))
+    if least > bound:
+        measured = f"its batch script would be more than {least} bytes"
+    else:
         try:
             total = size(allocation.task_keys)
-        except ConfigurationError:
-            return str(exc)  # not about its size
-        task = max((tasks[key] for key in allocation.task_keys), key=content_size)
-        if len(allocation.task_keys) > 1 and size((task.key,)) <= bound:
-            why = (
-                f"the {len(allocation.task_keys)} Tasks of one allocation do not fit in one "
-                "batch script; plan fewer per allocation (--tasks-per-allocation)"
-            )
-        else:
-            why = _too_large(task)
-        return f"{why} (its batch script is {total} bytes, over max_script_bytes {bound})"
-    return None
+        except ConfigurationError as exc:
+            return str(exc)
+        if total <= bound:
+            return None
+        measured = f"its batch script is {total} bytes"
+    task = max(chosen, key=content_size)
+    if len(chosen) > 1 and content_size(task) <= bound and size((task.key,)) <= bound:
+        why = (
+            f"the {len(chosen)} Tasks of one allocation do not fit in one "
+            "batch script; plan fewer per allocation (--tasks-per-allocation)"
+        )
+    else:
+        why = _too_large(task)
+    return f"{why} ({measured}, over max_script_bytes {bound})"
 
 
 def _too_large(task: Task) -> str:
@@ -265,7 +314,7 @@ def submit_allocations(
         if result.returncode != 0:
             said = result.stderr.decode("utf-8", "replace")
             reason = said.strip().splitlines()
-            if _NO_ANSWER.search(said):
+            if unanswered(result):
                 raise _interrupted(
                     f"sbatch lost Slurm while submitting allocation {allocation.allocation_id} "
                     f"({reason[-1]}); {done}"

@@ -56,7 +56,11 @@ class _Fault:
 
 
 class FakeScheduler:
-    """An in-memory Slurm: call it with a Target to get a Transport (``connect=``)."""
+    """An in-memory Slurm: call it with a Target to get a Transport (``connect=``).
+
+    A control (``fail``, ``unavailable``, ``lose_answer``) fires on the next ``times`` runs;
+    ``times`` below 1 is refused with ``ValueError``, never read as "once".
+    """
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class FakeScheduler:
         self.markers: dict[str, float] = {}
         self.logs: dict[str, bytes] = {}
         self.missing_directories: set[str] = set()
+        self.read_only_directories: set[str] = set()
         self._next_job = first_job
         self._faults: dict[str, _Fault] = {}
 
@@ -92,20 +97,24 @@ class FakeScheduler:
 
     def fail(self, command: str, *, times: int = 1, returncode: int = 1, stderr: str = "") -> None:
         """The next ``times`` runs of ``command`` run and say no (a nonzero exit)."""
-        program = _program(self._known(command))
+        program = _program(self._known(command, times))
         message = stderr or f"{program}: error: refused by FakeScheduler\n"
         self._faults[command] = _Fault("fail", times, returncode, message)
 
     def unavailable(self, command: str, *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` get no answer (a dropped connection)."""
-        self._faults[self._known(command)] = _Fault("unavailable", times)
+        self._faults[self._known(command, times)] = _Fault("unavailable", times)
 
     def lose_answer(self, command: str = "sbatch", *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` take effect, but their answer never arrives."""
-        self._faults[self._known(command)] = _Fault("lose", times)
+        self._faults[self._known(command, times)] = _Fault("lose", times)
 
-    def _known(self, command: str) -> str:
-        """A control that names no command the fake answers would never fire: refuse it."""
+    def _known(self, command: str, times: int) -> str:
+        """A control that names no command the fake answers, or that fires fewer than once
+        (``times`` below 1), would never do what its caller meant: refuse it (``ValueError``)
+        rather than fire once or silently never."""
+        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+            raise ValueError(f"FakeScheduler controls fire at least once; times={times!r}")
         if command not in CONTROL_NAMES:
             raise ValueError(
                 f"FakeScheduler has no command {command!r}; its controls name one of "
@@ -243,12 +252,13 @@ class FakeScheduler:
 
     def _cmd_find(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         """A plain ``find``, or the clock listing (``sh -c SCRIPT find LOG_ROOT FORMAT TESTS``),
-        which prints the clock file's row first, stamped by this fake's (the file server's)
-        clock. Names match any ``-name`` pattern of the tests (``-false`` matches none), and
-        with ``-newermt @T`` only those modified after T."""
+        which prints the clock row first, stamped by this fake's (the file server's) clock,
+        unless LOG_ROOT is in :attr:`read_only_directories`. Names match any ``-name`` pattern
+        of the tests (``-false`` matches none), and with ``-newermt @T`` only those modified
+        after T."""
         rows = []
-        if _is_script(argv):
-            rows.append(f"servatus-clock.{os.getuid()} {self.clock():.10f} 0\n")
+        if _is_script(argv) and argv[4] not in self.read_only_directories:
+            rows.append(f"clock {self.clock():.10f}\n")
         patterns = [argv[i + 1] for i, word in enumerate(argv) if word == "-name"] or ["*"]
         if "-false" in argv:
             patterns = []
@@ -276,8 +286,11 @@ class FakeScheduler:
         return CommandResult(argv, 0, self.logs[name][-count:], b"")
 
     def _cmd_sh(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        """Only the directory probe ``doctor`` runs: a writable directory unless marked missing."""
-        missing = bool(argv) and argv[-1] in self.missing_directories
+        """Only the directory probe ``doctor`` runs: a writable directory unless marked missing
+        or read-only."""
+        missing = bool(argv) and (
+            argv[-1] in self.missing_directories or argv[-1] in self.read_only_directories
+        )
         return CommandResult(argv, 1 if missing else 0, b"", b"")
 
     # -- helpers ----------------------------------------------------------------------------

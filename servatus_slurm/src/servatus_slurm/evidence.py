@@ -47,16 +47,23 @@ MAX_LINE = 512
 """Longer lines are not ours: our names are under 80 bytes."""
 
 CLOCK_SCRIPT = (
-    'umask 077 && clock="$1/servatus-clock.$(id -u)" && touch -- "$clock" '
-    '&& find "$clock" -maxdepth 0 -printf "$2" && root=$1 format=$2 && shift 2 '
+    'clock=$(umask 077 && mktemp -- "$1/servatus-clock.XXXXXXXXXX" 2>/dev/null) '
+    '&& { find "$clock" -maxdepth 0 -type f -user "$(id -u)" -printf "clock %T@\\n" 2>/dev/null; '
+    'rm -f -- "$clock"; }; '
+    "root=$1 format=$2 && shift 2 "
     '&& exec find -H "$root" -mindepth 1 -maxdepth 1 "$@" -type f -printf "$format"'
 )
 """``sh -c`` text of the clock listing: ``$1`` log_root, ``$2`` the row format, then the tests
-that choose the markers (:func:`_selection`). The clock file is ``servatus-clock.<uid>``, one
-per user (users who share a ``log_root`` cannot touch each other's owner-only file), and matches
-neither the marker glob nor a log name.
-``touch`` of an existing file asks the server for its own time (``UTIME_NOW``)."""
-_CLOCK_ROW = re.compile(rb"servatus-clock\.[0-9]{1,10} ([0-9]{1,12}(?:\.[0-9]{1,10})?) [0-9]{1,20}")
+that choose the markers (:func:`_selection`).
+
+``mktemp`` creates a fresh file (``O_EXCL``: a link or file already at its name is never
+followed or reused), so its mtime is the file server's time at creation; its row (``clock
+MTIME``, which no marker row can be: those start with ``servatus-``) is printed, the file
+removed, then the markers listed. The row is read only from a regular file of this user, so a
+file swapped in under the name by someone else is no clock. Where ``log_root`` cannot be
+written, no row is printed and the listing runs anyway: the clock is never why a listing
+fails. Its exit status is the marker ``find``'s."""
+_CLOCK_ROW = re.compile(rb"clock ([0-9]{1,12}(?:\.[0-9]{1,10})?)")
 
 _PADDING = r"[ \t\r\v\f]*"
 """What ``bytes.strip`` removes from a line (squeue pads some fields)."""
@@ -146,10 +153,10 @@ class SlurmEvidenceReader:
         """``-H`` follows a symlinked ``log_root`` itself (and nothing below it); a marker is a
         regular file, so a directory or link under a marker's name is no evidence.
 
-        With ``clock``, one ``sh`` first touches the user's clock file in ``log_root`` and
-        prints its row, then runs the same ``find``: the file server stamps that mtime as it
-        stamps the markers', so the first row is its "now" (:data:`CLOCK_SCRIPT`). ``$0`` is
-        ``find``, so the shell's own complaints name the listing.
+        With ``clock``, one ``sh`` first creates a fresh file in ``log_root`` and prints its
+        mtime, then runs the same ``find``: the file server stamps that mtime as it stamps the
+        markers', so the first row is its "now" (:data:`CLOCK_SCRIPT`). ``$0`` is ``find``, so
+        the shell's own complaints name the listing.
 
         With a query, up to :data:`MAX_NAMED` ids are named (exactly their markers); more are
         filtered on the file server's clock, by mtime after ``query.since``, where there is
@@ -192,13 +199,15 @@ class SlurmEvidenceReader:
                 append(marker)
         return markers
 
-    def parse_clock(self, result: CommandResult) -> float:
-        """The mtime of the clock row that a ``clock`` listing prints first; a listing without
-        it is unusable (it would leave run time to another clock)."""
+    def parse_clock(self, result: CommandResult) -> float | None:
+        """The mtime of the clock row a ``clock`` listing prints first; None when it printed
+        none (``log_root`` could not be written), so run time falls back to another clock.
+        Only the first line is read: every marker row starts ``servatus-``, so no file name
+        can pose as the clock."""
         end = result.stdout.find(b"\n")
         match = _CLOCK_ROW.fullmatch(result.stdout[: end if end >= 0 else len(result.stdout)])
         if result.returncode != 0 or match is None:
-            raise Unavailable("find did not read the file server's clock; the listing is unusable")
+            return None
         return float(match[1])
 
     def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:
