@@ -267,6 +267,26 @@ def test_a_log_root_that_cannot_be_written_loses_only_the_clock(
     assert campaign.status().warnings == ()
 
 
+def test_no_clock_is_no_warning_while_nothing_runs(tmp_path: Path, profile: Profile) -> None:
+    """The missing clock matters only to a running Task's run time: a queued sweep, and a
+    finished one whose markers are no longer listed (settled), read no warning about it."""
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    fake.read_only_directories.add(profile.target.log_root)
+    queued = campaign.status()
+    assert [task.execution for task in queued.tasks] == [Execution.QUEUED]
+    assert queued.warnings == ()
+    fake.start()
+    (job,) = [item.job for item in fake.jobs]
+    fake.finish(job)
+    fake.purge()
+    first = campaign.status()  # settles the allocation
+    assert [task.execution for task in first.tasks] == [Execution.SUCCEEDED]
+    assert first.warnings == ()
+    assert campaign.status().warnings == ()  # nothing wanted: no marker listing at all
+
+
 @pytest.mark.parametrize("control", ["fail", "unavailable", "lose_answer"])
 @pytest.mark.parametrize("name", ["/usr/bin/squeue", "sqeue", "sbatch --version", ""])
 def test_a_control_naming_no_known_command_is_refused(control: str, name: str) -> None:
