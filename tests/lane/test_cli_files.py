@@ -256,6 +256,9 @@ class _Full(io.TextIOBase):
     def flush(self) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    def close(self) -> None:
+        """Closed as garbage without a last flush (the interpreter may be shutting down)."""
+
 
 def test_output_that_cannot_be_written_is_reported_once(monkeypatch: pytest.MonkeyPatch) -> None:
     err = io.StringIO()

@@ -199,7 +199,12 @@ def test_sbatch_timing_out_and_refusing(lane: Lane) -> None:
     assert cancelled.stdout == f"cancelled allocation {lied_id}\n"
     wait_until(
         "Slurm to end the cancelled job",
-        lambda: [s for j, _, s in lane.squeue() if j == job and s not in ("RUNNING", "PENDING")],
+        # COMPLETING comes first while slurmstepd ends the steps; TIMEOUT is the end state.
+        lambda: [
+            s
+            for j, _, s in lane.squeue()
+            if j == job and s not in ("RUNNING", "PENDING", "COMPLETING")
+        ],
         seconds=60,
     )
     resolved = lane.ok("reconcile", "state")
@@ -255,7 +260,12 @@ def test_a_job_that_runs_into_its_time_limit(endings: Endings) -> None:
     [job] = {task["job"] for task in lane.status()["tasks"]}
     ended = wait_until(
         "Slurm to end the job",
-        lambda: [s for j, _, s in lane.squeue() if j == job and s not in ("RUNNING", "PENDING")],
+        # COMPLETING comes first while slurmstepd ends the steps; TIMEOUT is the end state.
+        lambda: [
+            s
+            for j, _, s in lane.squeue()
+            if j == job and s not in ("RUNNING", "PENDING", "COMPLETING")
+        ],
         seconds=180,
     )
     assert ended == ["TIMEOUT"]
