@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from servatus.cli import main
 from servatus.config import Target
+from servatus.testing import FakeScheduler
 
 CPU_PROFILE = """\
 default_profile = "cpu"
@@ -35,6 +38,27 @@ memory_mib = 500
 time_limit = "00:05:00"
 """
 """A SERVATUS.toml for a small local CPU profile, for FakeScheduler tests of the lane."""
+
+
+def run(
+    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """``servatus ARGS`` through ``main(connect=fake)``: its exit code and only its own output."""
+    capsys.readouterr()
+    code = main(args, connect=fake)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_tasks(path: Path, count: int, **fields: object) -> str:
+    """A Tasks file of ``count`` Tasks k0, k1, ... running /usr/bin/true, each with ``fields``."""
+    path.write_text(
+        "".join(
+            json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"], **fields}) + "\n"
+            for i in range(count)
+        )
+    )
+    return str(path)
 
 
 def make_target(root: Path, **changes: Any) -> Target:

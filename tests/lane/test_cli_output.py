@@ -20,15 +20,7 @@ from servatus.cli import cli, main
 from servatus.errors import Unavailable
 from servatus.reconcile import RECONCILE_AFTER
 from servatus.testing import FakeJob, FakeScheduler
-
-
-def run(
-    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
-) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(args, connect=fake)
-    out, err = capsys.readouterr()
-    return code, out, err
+from testkit import run, write_tasks
 
 
 def _commands(group: click.Group) -> list[click.Command]:
@@ -52,10 +44,9 @@ def test_every_command_and_option_has_help_text() -> None:
 def test_a_newline_in_a_value_never_starts_an_output_line(
     tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"key": "k0", "args": ["/usr/bin/true"]}) + "\n")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     state = str(tmp_path / "st\nline2: 1 Task (sealed)\x1b[2J")
-    code, out, _ = run(["create", state, str(tasks)], FakeScheduler(), capsys)
+    code, out, _ = run(["create", state, tasks], FakeScheduler(), capsys)
     assert code == 0
     assert out.splitlines() == [
         f"created {tmp_path}/st\\nline2: 1 Task (sealed)\\x1b[2J: 1 Task (sealed)"
@@ -87,10 +78,9 @@ def test_a_closed_stdout_is_75_in_one_line(redirect: str) -> None:
 def test_with_stdout_closed_the_work_is_done_and_the_lost_line_reported(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"key": "k0", "args": ["/usr/bin/true"]}) + "\n")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     monkeypatch.setattr(sys, "stdout", None)
-    assert main(["create", str(tmp_path / "state"), str(tasks)]) == 75
+    assert main(["create", str(tmp_path / "state"), tasks]) == 75
     assert sys.stdout is None
     assert (tmp_path / "state").is_dir()  # done, and said so on stderr; only the line was lost
 
@@ -98,12 +88,9 @@ def test_with_stdout_closed_the_work_is_done_and_the_lost_line_reported(
 @pytest.fixture
 def sweep(tmp_path: Path, config_path: Path) -> tuple[str, str]:
     """A campaign of three Tasks and its saved plan (two allocations under the CPU profile)."""
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        "".join(json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"]}) + "\n" for i in range(3))
-    )
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 3)
     state, plan = str(tmp_path / "my state"), str(tmp_path / "plan.json")
-    assert main(["ensure", state, str(tasks)]) == 0
+    assert main(["ensure", state, tasks]) == 0
     assert main(["plan", state, "--config", str(config_path), "--output", plan]) == 0
     return state, plan
 
