@@ -46,6 +46,32 @@ def campaign_of_one(
     return config
 
 
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path`` as the working directory, with CPU_PROFILE as its SERVATUS.toml."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    return tmp_path
+
+
+def doctor_checks(out: str) -> dict[str, str]:
+    """The status of each check in the document ``doctor --json`` printed."""
+    return {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+
+
+def status_after_chmod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, mode: int
+) -> tuple[Path, int, str]:
+    """A new one-Task campaign whose file ``name`` is then given ``mode``, and what ``status
+    --offline`` of it exits with and says on stderr."""
+    state = tmp_path / "state"
+    fake = FakeScheduler()
+    campaign_of_one(tmp_path, fake, capsys, state)
+    (state / name).chmod(mode)
+    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    return state, code, err
+
+
 # -- max_script_bytes at plan ----------------------------------------------------------------
 
 
@@ -279,13 +305,12 @@ def test_cancel_of_an_unknown_name_is_bad_input_even_while_slurm_is_down(
 # -- suggested commands run as printed -------------------------------------------------------
 
 
+@pytest.mark.usefixtures("project")
 def test_the_submit_command_plan_suggests_runs_as_printed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import shlex
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     fake = FakeScheduler()
     assert run(["create", "--", "-st", tasks], fake, capsys)[0] == 0
@@ -318,13 +343,12 @@ def test_the_chmod_a_mode_warning_suggests_runs_as_printed(
     assert stat.S_IMODE(os.stat(tmp_path / "-st" / "journal").st_mode) == 0o600
 
 
+@pytest.mark.usefixtures("project")
 def test_the_reconcile_command_a_wait_suggests_runs_as_printed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import shlex
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     fake = FakeScheduler()
     assert (
         run(["create", "--", "-st", write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
@@ -453,21 +477,19 @@ def test_validate_reads_a_controller_timeout_as_unavailable(
     assert "REJECTED" not in out
 
 
+@pytest.mark.usefixtures("project")
 def test_doctor_reads_a_controller_timeout_as_unavailable(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     code, out, _ = run(["doctor", "--json"], _TestOnlyTimesOut(), capsys)
-    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    checks = doctor_checks(out)
     assert (code, checks["sbatch --test-only"]) == (75, "unavailable")
 
 
+@pytest.mark.usefixtures("project")
 def test_a_real_refusal_of_the_shape_stays_a_refusal(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
     fake = FakeScheduler()
     campaign_of_one(tmp_path, fake, capsys, state)
@@ -477,21 +499,20 @@ def test_a_real_refusal_of_the_shape_stays_a_refusal(
     code, out, _ = run(["validate", state, plan], fake, capsys)
     assert code == 1 and "REJECTED" in out, out
     code, out, _ = run(["doctor", "--json"], fake, capsys)
-    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    checks = doctor_checks(out)
     assert (code, checks["sbatch --test-only"]) == (1, "fail")
 
 
+@pytest.mark.usefixtures("project")
 def test_doctor_reads_a_controller_that_cannot_be_contacted_as_unavailable(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     fake = FakeScheduler()
     said = "squeue: error: Unable to contact slurm controller (connect failure)\n"
     fake.fail("squeue", stderr=said)
     fake.fail("scontrol", stderr=said.replace("squeue", "scontrol"))
     code, out, _ = run(["doctor", "--json"], fake, capsys)
-    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    checks = doctor_checks(out)
     assert code == 75, checks
     assert [checks[name] for name in ("squeue", "MinJobAge", "ProctrackType")] == [
         "unavailable"
@@ -504,22 +525,14 @@ def test_doctor_reads_a_controller_that_cannot_be_contacted_as_unavailable(
 def test_a_campaign_whose_lock_others_can_write_is_refused_on_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "state"
-    fake = FakeScheduler()
-    campaign_of_one(tmp_path, fake, capsys, state)
-    (state / "lock").chmod(0o666)
-    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    _, code, err = status_after_chmod(tmp_path, capsys, "lock", 0o666)
     assert code == 1 and "UnsafeFilesystem" in err and "lock" in err, err
 
 
 def test_a_campaign_whose_lock_others_can_read_is_read_with_a_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "state"
-    fake = FakeScheduler()
-    campaign_of_one(tmp_path, fake, capsys, state)
-    (state / "lock").chmod(0o644)
-    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    state, code, err = status_after_chmod(tmp_path, capsys, "lock", 0o644)
     assert code == 0
     assert err == (
         f"servatus: warning: {state / 'lock'}: other users can read it (mode 0644); "
