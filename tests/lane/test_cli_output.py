@@ -95,12 +95,23 @@ def sweep(tmp_path: Path, config_path: Path) -> tuple[str, str]:
     return state, plan
 
 
+def submitted(
+    state: str, plan: str, capsys: pytest.CaptureFixture[str], *, sbatch_answers: bool = True
+) -> FakeScheduler:
+    """A new FakeScheduler the saved plan was submitted to: accepted (exit 0) or, with sbatch
+    unanswered, interrupted (exit 3)."""
+    fake = FakeScheduler()
+    if not sbatch_answers:
+        fake.unavailable("sbatch")
+    assert run(["submit", state, plan], fake, capsys)[0] == (0 if sbatch_answers else 3)
+    return fake
+
+
 def test_offline_nothing_was_listed_or_not(
     sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake = FakeScheduler()
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake = submitted(state, plan, capsys)
     fake.finish(1000)
     fake.purge()
     code, out, _ = run(["status", state, "--json"], fake, capsys)
@@ -112,13 +123,16 @@ def test_offline_nothing_was_listed_or_not(
 
 
 def late_sbatch(
-    state: str, plan: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    state: str,
+    plan: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    job_state: str = "RUNNING",
 ) -> tuple[FakeScheduler, str]:
     """The first allocation's sbatch gets no answer, reconcile records it as not submitted 15
-    minutes later, and then Slurm lists a job for it after all (an sbatch that arrived late)."""
-    fake = FakeScheduler()
-    fake.unavailable("sbatch")
-    assert run(["submit", state, plan], fake, capsys)[0] == 3
+    minutes later, and then Slurm lists a job for it after all (an sbatch that arrived late), in
+    ``job_state``: COMPLETED is ended, and still listed until MinJobAge passes."""
+    fake = submitted(state, plan, capsys, sbatch_answers=False)
     later = time.time() + RECONCILE_AFTER + 1
     monkeypatch.setattr(time, "time", lambda: later)
     code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
@@ -126,7 +140,7 @@ def late_sbatch(
     (resolution,) = json.loads(out)["resolutions"]
     assert resolution["outcome"] == "not_submitted"
     allocation_id = resolution["allocation_id"]
-    fake.jobs.append(FakeJob(1999, allocation_id, "", 2, state="RUNNING"))
+    fake.jobs.append(FakeJob(1999, allocation_id, "", 2, state=job_state))
     return fake, allocation_id
 
 
@@ -148,8 +162,7 @@ def test_the_late_sbatch_warning_suggests_no_cancel_once_the_job_has_ended(
     sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys)
-    fake.jobs[-1].state = "COMPLETED"  # ended, and still listed until MinJobAge passes
+    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys, "COMPLETED")
     code, out, err = run(["status", state, "--json"], fake, capsys)
     assert code == 0
     (warning,) = json.loads(out)["warnings"]
@@ -167,8 +180,7 @@ def test_cancel_of_a_late_job_that_already_ended_cancels_nothing(
     sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys)
-    fake.jobs[-1].state = "COMPLETED"  # ended, and still listed until MinJobAge passes
+    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys, "COMPLETED")
     code, out, _ = run(["cancel", state, "--allocation", allocation_id], fake, capsys)
     assert (code, out) == (0, "nothing to cancel: no matching allocation is queued or running\n")
     code, out, _ = run(["cancel", state, "--allocation", allocation_id, "--json"], fake, capsys)
@@ -186,9 +198,7 @@ def test_reconcile_says_when_to_run_again_with_the_date(
     monkeypatch.setenv("TZ", "XST-5:30")  # POSIX, no tz database needed: local is UTC+05:30
     time.tzset()
     try:
-        fake = FakeScheduler()
-        fake.unavailable("sbatch")
-        assert run(["submit", state, plan], fake, capsys)[0] == 3
+        fake = submitted(state, plan, capsys, sbatch_answers=False)
         code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
         assert code == 75
         (resolution,) = json.loads(out)["resolutions"]
@@ -226,8 +236,7 @@ def test_the_log_of_a_task_that_has_not_started_does_not_exist_yet(
     sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake = FakeScheduler()
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake = submitted(state, plan, capsys)
     first, second = fake.jobs
     where = f"allocation {first.allocation_id} (job {first.job})"
     code, out, err = run(["logs", state, "--task", "k0"], fake, capsys)
@@ -319,8 +328,7 @@ def test_a_cancel_with_one_failing_scancel_prints_what_was_cancelled(
     sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake = FakeScheduler()
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake = submitted(state, plan, capsys)
     first, second = fake.jobs
     fake.fail("scancel")  # the newest, second, is tried first and fails; the first is cancelled
     code, out, err = run(["cancel", state, "--task", "k0", "--task", "k2", "--json"], fake, capsys)
@@ -359,9 +367,7 @@ def test_every_json_command_prints_a_document_whatever_the_exit(
         if any(param.name == "as_json" for param in command.params)
     }
     assert json_commands - set(failing) == {"plugins"}  # it cannot fail but for a bug
-    fake = FakeScheduler()
-    fake.unavailable("sbatch")  # submit of the saved plan is interrupted: reconcile then waits
-    assert run(["submit", state, plan], fake, capsys)[0] == 3
+    submitted(state, plan, capsys, sbatch_answers=False)  # interrupted: reconcile then waits
     for name, (args, code) in failing.items():
         fake = FakeScheduler()
         if name == "validate":
