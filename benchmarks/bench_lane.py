@@ -39,46 +39,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchkit import CONFIG, roster
+
 from servatus.campaign import create_state
 from servatus.cli import main as servatus
-from servatus.tasks import Task
 from servatus.testing import FakeScheduler
 from servatus.transport import CommandResult
 
-CONFIG = """\
-default_profile = "one"
-
-[target]
-slurm_bin = "/usr/bin"
-work_root = "/scratch/alice/sweep"
-log_root = "/scratch/alice/sweep/logs"
-partitions = ["debug"]
-max_tasks_per_allocation = {per}
-max_cpus_per_allocation = {per}
-max_memory_mib_per_allocation = {memory}
-max_time_limit = "01:00:00"
-
-[profiles.one.resources]
-cpus = 1
-memory_mib = 100
-time_limit = "00:01:00"
-"""
-
 FAIL_EVERY = 10
 TARGET = 1.0
-
-
-def roster(count: int) -> list[Task]:
-    """Tasks shaped like the quickstart's (as in bench_store.py)."""
-    return [
-        Task(
-            f"lr-{i % 7}e-4-seed-{i}",
-            ["/usr/bin/python3", "train.py", "--epochs", "90"],
-            stdin=b'{"lr": 0.0003, "seed": %d}' % i,
-            env={"WANDB_MODE": "offline"} if i % 2 else None,
-        )
-        for i in range(count)
-    ]
 
 
 class Bench:

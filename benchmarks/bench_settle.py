@@ -40,51 +40,26 @@ TREE = HERE.parent
 FAIL_EVERY = 10
 START = 1_796_000_000.0
 
-CONFIG = """\
-default_profile = "one"
-
-[target]
-slurm_bin = "/usr/bin"
-work_root = "/scratch/alice/sweep"
-log_root = "/scratch/alice/sweep/logs"
-partitions = ["debug"]
-max_tasks_per_allocation = 1
-max_cpus_per_allocation = 1
-max_memory_mib_per_allocation = 100
-max_time_limit = "01:00:00"
-
-[profiles.one.resources]
-cpus = 1
-memory_mib = 100
-time_limit = "00:01:00"
-"""
-
 
 # -- building a campaign (this tree's code) ------------------------------------------------------
 
 
 def build(work: Path, count: int, live: int) -> tuple[Path, Path, Path]:
     """The unsettled journal, the saved evidence, and the config, under ``work``."""
+    from benchkit import CONFIG, roster
+
     from servatus import store
     from servatus.config import Profile, target_identity
     from servatus.evidence import MarkerKind
-    from servatus.tasks import Task, as_roster
+    from servatus.tasks import as_roster
     from servatus_slurm.markers import marker_name
 
     work.mkdir(parents=True)
     config = work / "SERVATUS.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.format(per=1, memory=100))
     identity = target_identity(Profile.load(config).target)
     key = store.target_key(identity)
-    tasks = [
-        Task(
-            f"lr-{i % 7}e-4-seed-{i}",
-            ["/usr/bin/python3", "train.py", "--epochs", "90"],
-            stdin=b'{"lr": 0.0003, "seed": %d}' % i,
-            env={"WANDB_MODE": "offline"} if i % 2 else None,
-        )
-        for i in range(count)
-    ]
+    tasks = roster(count)
     ids = [f"{index:024x}" for index in range(1, count + 1)]
     intents = tuple(
         store.Intent(a, (t.key,), "0" * 64, START, key, 60) for a, t in zip(ids, tasks, strict=True)

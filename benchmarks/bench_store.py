@@ -16,25 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchkit import roster
+
 from servatus import store
 from servatus.campaign import Campaign, create_state
-from servatus.tasks import Task
 
 SIZES = (1_000, 10_000, 100_000)
 REPEATS = 3
-
-
-def roster(count: int) -> list[Task]:
-    """Tasks shaped like the quickstart's: args, a small JSON stdin, sometimes an env."""
-    return [
-        Task(
-            f"lr-{i % 7}e-4-seed-{i}",
-            ["python", "train.py", "--epochs", "90"],
-            stdin=b'{"lr": 0.0003, "seed": %d}' % i,
-            env={"WANDB_MODE": "offline"} if i % 2 else None,
-        )
-        for i in range(count)
-    ]
 
 
 def servatus(*args: str) -> float:
@@ -49,7 +37,7 @@ def servatus(*args: str) -> float:
 
 def measure(count: int, work: Path) -> dict[str, float]:
     state = work / f"state-{count}"
-    create_state(state, roster(count), appendable=True)
+    create_state(state, roster(count, "python"), appendable=True)
     growth: list[int] = []
     append_times: list[float] = []
     for repeat in range(REPEATS):

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from servatus.cli import main
 from servatus.config import Target
+from servatus.testing import FakeScheduler
 
 CPU_PROFILE = """\
 default_profile = "cpu"
@@ -35,6 +38,27 @@ memory_mib = 500
 time_limit = "00:05:00"
 """
 """A SERVATUS.toml for a small local CPU profile, for FakeScheduler tests of the lane."""
+
+
+def run(
+    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """``servatus ARGS`` through ``main(connect=fake)``: its exit code and only its own output."""
+    capsys.readouterr()
+    code = main(args, connect=fake)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_tasks(path: Path, count: int, **fields: object) -> str:
+    """A Tasks file of ``count`` Tasks k0, k1, ... running /usr/bin/true, each with ``fields``."""
+    path.write_text(
+        "".join(
+            json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"], **fields}) + "\n"
+            for i in range(count)
+        )
+    )
+    return str(path)
 
 
 def make_target(root: Path, **changes: Any) -> Target:
@@ -97,6 +121,23 @@ def tmpfs(mount: Path, options: str) -> Iterator[Path]:
         yield mount
     finally:
         unmount(mount)
+
+
+def count_calls(argv: list[str], syscalls: Sequence[str]) -> dict[str, int]:
+    """How often each of ``syscalls`` runs in one undisturbed run of ``argv``, by ``strace -c``:
+    the crash points to kill it at."""
+    report = subprocess.run(
+        ["strace", "-f", "-qq", "-c", "-e", f"trace={','.join(syscalls)}", *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    counts = {}
+    for line in report.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[-1] in syscalls and fields[3].isdigit():
+            counts[fields[-1]] = int(fields[3])
+    return counts
 
 
 def is_root() -> bool:

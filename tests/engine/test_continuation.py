@@ -39,6 +39,25 @@ def d(text: str) -> int:
     return parse_duration(text)
 
 
+def under_l40s(
+    execution: Execution,
+    continuation: Continuation,
+    *,
+    run_time: int,
+    valid: bool = False,
+    retried: bool = False,
+) -> Eligibility:
+    """``eligibility`` under the L40S limits every test here plans against."""
+    return eligibility(
+        execution,
+        valid=valid,
+        run_time=run_time,
+        continuation=continuation,
+        limits=L40S,
+        retried=retried,
+    )
+
+
 def limits_of(chain_: Chain) -> list[int]:
     return [link.time_limit for link in chain_.links]
 
@@ -80,14 +99,7 @@ def test_the_spec_extension_example_plans_one_link_of_whole_minutes() -> None:
     budget = Continuation(budget="1-12:00:00")
     run_time = d("1-00:00:41")
     assert (
-        eligibility(
-            Execution.SUCCEEDED,
-            valid=False,
-            run_time=run_time,
-            continuation=budget,
-            limits=L40S,
-            retried=True,
-        )
+        under_l40s(Execution.SUCCEEDED, budget, run_time=run_time, retried=True)
         is Eligibility.EXTENDS_SUCCEEDED
     )
     planned = chain([("az-small", run_time)], budget, L40S)
@@ -428,12 +440,11 @@ ROOM, NONE = d("1-00:00:00"), d("3-00:00:00")
 def test_eligibility_under_a_budget(
     execution: Execution, valid: bool, run_time: int, retried: bool, expected: Eligibility
 ) -> None:
-    got = eligibility(
+    got = under_l40s(
         execution,
-        valid=valid,
+        Continuation(budget="3-00:00:00"),
         run_time=run_time,
-        continuation=Continuation(budget="3-00:00:00"),
-        limits=L40S,
+        valid=valid,
         retried=retried,
     )
     assert got is expected
@@ -445,46 +456,26 @@ def test_eligibility_counts_a_rest_too_short_for_a_link_as_no_room() -> None:
         (d("1-11:49:00"), Eligibility.SPENT),  # 11:00 left: within a minute of 10:00
         (d("1-11:48:00"), Eligibility.EXTENDS_SUCCEEDED),  # 12:00 left
     ):
-        assert (
-            eligibility(
-                Execution.SUCCEEDED,
-                valid=False,
-                run_time=run_time,
-                continuation=budget,
-                limits=L40S,
-                retried=True,
-            )
-            is expected
-        )
+        assert under_l40s(Execution.SUCCEEDED, budget, run_time=run_time, retried=True) is expected
 
 
 def test_eligibility_without_a_budget_changes_nothing() -> None:
     for execution in Execution:
         for valid in (False, True):
             for retried in (False, True):
-                assert (
-                    eligibility(
-                        execution,
-                        valid=valid,
-                        run_time=10**9,
-                        continuation=Continuation(max_links=4),
-                        limits=L40S,
-                        retried=retried,
-                    )
-                    is Eligibility.USUAL
+                got = under_l40s(
+                    execution,
+                    Continuation(max_links=4),
+                    run_time=10**9,
+                    valid=valid,
+                    retried=retried,
                 )
+                assert got is Eligibility.USUAL
 
 
 def test_a_never_run_task_whose_budget_is_too_short_for_a_link_is_spent() -> None:
     assert (
-        eligibility(
-            Execution.NOT_SUBMITTED,
-            valid=False,
-            run_time=0,
-            continuation=Continuation(budget="0:11:00"),
-            limits=L40S,
-            retried=False,
-        )
+        under_l40s(Execution.NOT_SUBMITTED, Continuation(budget="0:11:00"), run_time=0)
         is Eligibility.SPENT
     )
 

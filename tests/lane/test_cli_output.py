@@ -20,15 +20,7 @@ from servatus.cli import cli, main
 from servatus.errors import Unavailable
 from servatus.reconcile import RECONCILE_AFTER
 from servatus.testing import FakeJob, FakeScheduler
-
-
-def run(
-    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
-) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(args, connect=fake)
-    out, err = capsys.readouterr()
-    return code, out, err
+from testkit import run, write_tasks
 
 
 def _commands(group: click.Group) -> list[click.Command]:
@@ -52,10 +44,9 @@ def test_every_command_and_option_has_help_text() -> None:
 def test_a_newline_in_a_value_never_starts_an_output_line(
     tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"key": "k0", "args": ["/usr/bin/true"]}) + "\n")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     state = str(tmp_path / "st\nline2: 1 Task (sealed)\x1b[2J")
-    code, out, _ = run(["create", state, str(tasks)], FakeScheduler(), capsys)
+    code, out, _ = run(["create", state, tasks], FakeScheduler(), capsys)
     assert code == 0
     assert out.splitlines() == [
         f"created {tmp_path}/st\\nline2: 1 Task (sealed)\\x1b[2J: 1 Task (sealed)"
@@ -87,10 +78,9 @@ def test_a_closed_stdout_is_75_in_one_line(redirect: str) -> None:
 def test_with_stdout_closed_the_work_is_done_and_the_lost_line_reported(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"key": "k0", "args": ["/usr/bin/true"]}) + "\n")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     monkeypatch.setattr(sys, "stdout", None)
-    assert main(["create", str(tmp_path / "state"), str(tasks)]) == 75
+    assert main(["create", str(tmp_path / "state"), tasks]) == 75
     assert sys.stdout is None
     assert (tmp_path / "state").is_dir()  # done, and said so on stderr; only the line was lost
 
@@ -98,22 +88,30 @@ def test_with_stdout_closed_the_work_is_done_and_the_lost_line_reported(
 @pytest.fixture
 def sweep(tmp_path: Path, config_path: Path) -> tuple[str, str]:
     """A campaign of three Tasks and its saved plan (two allocations under the CPU profile)."""
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        "".join(json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"]}) + "\n" for i in range(3))
-    )
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 3)
     state, plan = str(tmp_path / "my state"), str(tmp_path / "plan.json")
-    assert main(["ensure", state, str(tasks)]) == 0
+    assert main(["ensure", state, tasks]) == 0
     assert main(["plan", state, "--config", str(config_path), "--output", plan]) == 0
     return state, plan
+
+
+def submitted(
+    state: str, plan: str, capsys: pytest.CaptureFixture[str], *, sbatch_answers: bool = True
+) -> FakeScheduler:
+    """A new FakeScheduler the saved plan was submitted to: accepted (exit 0) or, with sbatch
+    unanswered, interrupted (exit 3)."""
+    fake = FakeScheduler()
+    if not sbatch_answers:
+        fake.unavailable("sbatch")
+    assert run(["submit", state, plan], fake, capsys)[0] == (0 if sbatch_answers else 3)
+    return fake
 
 
 def test_offline_nothing_was_listed_or_not(
     sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake = FakeScheduler()
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake = submitted(state, plan, capsys)
     fake.finish(1000)
     fake.purge()
     code, out, _ = run(["status", state, "--json"], fake, capsys)
@@ -125,13 +123,16 @@ def test_offline_nothing_was_listed_or_not(
 
 
 def late_sbatch(
-    state: str, plan: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    state: str,
+    plan: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    job_state: str = "RUNNING",
 ) -> tuple[FakeScheduler, str]:
     """The first allocation's sbatch gets no answer, reconcile records it as not submitted 15
-    minutes later, and then Slurm lists a job for it after all (an sbatch that arrived late)."""
-    fake = FakeScheduler()
-    fake.unavailable("sbatch")
-    assert run(["submit", state, plan], fake, capsys)[0] == 3
+    minutes later, and then Slurm lists a job for it after all (an sbatch that arrived late), in
+    ``job_state``: COMPLETED is ended, and still listed until MinJobAge passes."""
+    fake = submitted(state, plan, capsys, sbatch_answers=False)
     later = time.time() + RECONCILE_AFTER + 1
     monkeypatch.setattr(time, "time", lambda: later)
     code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
@@ -139,7 +140,7 @@ def late_sbatch(
     (resolution,) = json.loads(out)["resolutions"]
     assert resolution["outcome"] == "not_submitted"
     allocation_id = resolution["allocation_id"]
-    fake.jobs.append(FakeJob(1999, allocation_id, "", 2, state="RUNNING"))
+    fake.jobs.append(FakeJob(1999, allocation_id, "", 2, state=job_state))
     return fake, allocation_id
 
 
@@ -161,8 +162,7 @@ def test_the_late_sbatch_warning_suggests_no_cancel_once_the_job_has_ended(
     sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys)
-    fake.jobs[-1].state = "COMPLETED"  # ended, and still listed until MinJobAge passes
+    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys, "COMPLETED")
     code, out, err = run(["status", state, "--json"], fake, capsys)
     assert code == 0
     (warning,) = json.loads(out)["warnings"]
@@ -180,8 +180,7 @@ def test_cancel_of_a_late_job_that_already_ended_cancels_nothing(
     sweep: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys)
-    fake.jobs[-1].state = "COMPLETED"  # ended, and still listed until MinJobAge passes
+    fake, allocation_id = late_sbatch(state, plan, monkeypatch, capsys, "COMPLETED")
     code, out, _ = run(["cancel", state, "--allocation", allocation_id], fake, capsys)
     assert (code, out) == (0, "nothing to cancel: no matching allocation is queued or running\n")
     code, out, _ = run(["cancel", state, "--allocation", allocation_id, "--json"], fake, capsys)
@@ -199,9 +198,7 @@ def test_reconcile_says_when_to_run_again_with_the_date(
     monkeypatch.setenv("TZ", "XST-5:30")  # POSIX, no tz database needed: local is UTC+05:30
     time.tzset()
     try:
-        fake = FakeScheduler()
-        fake.unavailable("sbatch")
-        assert run(["submit", state, plan], fake, capsys)[0] == 3
+        fake = submitted(state, plan, capsys, sbatch_answers=False)
         code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
         assert code == 75
         (resolution,) = json.loads(out)["resolutions"]
@@ -239,8 +236,7 @@ def test_the_log_of_a_task_that_has_not_started_does_not_exist_yet(
     sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake = FakeScheduler()
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake = submitted(state, plan, capsys)
     first, second = fake.jobs
     where = f"allocation {first.allocation_id} (job {first.job})"
     code, out, err = run(["logs", state, "--task", "k0"], fake, capsys)
@@ -332,8 +328,7 @@ def test_a_cancel_with_one_failing_scancel_prints_what_was_cancelled(
     sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     state, plan = sweep
-    fake = FakeScheduler()
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    fake = submitted(state, plan, capsys)
     first, second = fake.jobs
     fake.fail("scancel")  # the newest, second, is tried first and fails; the first is cancelled
     code, out, err = run(["cancel", state, "--task", "k0", "--task", "k2", "--json"], fake, capsys)
@@ -372,9 +367,7 @@ def test_every_json_command_prints_a_document_whatever_the_exit(
         if any(param.name == "as_json" for param in command.params)
     }
     assert json_commands - set(failing) == {"plugins"}  # it cannot fail but for a bug
-    fake = FakeScheduler()
-    fake.unavailable("sbatch")  # submit of the saved plan is interrupted: reconcile then waits
-    assert run(["submit", state, plan], fake, capsys)[0] == 3
+    submitted(state, plan, capsys, sbatch_answers=False)  # interrupted: reconcile then waits
     for name, (args, code) in failing.items():
         fake = FakeScheduler()
         if name == "validate":

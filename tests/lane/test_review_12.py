@@ -17,26 +17,59 @@ import pytest
 from servatus.cli import main
 from servatus.testing import FakeScheduler
 from servatus.transport import CommandResult
-from testkit import CPU_PROFILE
+from testkit import CPU_PROFILE, run, write_tasks
 
 
-def run(
-    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
-) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(args, connect=fake)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def write_tasks(path: Path, count: int, **fields: object) -> str:
-    path.write_text(
-        "".join(
-            json.dumps({"key": f"k{i}", "args": ["/usr/bin/true"], **fields}) + "\n"
-            for i in range(count)
-        )
+def campaign_of_one(
+    tmp_path: Path,
+    fake: FakeScheduler,
+    capsys: pytest.CaptureFixture[str],
+    state: Path | str,
+    plan: str | None = None,
+    *,
+    submit: bool = True,
+) -> Path:
+    """Create a campaign of one Task at ``state`` and, given ``plan``, plan it under CPU_PROFILE
+    into ``plan`` and, unless told not to, submit it; returns the config's path (written only to
+    plan)."""
+    config = tmp_path / "SERVATUS.toml"
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    assert run(["create", str(state), tasks], fake, capsys)[0] == 0
+    if plan is None:
+        return config
+    config.write_text(CPU_PROFILE)
+    assert (
+        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
     )
-    return str(path)
+    if submit:
+        assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    return config
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path`` as the working directory, with CPU_PROFILE as its SERVATUS.toml."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
+    return tmp_path
+
+
+def doctor_checks(out: str) -> dict[str, str]:
+    """The status of each check in the document ``doctor --json`` printed."""
+    return {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+
+
+def status_after_chmod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, mode: int
+) -> tuple[Path, int, str]:
+    """A new one-Task campaign whose file ``name`` is then given ``mode``, and what ``status
+    --offline`` of it exits with and says on stderr."""
+    state = tmp_path / "state"
+    fake = FakeScheduler()
+    campaign_of_one(tmp_path, fake, capsys, state)
+    (state / name).chmod(mode)
+    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    return state, code, err
 
 
 # -- max_script_bytes at plan ----------------------------------------------------------------
@@ -142,13 +175,9 @@ def test_json_prints_one_document_on_an_unexpected_error(
 def test_logs_of_an_ended_task_whose_log_is_gone_says_so_and_is_not_retry_later(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
     state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
     fake = FakeScheduler()
-    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    campaign_of_one(tmp_path, fake, capsys, state, plan)
     fake.finish(1000, 0)
     fake.purge()  # SUCCEEDED; its step log was never kept (fake.logs is empty)
     code, _, err = run(["logs", state, "--task", "k0"], fake, capsys)
@@ -170,13 +199,9 @@ class _RealTail(FakeScheduler):
 def test_logs_of_an_ended_allocation_whose_log_is_gone_names_the_file_and_the_reason(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
     state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
     fake = _RealTail()
-    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    campaign_of_one(tmp_path, fake, capsys, state, plan)
     fake.start(1000)
     fake.finish(1000, 0)
     fake.purge()
@@ -268,13 +293,9 @@ def test_a_control_that_fires_no_times_is_refused_or_never_fires(times: int) -> 
 def test_cancel_of_an_unknown_name_is_bad_input_even_while_slurm_is_down(
     option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
     state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
     fake = FakeScheduler()
-    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
-    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    campaign_of_one(tmp_path, fake, capsys, state, plan)
     fake.unavailable("squeue")
     code, _, err = run(["cancel", state, option, "typo"], fake, capsys)
     assert code == 1, err
@@ -284,13 +305,12 @@ def test_cancel_of_an_unknown_name_is_bad_input_even_while_slurm_is_down(
 # -- suggested commands run as printed -------------------------------------------------------
 
 
+@pytest.mark.usefixtures("project")
 def test_the_submit_command_plan_suggests_runs_as_printed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import shlex
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     fake = FakeScheduler()
     assert run(["create", "--", "-st", tasks], fake, capsys)[0] == 0
@@ -323,13 +343,12 @@ def test_the_chmod_a_mode_warning_suggests_runs_as_printed(
     assert stat.S_IMODE(os.stat(tmp_path / "-st" / "journal").st_mode) == 0o600
 
 
+@pytest.mark.usefixtures("project")
 def test_the_reconcile_command_a_wait_suggests_runs_as_printed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import shlex
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     fake = FakeScheduler()
     assert (
         run(["create", "--", "-st", write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
@@ -351,16 +370,10 @@ def test_the_reconcile_command_a_wait_suggests_runs_as_printed(
 def test_the_fakes_time_out_ends_each_running_step_as_its_scancel_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
-
     def ended_slots(stop: str) -> list[str]:
         state, plan = str(tmp_path / stop), str(tmp_path / f"{stop}.json")
         fake = FakeScheduler()
-        tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
-        assert run(["create", state, tasks], fake, capsys)[0] == 0
-        assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
-        assert run(["submit", state, plan], fake, capsys)[0] == 0
+        campaign_of_one(tmp_path, fake, capsys, state, plan)
         fake.start(1000)
         if stop == "time_out":
             fake.time_out(1000)
@@ -378,16 +391,9 @@ def test_the_fakes_time_out_ends_each_running_step_as_its_scancel_does(
 def test_logs_output_refuses_to_replace_the_campaigns_own_files(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
     state, plan = tmp_path / "state", str(tmp_path / "plan.json")
     fake = FakeScheduler()
-    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
-    assert run(["create", str(state), tasks], fake, capsys)[0] == 0
-    assert (
-        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
-    )
-    assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    campaign_of_one(tmp_path, fake, capsys, state, plan)
     fake.start(1000)
     fake.logs[f"servatus-{fake.jobs[0].allocation_id}-1000.0.out"] = b"a step's log\n"
     before = (state / name).stat().st_ino, (state / "journal").read_bytes()
@@ -407,19 +413,11 @@ def test_logs_output_refuses_to_replace_the_campaigns_own_files(
 def test_no_output_goes_into_a_campaigns_directory_by_any_name(
     command: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
     state, plan = tmp_path / "state", str(tmp_path / "plan.json")
     (tmp_path / "link").symlink_to(state)
     (tmp_path / "other").mkdir()
     fake = FakeScheduler()
-    assert (
-        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    )
-    assert (
-        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
-    )
-    assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    config = campaign_of_one(tmp_path, fake, capsys, state, plan)
     fake.start(1000)
     fake.logs[f"servatus-{fake.jobs[0].allocation_id}-1000.0.out"] = b"a step's log\n"
     entries, journal = sorted(os.listdir(state)), (state / "journal").read_bytes()
@@ -436,17 +434,9 @@ def test_no_output_goes_into_a_campaigns_directory_by_any_name(
 def test_logs_output_over_a_hard_link_to_the_journal_leaves_the_journal_whole(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
     state, plan = tmp_path / "state", str(tmp_path / "plan.json")
     fake = FakeScheduler()
-    assert (
-        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    )
-    assert (
-        run(["plan", str(state), "--config", str(config), "--output", plan], fake, capsys)[0] == 0
-    )
-    assert run(["submit", str(state), plan], fake, capsys)[0] == 0
+    campaign_of_one(tmp_path, fake, capsys, state, plan)
     fake.start(1000)
     fake.logs[f"servatus-{fake.jobs[0].allocation_id}-1000.0.out"] = b"a step's log\n"
     linked = tmp_path / "backup"
@@ -479,56 +469,50 @@ class _TestOnlyTimesOut(FakeScheduler):
 def test_validate_reads_a_controller_timeout_as_unavailable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "SERVATUS.toml"
-    config.write_text(CPU_PROFILE)
     state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
     fake = _TestOnlyTimesOut()
-    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    assert run(["plan", state, "--config", str(config), "--output", plan], fake, capsys)[0] == 0
+    campaign_of_one(tmp_path, fake, capsys, state, plan, submit=False)
     code, out, err = run(["validate", state, plan], fake, capsys)
     assert code == 75, (out, err)
     assert "REJECTED" not in out
 
 
+@pytest.mark.usefixtures("project")
 def test_doctor_reads_a_controller_timeout_as_unavailable(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     code, out, _ = run(["doctor", "--json"], _TestOnlyTimesOut(), capsys)
-    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    checks = doctor_checks(out)
     assert (code, checks["sbatch --test-only"]) == (75, "unavailable")
 
 
+@pytest.mark.usefixtures("project")
 def test_a_real_refusal_of_the_shape_stays_a_refusal(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     state, plan = str(tmp_path / "state"), str(tmp_path / "plan.json")
     fake = FakeScheduler()
-    assert run(["create", state, write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
+    campaign_of_one(tmp_path, fake, capsys, state)
     assert run(["plan", state, "--output", plan], fake, capsys)[0] == 0
     refusal = "sbatch: error: Batch job submission failed: Invalid partition name specified\n"
     fake.fail("sbatch", stderr=refusal, times=2)
     code, out, _ = run(["validate", state, plan], fake, capsys)
     assert code == 1 and "REJECTED" in out, out
     code, out, _ = run(["doctor", "--json"], fake, capsys)
-    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    checks = doctor_checks(out)
     assert (code, checks["sbatch --test-only"]) == (1, "fail")
 
 
+@pytest.mark.usefixtures("project")
 def test_doctor_reads_a_controller_that_cannot_be_contacted_as_unavailable(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "SERVATUS.toml").write_text(CPU_PROFILE)
     fake = FakeScheduler()
     said = "squeue: error: Unable to contact slurm controller (connect failure)\n"
     fake.fail("squeue", stderr=said)
     fake.fail("scontrol", stderr=said.replace("squeue", "scontrol"))
     code, out, _ = run(["doctor", "--json"], fake, capsys)
-    checks = {check["name"]: check["status"] for check in json.loads(out)["checks"]}
+    checks = doctor_checks(out)
     assert code == 75, checks
     assert [checks[name] for name in ("squeue", "MinJobAge", "ProctrackType")] == [
         "unavailable"
@@ -541,26 +525,14 @@ def test_doctor_reads_a_controller_that_cannot_be_contacted_as_unavailable(
 def test_a_campaign_whose_lock_others_can_write_is_refused_on_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "state"
-    fake = FakeScheduler()
-    assert (
-        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    )
-    (state / "lock").chmod(0o666)
-    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    _, code, err = status_after_chmod(tmp_path, capsys, "lock", 0o666)
     assert code == 1 and "UnsafeFilesystem" in err and "lock" in err, err
 
 
 def test_a_campaign_whose_lock_others_can_read_is_read_with_a_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "state"
-    fake = FakeScheduler()
-    assert (
-        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    )
-    (state / "lock").chmod(0o644)
-    code, _, err = run(["status", str(state), "--offline"], fake, capsys)
+    state, code, err = status_after_chmod(tmp_path, capsys, "lock", 0o644)
     assert code == 0
     assert err == (
         f"servatus: warning: {state / 'lock'}: other users can read it (mode 0644); "
@@ -576,9 +548,7 @@ def test_a_campaign_others_can_read_is_a_warning_in_the_json_document_too(
     config.write_text(CPU_PROFILE)
     state = tmp_path / "state"
     fake = FakeScheduler()
-    assert (
-        run(["create", str(state), write_tasks(tmp_path / "tasks.jsonl", 1)], fake, capsys)[0] == 0
-    )
+    campaign_of_one(tmp_path, fake, capsys, state)
     (state / "journal").chmod(0o644)
     warning = (
         f"{state / 'journal'}: other users can read it (mode 0644); make it owner-only: "

@@ -17,6 +17,7 @@ import pytest
 from fake_bin import make_fake_bin, submitted
 
 from servatus import store
+from testkit import count_calls
 
 CRASH_SYSCALLS = (
     "flock",
@@ -68,21 +69,6 @@ def make_sweep(root: Path, count: int) -> tuple[Path, Path]:
     return state, config
 
 
-def count_calls(argv: list[str]) -> dict[str, int]:
-    report = subprocess.run(
-        ["strace", "-f", "-qq", "-c", "-e", f"trace={','.join(CRASH_SYSCALLS)}", *argv],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stderr
-    counts = {}
-    for line in report.splitlines():
-        fields = line.split()
-        if len(fields) >= 5 and fields[-1] in CRASH_SYSCALLS and fields[3].isdigit():
-            counts[fields[-1]] = int(fields[3])
-    return counts
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("compact", [False, True], ids=["append", "compaction"])
 def test_sigkill_at_every_write_of_a_settlement(tmp_path: Path, compact: bool) -> None:
@@ -100,7 +86,7 @@ def test_sigkill_at_every_write_of_a_settlement(tmp_path: Path, compact: bool) -
 
     counted = tmp_path / "counted"
     shutil.copytree(template, counted)
-    counts = count_calls(argv(counted))
+    counts = count_calls(argv(counted), CRASH_SYSCALLS)
     assert len(store.read(counted).settlements) == 2
     assert counts.get("pwrite64", 0) >= 1 and counts.get("fsync", 0) >= 1, counts
     if compact:

@@ -185,6 +185,13 @@ class Lane:
         assert result.returncode == 0, f"servatus {' '.join(args)}: {result.stderr}"
         return result
 
+    def submitted(self, tasks: Sequence[Mapping[str, Any]], *plan_options: str) -> None:
+        """``ensure`` the campaign ``state`` of ``tasks``, plan it with ``plan_options`` into
+        plan.json and submit that, each exiting 0."""
+        self.ok("ensure", "state", self.tasks_file(tasks))
+        self.ok("plan", "state", *plan_options, "--output", "plan.json")
+        self.ok("submit", "state", "plan.json")
+
     def status(self, state: str = "state") -> dict[str, Any]:
         result = self.servatus("status", state, "--json")
         assert result.returncode == 0, f"status: {result.returncode} {result.stderr}"

@@ -47,10 +47,8 @@ def test_failed_stopped_and_lost(lane: Lane, tmp_path: Path) -> None:
         lane.worker_task("killed", "sleep", "300"),
         lane.worker_task("orphan", "exit", "0"),
     ]
-    lane.ok("ensure", "state", lane.tasks_file(tasks))
     three = ("--only", "fails", "--only", "cancelled", "--only", "killed")
-    lane.ok("plan", "state", *three, "--tasks-per-allocation", "1", "--output", "plan.json")
-    lane.ok("submit", "state", "plan.json")
+    lane.submitted(tasks, *three, "--tasks-per-allocation", "1")
 
     def settled(document: dict[str, Any]) -> bool:
         tasks = by_key(document)

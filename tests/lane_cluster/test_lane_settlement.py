@@ -47,9 +47,7 @@ def test_a_settled_sweep_answers_the_same_after_every_marker_is_deleted(lane: La
         lane.worker_task("ok-2", "exit", "0"),
         lane.worker_task("fails", "exit", "3"),
     ]
-    lane.ok("ensure", "state", lane.tasks_file(tasks))
-    lane.ok("plan", "state", "--tasks-per-allocation", "1", "--output", "plan.json")
-    lane.ok("submit", "state", "plan.json")
+    lane.submitted(tasks, "--tasks-per-allocation", "1")
     ids = set(allocation_ids(lane))
     # Settled once Slurm forgets the jobs (MinJobAge): every status polled may record it.
     wait_until(
@@ -75,9 +73,7 @@ def test_a_settled_sweep_answers_the_same_after_every_marker_is_deleted(lane: La
 
 def test_an_unsettled_allocation_without_markers_never_reads_succeeded(lane: Lane) -> None:
     lane.put_worker()
-    lane.ok("ensure", "state", lane.tasks_file([lane.worker_task("long", "sleep", "300")]))
-    lane.ok("plan", "state", "--output", "plan.json")
-    lane.ok("submit", "state", "plan.json")
+    lane.submitted([lane.worker_task("long", "sleep", "300")])
     lane.wait_for("long RUNNING", lambda d: d["tasks"][0]["execution"] == "RUNNING", seconds=120)
     ids = set(allocation_ids(lane))
     assert delete_markers(lane, ids) >= 1  # its start marker, while Slurm lists it running

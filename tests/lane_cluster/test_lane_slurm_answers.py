@@ -131,9 +131,7 @@ def endings(
             limited.worker_task("yields", "usr1", "75"),
             limited.worker_task("finishes", "usr1", "0"),
         ]
-        limited.ok("ensure", "state", limited.tasks_file(tasks))
-        limited.ok("plan", "state", "--tasks-per-allocation", "4", "--output", "plan.json")
-        limited.ok("submit", "state", "plan.json")
+        limited.submitted(tasks, "--tasks-per-allocation", "4")
 
         racing.put(racing.launch / "SERVATUS.toml", small(racing, 'time_limit = "00:05:00"\n'))
         racing.put(Path(racing.work_root) / "racer.py", (HERE / "lane_racer.py").read_text())
@@ -142,10 +140,7 @@ def endings(
             {"key": f"r{i:03d}", "args": [INNER_PYTHON, "racer.py", str(delay), str(RACE_SLOTS)]}
             for i, delay in enumerate(RACE_DELAYS_MS)
         ]
-        racing.ok("ensure", "state", racing.tasks_file(racers))
-        per = str(RACE_SLOTS)
-        racing.ok("plan", "state", "--tasks-per-allocation", per, "--output", "plan.json")
-        racing.ok("submit", "state", "plan.json")
+        racing.submitted(racers, "--tasks-per-allocation", str(RACE_SLOTS))
         yield Endings(limited, racing)
     finally:
         limited.cleanup()

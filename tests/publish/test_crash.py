@@ -21,6 +21,7 @@ from publish_helpers import leftovers, make_tree, tree_listing, worker_argv
 from servatus import Workspace, publish, publish_file
 from servatus.errors import DestinationExists
 from servatus_publish.publication import Draft
+from testkit import count_calls
 
 TREE_FILES = 1000
 TREE_TRIALS = 110
@@ -170,22 +171,6 @@ def strace_argv(extra: list[str], argv: list[str]) -> list[str]:
     return ["strace", "-f", "-qq", "--seccomp-bpf", "-o", "/dev/null", *extra, *argv]
 
 
-def count_calls(argv: list[str]) -> dict[str, int]:
-    """How often each crash-relevant syscall runs in one undisturbed publication."""
-    report = subprocess.run(
-        ["strace", "-f", "-qq", "-c", "-e", f"trace={','.join(CRASH_SYSCALLS)}", *argv],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stderr
-    counts = {}
-    for line in report.splitlines():
-        fields = line.split()
-        if len(fields) >= 5 and fields[-1] in CRASH_SYSCALLS and fields[3].isdigit():
-            counts[fields[-1]] = int(fields[3])
-    return counts
-
-
 SCENARIOS = ["tree", "tree-syncfs", "file", "workspace", "tree-bindfs", "file-bindfs"]
 
 
@@ -238,7 +223,7 @@ def test_sigkill_at_every_crash_point(
             assert (dest / "checkpoint").read_text().startswith(("pid ", "rerun"))
         return True
 
-    counts = count_calls(argv_for(out / "count"))
+    counts = count_calls(argv_for(out / "count"), CRASH_SYSCALLS)
     complete(out / "count")
     if kind == "tree":
         shutil.rmtree(out / "count")
