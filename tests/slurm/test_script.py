@@ -375,6 +375,29 @@ def test_a_step_failing_while_slurm_ends_the_job_ends_after_a_stop(
     assert names[prefix + "end.0.143"] >= names[prefix + "stop"]
 
 
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_failed_step_waits_for_the_stop_when_squeue_does_not_answer(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """When squeue gives no state (unreachable, or the job already gone), the watcher of a step
+    that returned nonzero waits a second before its end marker, so a stop trap running just
+    after it still marks the stop first and the end reads as stopped, not failed."""
+    asked = fake_cluster.out / "squeue.asked"
+    squeue = fake_cluster.root / "bin" / "squeue"
+    squeue.write_text(f"#!/bin/sh\n: >{asked}\nexit 1\n")
+    squeue.chmod(0o755)
+    target = fake_cluster.target
+    steps = [direct_step(target, 0, fake_cluster.step_args("killed", "exit:143"))]
+    process = fake_cluster.start(render(make_spec(target, steps)), shell=shell)
+    wait_for(asked.exists)
+    process.send_signal(signal.SIGTERM)  # the batch shell's trap, just after the step returned
+    wait_exit(process)
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert set(names) == {prefix + "start", prefix + "stop", prefix + "end.0.143"}
+    assert names[prefix + "end.0.143"] >= names[prefix + "stop"]
+
+
 def test_markers_are_read_back_by_the_evidence_reader(fake_cluster: FakeCluster) -> None:
     target = fake_cluster.target
     steps = [
