@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from servatus.plugins import Hooks
 
 STAGE_PREFIX = ".servatus-stage-"
+RETIRED_PREFIX = "reclaimed-"
+"""Stages being reclaimed are renamed to this prefix; tokens are hex, so no creator uses it."""
 _ATTEMPTS = 8
 
 
@@ -170,7 +172,13 @@ class Stage:
 
 
 def reclaim(container_fd: int, container_path: Path) -> bool:
-    """Remove stages whose builder died (their lock is free); True if one could not be removed."""
+    """Remove stages whose builder died (their lock is free); True if one could not be removed.
+
+    A stage just made is lockable too until its creator locks it, so each one taken is first
+    renamed, under its lock, to a name no creator uses: a creator that locks it after this
+    reclaimer lets go finds its token gone and tries another, instead of adopting a directory
+    this reclaimer is about to remove.
+    """
     pending = False
     with os.scandir(container_fd) as entries:
         names = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
@@ -186,22 +194,30 @@ def reclaim(container_fd: int, container_path: Path) -> bool:
                     lock.__enter__()
                 except Busy:
                     continue  # a live publication
+                retired = ""
                 try:
-                    dead = _fs.is_linked(container_fd, name, fd)
-                    if dead:
+                    if _fs.is_linked(container_fd, name, fd):
+                        retired = _retire(container_fd, name)
                         _fs.empty_dir(fd, keep=_fs.LOCK_NAME)
                 finally:
                     lock.__exit__(None, None, None)
             finally:
                 os.close(fd)
-            if dead:
-                _fs.remove_released(container_fd, name)
+            if retired:
+                _fs.remove_released(container_fd, retired)
         except FileNotFoundError:
             continue  # another reclaimer was faster
         except (OSError, ServatusError) as exc:
             pending = True
             _fs.warn_pending(str(container_path / name), exc)
     return pending
+
+
+def _retire(container_fd: int, name: str) -> str:
+    """Rename a stage being reclaimed out of every creator's reach; its new name."""
+    retired = f"{RETIRED_PREFIX}{secrets.token_hex(8)}"
+    os.rename(name, retired, src_dir_fd=container_fd, dst_dir_fd=container_fd)
+    return retired
 
 
 class Draft:
