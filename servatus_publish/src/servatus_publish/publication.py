@@ -154,8 +154,7 @@ class Stage:
             if self.token and not _fs.remove_released(self.container_fd, self.token):
                 raise OSError(errno.ENOTEMPTY, "another process refilled it", str(self.path))
             if self.container_fd >= 0:
-                with suppress(OSError):  # busy with another live stage: leave it to that one
-                    os.rmdir(self.container_name, dir_fd=self.parent.fd)
+                remove_empty_container(self.parent)
         except (OSError, ServatusError) as exc:
             pending = True
             _fs.warn_pending(str(self.path), exc)
@@ -213,11 +212,45 @@ def reclaim(container_fd: int, container_path: Path) -> bool:
     return pending
 
 
-def _retire(container_fd: int, name: str) -> str:
-    """Rename a stage being reclaimed out of every creator's reach; its new name."""
+def _retire(container_fd: int, name: str, *, src_dir_fd: int | None = None) -> str:
+    """Rename a directory being removed into the container, out of every creator's reach."""
     retired = f"{RETIRED_PREFIX}{secrets.token_hex(8)}"
-    os.rename(name, retired, src_dir_fd=container_fd, dst_dir_fd=container_fd)
+    source_fd = container_fd if src_dir_fd is None else src_dir_fd
+    os.rename(name, retired, src_dir_fd=source_fd, dst_dir_fd=container_fd)
     return retired
+
+
+def retire_beside(parent: HeldDirectory, name: str) -> tuple[int, str]:
+    """Move ``name``, a locked directory of ours in the parent, into the stage container.
+
+    Whoever locks it after its lock is released then finds ``name`` no longer linked, instead
+    of adopting a directory about to be removed; left there by a crash, it is reclaimed like a
+    dead stage. Returns the container's descriptor and the directory's name in it.
+    """
+    container = f"{STAGE_PREFIX}{os.geteuid()}"
+    for _ in range(_ATTEMPTS):
+        try:
+            fd = _fs.open_private_dir(parent.fd, container, parent.path / container, create=True)
+        except FileNotFoundError:  # removed, empty, by another run in between
+            continue
+        try:
+            if os.fstat(fd).st_dev != os.fstat(parent.fd).st_dev:
+                raise UnsafeFilesystem(f"{parent.path / container} is a mount point")
+            return fd, _retire(fd, name, src_dir_fd=parent.fd)
+        except FileNotFoundError:
+            os.close(fd)
+            if _fs.stat_at(parent.fd, name) is None:
+                raise
+        except BaseException:
+            os.close(fd)
+            raise
+    raise Busy(f"could not move {parent.path / name} into {parent.path / container}")
+
+
+def remove_empty_container(parent: HeldDirectory) -> None:
+    """Remove the stage container unless another run still has something in it."""
+    with suppress(OSError):  # busy with another live stage: leave it to that one
+        os.rmdir(f"{STAGE_PREFIX}{os.geteuid()}", dir_fd=parent.fd)
 
 
 class Draft:
@@ -487,8 +520,7 @@ def reclaim_beside(parent: HeldDirectory) -> None:
             reclaim(fd, parent.path / container)
         finally:
             os.close(fd)
-        with suppress(OSError):
-            os.rmdir(container, dir_fd=parent.fd)
+        remove_empty_container(parent)
     except (OSError, ServatusError) as exc:
         _fs.warn_pending(str(parent.path / container), exc)
 
