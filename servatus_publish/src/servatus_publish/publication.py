@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 STAGE_PREFIX = ".servatus-stage-"
 RETIRED_PREFIX = "reclaimed-"
-"""Stages being reclaimed are renamed to this prefix; tokens are hex, so no creator uses it."""
+"""A directory is renamed into the container under this prefix, still locked, before it is
+removed; stage tokens are bare hex, so no creator ever adopts one."""
 _ATTEMPTS = 8
 
 
