@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from servatus.plugins import Hooks
 
 STAGE_PREFIX = ".servatus-stage-"
+RETIRED_PREFIX = "reclaimed-"
+"""A directory is renamed into the container under this prefix, still locked, before it is
+removed; stage tokens are bare hex, so no creator ever adopts one."""
 _ATTEMPTS = 8
 
 
@@ -152,8 +155,7 @@ class Stage:
             if self.token and not _fs.remove_released(self.container_fd, self.token):
                 raise OSError(errno.ENOTEMPTY, "another process refilled it", str(self.path))
             if self.container_fd >= 0:
-                with suppress(OSError):  # busy with another live stage: leave it to that one
-                    os.rmdir(self.container_name, dir_fd=self.parent.fd)
+                remove_empty_container(self.parent)
         except (OSError, ServatusError) as exc:
             pending = True
             _fs.warn_pending(str(self.path), exc)
@@ -170,7 +172,13 @@ class Stage:
 
 
 def reclaim(container_fd: int, container_path: Path) -> bool:
-    """Remove stages whose builder died (their lock is free); True if one could not be removed."""
+    """Remove stages whose builder died (their lock is free); True if one could not be removed.
+
+    A stage just made is lockable too until its creator locks it, so each one taken is first
+    renamed, under its lock, to a name no creator uses: a creator that locks it after this
+    reclaimer lets go finds its token gone and tries another, instead of adopting a directory
+    this reclaimer is about to remove.
+    """
     pending = False
     with os.scandir(container_fd) as entries:
         names = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
@@ -186,22 +194,64 @@ def reclaim(container_fd: int, container_path: Path) -> bool:
                     lock.__enter__()
                 except Busy:
                     continue  # a live publication
+                retired = ""
                 try:
-                    dead = _fs.is_linked(container_fd, name, fd)
-                    if dead:
+                    if _fs.is_linked(container_fd, name, fd):
+                        retired = _retire(container_fd, name)
                         _fs.empty_dir(fd, keep=_fs.LOCK_NAME)
                 finally:
                     lock.__exit__(None, None, None)
             finally:
                 os.close(fd)
-            if dead:
-                _fs.remove_released(container_fd, name)
+            if retired:
+                _fs.remove_released(container_fd, retired)
         except FileNotFoundError:
             continue  # another reclaimer was faster
         except (OSError, ServatusError) as exc:
             pending = True
             _fs.warn_pending(str(container_path / name), exc)
     return pending
+
+
+def _retire(container_fd: int, name: str, *, src_dir_fd: int | None = None) -> str:
+    """Rename a directory being removed into the container, out of every creator's reach."""
+    retired = f"{RETIRED_PREFIX}{secrets.token_hex(8)}"
+    source_fd = container_fd if src_dir_fd is None else src_dir_fd
+    os.rename(name, retired, src_dir_fd=source_fd, dst_dir_fd=container_fd)
+    return retired
+
+
+def retire_beside(parent: HeldDirectory, name: str) -> tuple[int, str]:
+    """Move ``name``, a locked directory of ours in the parent, into the stage container.
+
+    Whoever locks it after its lock is released then finds ``name`` no longer linked, instead
+    of adopting a directory about to be removed; left there by a crash, it is reclaimed like a
+    dead stage. Returns the container's descriptor and the directory's name in it.
+    """
+    container = f"{STAGE_PREFIX}{os.geteuid()}"
+    for _ in range(_ATTEMPTS):
+        try:
+            fd = _fs.open_private_dir(parent.fd, container, parent.path / container, create=True)
+        except FileNotFoundError:  # removed, empty, by another run in between
+            continue
+        try:
+            if os.fstat(fd).st_dev != os.fstat(parent.fd).st_dev:
+                raise UnsafeFilesystem(f"{parent.path / container} is a mount point")
+            return fd, _retire(fd, name, src_dir_fd=parent.fd)
+        except FileNotFoundError:
+            os.close(fd)
+            if _fs.stat_at(parent.fd, name) is None:
+                raise
+        except BaseException:
+            os.close(fd)
+            raise
+    raise Busy(f"could not move {parent.path / name} into {parent.path / container}")
+
+
+def remove_empty_container(parent: HeldDirectory) -> None:
+    """Remove the stage container unless another run still has something in it."""
+    with suppress(OSError):  # busy with another live stage: leave it to that one
+        os.rmdir(f"{STAGE_PREFIX}{os.geteuid()}", dir_fd=parent.fd)
 
 
 class Draft:
@@ -471,8 +521,7 @@ def reclaim_beside(parent: HeldDirectory) -> None:
             reclaim(fd, parent.path / container)
         finally:
             os.close(fd)
-        with suppress(OSError):
-            os.rmdir(container, dir_fd=parent.fd)
+        remove_empty_container(parent)
     except (OSError, ServatusError) as exc:
         _fs.warn_pending(str(parent.path / container), exc)
 

@@ -40,6 +40,8 @@ from servatus_publish.publication import (
     check_mode,
     publish_at,
     reclaim_beside,
+    remove_empty_container,
+    retire_beside,
 )
 
 PREFIX = ".servatus-workspace."
@@ -254,9 +256,14 @@ class Workspace:
                 with suppress(FileNotFoundError):
                     os.unlink(name, dir_fd=self._fd)
             _fs.fsync_fd(self._fd)
-            self._release()
-            if _fs.remove_released(held.fd, self._dir_name):
-                _fs.fsync_fd(held.fd)
+            container_fd, retired = retire_beside(held, self._dir_name)
+            try:
+                self._release()
+                if _fs.remove_released(container_fd, retired):
+                    _fs.fsync_fd(held.fd)
+            finally:
+                _fs.close(container_fd)
+                remove_empty_container(held)
         except (OSError, ServatusError) as exc:
             _fs.warn_pending(str(self.private), exc)
             return True
