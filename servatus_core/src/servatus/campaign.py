@@ -355,12 +355,9 @@ class Campaign:
             offline=offline,
             state=str(self.path),
         )
-        running = any(
-            task.execution is Execution.RUNNING or task.execution is Execution.ENDING
-            for task in report.tasks
-        )
-        unclocked = clock_warnings(evidence) if running else []
-        if unclocked:
+        unclocked = clock_warnings(evidence)  # per Target: cheap, and almost always empty
+        running = (Execution.RUNNING, Execution.ENDING)
+        if unclocked and any(task.execution in running for task in report.tasks):
             report = attrs.evolve(report, warnings=(*report.warnings, *unclocked))
         return report
 
