@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
-from servatus.script import JOB_NAME_PREFIX
+from servatus.ids import JOB_NAME_PREFIX
 from servatus.status import (
     Attempt,
     Execution,

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
+from servatus.ids import JOB_NAME_PREFIX
 from servatus.reconcile import RECONCILE_AFTER, Resolution, resolve
-from servatus.script import JOB_NAME_PREFIX
 from servatus.status import Outcome, Submission
 
 

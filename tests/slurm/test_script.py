@@ -191,7 +191,7 @@ def test_bad_steps_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="slots"):
         render(make_spec(target, [ok, ok]))
     with pytest.raises(ConfigurationError, match="chain link"):
-        render(make_spec(target, [ok], depends_on="f" * 24))
+        render(make_spec(target, [ok], earlier=("f" * 24,)))
 
 
 # -- running ------------------------------------------------------------------------------------

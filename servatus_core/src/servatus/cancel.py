@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from servatus.config import Target
 from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence
-from servatus.script import job_name
+from servatus.ids import job_name
 from servatus.status import Execution, Report, Submission, queued_or_running
 from servatus.submission import command
 from servatus.transport import Transport

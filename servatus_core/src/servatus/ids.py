@@ -11,6 +11,14 @@ ALLOCATION_ID_HEX = 24
 ALLOCATION_ID = re.compile(f"[0-9a-f]{{{ALLOCATION_ID_HEX}}}")
 """A whole allocation id, the one shape the planner makes, the store keeps and scripts name."""
 
+JOB_NAME_PREFIX = "servatus-"
+
+
+def job_name(allocation_id: str) -> str:
+    """Slurm job name of an allocation: how ``cancel`` and ``reconcile`` find it by identity."""
+    return JOB_NAME_PREFIX + allocation_id
+
+
 TARGET_KEY_HEX = 16
 """A Target key is this many hex digits of the SHA-256 of the Target's identity."""
 
@@ -21,4 +29,11 @@ def target_key(identity: str) -> str:
     return hashlib.sha256(data).hexdigest()[:TARGET_KEY_HEX]
 
 
-__all__ = ["ALLOCATION_ID", "ALLOCATION_ID_HEX", "TARGET_KEY_HEX", "target_key"]
+__all__ = [
+    "ALLOCATION_ID",
+    "ALLOCATION_ID_HEX",
+    "JOB_NAME_PREFIX",
+    "TARGET_KEY_HEX",
+    "job_name",
+    "target_key",
+]

@@ -28,6 +28,7 @@ from servatus.config import (
     profile_from_document,
     profile_to_document,
 )
+from servatus.continuation import Link
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
 from servatus.ids import ALLOCATION_ID, ALLOCATION_ID_HEX
 from servatus.status import Execution, Report
@@ -106,10 +107,35 @@ class Decision:
 
 @attrs.frozen
 class Allocation:
-    """One planned single-node allocation: its id and the Tasks of its slots, in slot order."""
+    """One planned single-node allocation: its id and the Tasks of its slots, in slot order.
+
+    A chain link also carries its ``link`` (position, count, time limit), ``after``, the id of
+    the previous link of its chain (None for link 1), and ``task_links``, each slot's own number
+    of links (``SERVATUS_LINKS``: fewer than the chain's for a packed Task with less budget left).
+    Every link of a chain holds the same Tasks in the same slots.
+    """
 
     allocation_id: str
     task_keys: tuple[str, ...]
+    link: Link | None = None
+    after: str | None = None
+    task_links: tuple[int, ...] = ()
+
+    def time_limit(self, resources: Resources) -> int:
+        """The allocation's time limit: its link's, or the profile's for a plain allocation."""
+        return resources.time_limit if self.link is None else self.link.time_limit
+
+
+def earlier_links(allocations: Iterable[Allocation]) -> dict[str, tuple[str, ...]]:
+    """Each chain link's earlier links, oldest first, by allocation id (links come in order)."""
+    earlier: dict[str, tuple[str, ...]] = {}
+    for allocation in allocations:
+        if allocation.after is not None:
+            earlier[allocation.allocation_id] = (
+                *earlier.get(allocation.after, ()),
+                allocation.after,
+            )
+    return earlier
 
 
 @attrs.frozen
@@ -373,8 +399,10 @@ def _plan_converter() -> cattrs.Converter:
     )
     converter.register_structure_hook(Profile, _structure_profile(converter))
     converter.register_unstructure_hook(Profile, profile_to_document)
-    for kind in (Request, Allocation):
-        converter.register_structure_hook(kind, _every_field_required(kind, converter))
+    converter.register_structure_hook(Request, _every_field_required(Request, converter))
+    converter.register_structure_hook(  # chain fields: not yet in the document
+        Allocation, _every_field_required(Allocation, converter, "link", "after", "task_links")
+    )
     converter.register_structure_hook(Decision, _structure_decision(converter))
     decision = make_dict_unstructure_fn(Decision, converter)
     converter.register_unstructure_hook(

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from servatus.evidence import Evidence
-from servatus.script import job_name
+from servatus.ids import job_name
 from servatus.status import Submission
 
 RECONCILE_AFTER = 15 * 60

@@ -12,17 +12,25 @@ import attrs
 
 if TYPE_CHECKING:
     from servatus.config import Target
+    from servatus.continuation import Link
     from servatus.launcher import StepCommand
 
 
 @attrs.frozen
 class ScriptStep:
-    """One Task's ``srun`` step: its slot, key, launcher command and stdin bytes."""
+    """One Task's ``srun`` step: its slot, key, launcher command and stdin bytes.
+
+    In a chain link, ``links`` is the Task's own number of links (``SERVATUS_LINKS``) and
+    ``run_time`` the seconds it ran before this chain, as the plan measured them; the script
+    adds the earlier links of this chain itself.
+    """
 
     slot: int
     task_key: str
     command: StepCommand
     stdin: bytes
+    links: int = 0
+    run_time: int = 0
 
 
 @attrs.frozen
@@ -31,8 +39,11 @@ class ScriptSpec:
 
     Per-step resources are ``cpus``, ``memory_mib`` and ``gpus``; the allocation requests
     ``len(steps)`` times them. ``inherit`` names the run-time variables the script exports to each
-    step (``SERVATUS_JOB_ID``, ``SERVATUS_JOB_END_TIME``, ...). ``depends_on`` is the allocation id
-    of the previous chain link, if any.
+    step (``SERVATUS_JOB_ID``, ``SERVATUS_JOB_END_TIME``, ...).
+
+    A chain link has its ``link``; ``earlier`` holds the allocation ids of every earlier link of
+    its chain in order (the last is ``depends_on``, the one it hands on from), and ``budget`` the
+    lifetime budget in seconds (None for ``--max-links`` alone).
     """
 
     allocation_id: str
@@ -44,12 +55,11 @@ class ScriptSpec:
     signal_before_end: int | None
     steps: tuple[ScriptStep, ...]
     inherit: tuple[str, ...] = ()
-    depends_on: str | None = None
+    link: Link | None = None
+    earlier: tuple[str, ...] = ()
+    budget: int | None = None
 
-
-JOB_NAME_PREFIX = "servatus-"
-
-
-def job_name(allocation_id: str) -> str:
-    """Slurm job name of an allocation: how ``cancel`` and ``reconcile`` find it by identity."""
-    return JOB_NAME_PREFIX + allocation_id
+    @property
+    def depends_on(self) -> str | None:
+        """The allocation id of the previous link of the chain, if any."""
+        return self.earlier[-1] if self.earlier else None

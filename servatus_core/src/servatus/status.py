@@ -28,8 +28,8 @@ from servatus.evidence import (
     fetch,
 )
 from servatus.files import path_word
-from servatus.script import JOB_NAME_PREFIX
-from servatus.store import CampaignState
+from servatus.ids import JOB_NAME_PREFIX
+from servatus.store import CampaignState, ChainLink
 from servatus.transport import Transport
 
 YIELD_EXIT = 75
@@ -102,6 +102,7 @@ class Submission(NamedTuple):
     outcome: Outcome
     job: int | None = None
     settled: Observation | None = None
+    chain: ChainLink | None = None
 
 
 class RunTime(NamedTuple):
@@ -383,7 +384,17 @@ def project(
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, _Record] | None = None
     server_now = now
-    for allocation_id, task_keys, target, _, time_limit, outcome, recorded, settled in submissions:
+    for (
+        allocation_id,
+        task_keys,
+        target,
+        _,
+        time_limit,
+        outcome,
+        recorded,
+        settled,
+        _,
+    ) in submissions:
         if target is not last_target:
             last_target = target
             if target in contexts:
@@ -576,7 +587,7 @@ def submissions(state: CampaignState) -> list[Submission]:
             _new(
                 Submission,
                 (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
-                 intent.time_limit, outcome, job, observed(allocation_id)),
+                 intent.time_limit, outcome, job, observed(allocation_id), intent.chain),
             )
         )  # fmt: skip
     return result

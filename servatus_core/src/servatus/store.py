@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import attrs
 import cattrs
@@ -149,6 +149,21 @@ class TargetSeen:
     identity: str
 
 
+class ChainLink(NamedTuple):
+    """An intent's place in a chain of links (budgeted continuation).
+
+    ``position`` of ``of`` links; ``after`` is the allocation id of the previous link ("" for
+    link 1); ``task_links`` holds each slot's own number of links; ``budget`` is the lifetime
+    budget in seconds, 0 for ``--max-links`` alone.
+    """
+
+    position: int
+    of: int
+    after: str
+    task_links: tuple[int, ...]
+    budget: int
+
+
 @record("intent")
 @attrs.frozen
 class Intent:
@@ -156,7 +171,7 @@ class Intent:
 
     ``target`` is the key of a :class:`TargetSeen` recorded before: the Target it goes to, so
     evidence is read from the original target. ``time_limit`` (seconds) bounds the run time of a
-    LOST run.
+    LOST run. ``chain`` places a chain link in its chain; None for a plain allocation.
     """
 
     allocation_id: str
@@ -165,6 +180,7 @@ class Intent:
     created_at: float
     target: str
     time_limit: int = 0
+    chain: ChainLink | None = None
 
 
 @record("receipt")
@@ -654,6 +670,7 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "keys": frozenset({list}),
     "time or none": frozenset({int, float, _NONE}),
     "ends": frozenset({list}),
+    "chain or none": frozenset({list, _NONE}),
 }
 _COLUMNS: dict[type[Any], dict[str, str]] = {
     Intent: {
@@ -663,6 +680,7 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
         "created_at": "time",
         "target": "text",
         "time_limit": "seconds",
+        "chain": "chain or none",
     },
     Receipt: {"allocation_id": "allocation", "job": "job"},
     Resolved: {"allocation_id": "allocation", "job": "job or none"},
@@ -704,12 +722,21 @@ def _in_range(column: str, values: list[Any]) -> bool:
 
 def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[str, list[Any]]]:
     columns = _COLUMNS[kind]
+    defaults = _defaults(kind)
 
     def unstructure(items: tuple[Any, ...]) -> dict[str, list[Any]]:
         document = {name: list(map(operator.attrgetter(name), items)) for name in columns}
+        for name, default in defaults.items():  # a column of defaults reads back from nothing
+            if name in document and default is None and document[name].count(None) == len(items):
+                del document[name]
         for name, column in columns.items():
             if column == "keys":
                 document[name] = list(map(list, document[name]))
+            elif column == "chain or none" and name in document:
+                document[name] = [
+                    None if link is None else [*link[:3], list(link[3]), link[4]]
+                    for link in document[name]
+                ]
             elif column == "ends":
                 document[name] = [
                     [None if end is None else [end.exit_code, end.at] for end in ends]
@@ -737,6 +764,8 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
         return [None if value is None else float(value) for value in values]
     if column == "ends":
         return _slot_ends(name, values)
+    if column == "chain or none":
+        return [None if value is None else _chain_link(name, value) for value in values]
     if column == "keys":
         try:
             "".join(itertools.chain.from_iterable(values))  # every key a string
@@ -747,6 +776,28 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
 
 
 _MAX_EXIT = 255
+_MAX_LINKS = 32
+
+
+def _chain_link(name: str, value: list[Any]) -> ChainLink:
+    """``[position, of, after, [links per slot], budget]``, checked as strictly as a column."""
+    if len(value) != 5 or type(value[3]) is not list:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    position, of, after, task_links, budget = value
+    if not {type(position), type(of), type(budget), *map(type, task_links)} <= {int}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    if type(after) is not str:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    shaped = 1 <= position <= of <= _MAX_LINKS and (after == "") == (position == 1)
+    if (
+        not shaped
+        or (after and not ALLOCATION_ID.fullmatch(after))
+        or not task_links
+        or not all(1 <= links <= of for links in task_links)
+        or not 0 <= budget < _LATEST
+    ):
+        raise _ColumnProblem(f"a value out of range in {name}")
+    return ChainLink(position, of, after, tuple(task_links), budget)
 
 
 def _slot_ends(name: str, values: list[Any]) -> list[tuple[SlotEnd | None, ...]]:

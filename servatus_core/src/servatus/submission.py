@@ -17,10 +17,10 @@ import attrs
 from servatus.config import Profile, Target
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.launcher import Launcher
-from servatus.plan import Allocation
+from servatus.plan import Allocation, earlier_links
 from servatus.plugins import Hooks
 from servatus.script import ScriptSpec, ScriptStep
-from servatus.store import Intent, Receipt, Resolved, Writer
+from servatus.store import ChainLink, Intent, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
 
@@ -82,8 +82,13 @@ def script_spec(
     allocation: Allocation,
     tasks: Mapping[str, Task],
     launcher: Launcher,
+    *,
+    earlier: tuple[str, ...] = (),
+    budget: int | None = None,
+    spent: Mapping[str, int] | None = None,
 ) -> ScriptSpec:
-    """What the allocation's batch script must do, decided entirely by the core."""
+    """What the allocation's batch script must do, decided entirely by the core. A chain link
+    also needs its ``earlier`` links' ids, the ``budget``, and what each Task had ``spent``."""
     resources = profile.resources
     steps = []
     for slot, key in enumerate(allocation.task_keys):
@@ -92,17 +97,32 @@ def script_spec(
         step = launcher.command(
             profile.target, task.args, env, inherit=RUNTIME_VARIABLES, gpus=resources.gpus
         )
-        steps.append(ScriptStep(slot=slot, task_key=key, command=step, stdin=task.stdin))
+        links = allocation.task_links[slot] if allocation.link is not None else 0
+        run_time = (spent or {}).get(key, 0)
+        steps.append(ScriptStep(slot, key, step, task.stdin, links=links, run_time=run_time))
     return ScriptSpec(
         allocation_id=allocation.allocation_id,
         target=profile.target,
         cpus=resources.cpus,
         memory_mib=resources.memory_mib,
         gpus=resources.gpus,
-        time_limit=resources.time_limit,
+        time_limit=allocation.time_limit(resources),
         signal_before_end=resources.signal_before_end,
         steps=tuple(steps),
         inherit=RUNTIME_VARIABLES,
+        link=allocation.link,
+        earlier=earlier,
+        budget=budget,
+    )
+
+
+def chain_link(allocation: Allocation, budget: int | None) -> ChainLink | None:
+    """What an intent records of a link's place in its chain."""
+    if allocation.link is None:
+        return None
+    link = allocation.link
+    return ChainLink(
+        link.position, link.of, allocation.after or "", allocation.task_links, budget or 0
     )
 
 
@@ -271,6 +291,8 @@ def submit_allocations(
     plan_digest: str,
     target_identity: str,
     progress: Progress | None = None,
+    budget: int | None = None,
+    spent: Mapping[str, int] | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
     """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced).
 
@@ -279,8 +301,19 @@ def submit_allocations(
     says Slurm was lost mid-request leaves the intent unresolved and stops with
     :class:`SubmissionInterrupted` (exit 3).
     """
+    chains = earlier_links(allocations)
     scripts = [
-        hooks.batch_script(script_spec(profile, allocation, tasks, launcher))
+        hooks.batch_script(
+            script_spec(
+                profile,
+                allocation,
+                tasks,
+                launcher,
+                earlier=chains.get(allocation.allocation_id, ()),
+                budget=budget,
+                spent=spent,
+            )
+        )
         for allocation in allocations
     ]
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
@@ -298,7 +331,8 @@ def submit_allocations(
                     plan_digest=plan_digest,
                     created_at=time.time(),
                     target=target,
-                    time_limit=profile.resources.time_limit,
+                    time_limit=allocation.time_limit(profile.resources),
+                    chain=chain_link(allocation, budget),
                 )
             )
         except Unavailable as exc:

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 
 from servatus.config import MAX_SIGNAL_BEFORE_END
 from servatus.errors import ConfigurationError
-from servatus.ids import ALLOCATION_ID
-from servatus.script import ScriptSpec, ScriptStep, job_name
+from servatus.ids import ALLOCATION_ID, job_name
+from servatus.script import ScriptSpec, ScriptStep
 from servatus_slurm.markers import allocation_log_pattern, step_log_name
 
 RUNTIME_VARIABLES = {
