@@ -29,6 +29,7 @@ from servatus.plan import (
     Plan,
     Request,
     TaskWork,
+    allocation_id,
     chain_problem,
     decide,
     make_plan,
@@ -415,3 +416,14 @@ def test_the_same_inputs_give_the_same_plan_and_it_reads_back(
     assert same == plan
     document = json.loads(json_text(plan_to_document(plan)))
     assert plan_from_document(document, where="P").same_as(plan)
+
+
+def test_each_link_id_is_the_one_allocation_id_gives_it() -> None:
+    plan = planned(("a", "b"), Continuation(max_links=3), on=profile(per_allocation=1))
+    salt = "0123456789abcdef0123456789abcdef:7"
+    assert [a.allocation_id for a in plan.allocations] == [
+        allocation_id(salt, index, (key,), link=link)
+        for index, key in enumerate(("a", "b"))
+        for link in (1, 2, 3)
+    ]
+    assert allocation_id(salt, 0, ("a",)) not in {a.allocation_id for a in plan.allocations}

@@ -8,6 +8,7 @@ always give the same plan, which is how ``submit`` recognises a stale or altered
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import json
 import math
@@ -337,10 +338,7 @@ def _pack(
         planned: tuple[Chain, ...] = ()
     else:
         limits = limits_for(continuation, profile)
-        every = [
-            chain([(key, decision.spent[key]) for key in keys], continuation, limits)
-            for keys in chunks
-        ]
+        every = [_chain(keys, decision.spent, continuation, limits) for keys in chunks]
         count = _within(every, cap)
         kept, rest, planned = chunks[:count], chunks[count:], tuple(every[:count])
         allocations = tuple(
@@ -358,6 +356,24 @@ def _pack(
             extensions=tuple(e for e in decision.extensions if e.key in chosen),
         )
     return attrs.evolve(decision, selected=selected, deferred=deferred), allocations, planned
+
+
+def _chain(
+    keys: Sequence[str], spent: Mapping[str, int], continuation: Continuation, limits: Limits
+) -> Chain:
+    """The chain of one packed allocation; chains of the same run times share their links
+    (a sweep's first plan: every one), so 10,000 chains build their links once."""
+    run_times = tuple(spent[key] for key in keys)
+    made = _chain_of(run_times, continuation, limits)
+    tasks = tuple(attrs.evolve(task, key=key) for task, key in zip(made.tasks, keys, strict=True))
+    return attrs.evolve(made, tasks=tasks)
+
+
+@functools.lru_cache(maxsize=256)
+def _chain_of(run_times: tuple[int, ...], continuation: Continuation, limits: Limits) -> Chain:
+    return chain(
+        [(str(slot), seconds) for slot, seconds in enumerate(run_times)], continuation, limits
+    )
 
 
 def _within(chains: Sequence[Chain], cap: int | None) -> int:
@@ -384,11 +400,15 @@ def _within(chains: Sequence[Chain], cap: int | None) -> int:
 def _links(
     salted: hashlib._Hash, index: int, keys: tuple[str, ...], planned: Chain
 ) -> Iterator[Allocation]:
-    """The chain's links as allocations: each its own id, ``after`` the one before."""
+    """The chain's links as allocations: each its own id, ``after`` the one before. The ids
+    share the chain's index and keys, hashed once for all its links."""
     task_links = tuple(task.links for task in planned.tasks)
+    chained = _keyed(salted, index, keys)
     after: str | None = None
     for link in planned.links:
-        allocation_id = _allocation_id(salted, index, keys, link=link.position)
+        digest = chained.copy()
+        digest.update(f"link {link.position}\0".encode())
+        allocation_id = digest.hexdigest()[:ALLOCATION_ID_HEX]
         yield Allocation(allocation_id, keys, link=link, after=after, task_links=task_links)
         after = allocation_id
 
@@ -406,12 +426,17 @@ def _salted(salt: str) -> hashlib._Hash:
 def _allocation_id(
     salted: hashlib._Hash, index: int, keys: Iterable[str], *, link: int | None = None
 ) -> str:
-    digest = salted.copy()
-    digest.update(f"{index}\0".encode())
-    digest.update("".join([key + "\0" for key in keys]).encode())
+    digest = _keyed(salted, index, keys)
     if link is not None:  # a plain allocation's id is as it always was
         digest.update(f"link {link}\0".encode())
     return digest.hexdigest()[:ALLOCATION_ID_HEX]
+
+
+def _keyed(salted: hashlib._Hash, index: int, keys: Iterable[str]) -> hashlib._Hash:
+    digest = salted.copy()
+    digest.update(f"{index}\0".encode())
+    digest.update("".join([key + "\0" for key in keys]).encode())
+    return digest
 
 
 def totals(resources: Resources, allocations: Iterable[Allocation]) -> Totals:
