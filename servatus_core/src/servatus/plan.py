@@ -251,8 +251,8 @@ def decide(
 
 def _run_time(state: Work) -> int:
     """The Task's measured run time in seconds: a LOST run counts its whole limit, as the
-    projection does; work never observed counts nothing (planning under a budget consults
-    Slurm whenever the campaign has accepted work, so that is work never run)."""
+    projection does. Unmeasured (an offline projection) counts nothing: planning under a budget,
+    and every retry, consults Slurm, and any other plan selects only Tasks never accepted."""
     measured = state.run_time
     return 0 if measured is None else measured.total
 
@@ -316,7 +316,8 @@ def pack(
     ``max_allocations_per_submit``. ``salt`` (the campaign's identity and state version) makes
     allocation ids unique per campaign state yet reproducible when the plan is rebuilt.
 
-    Under the decision's continuation each packed allocation becomes a chain (:func:`chains`)."""
+    Under the decision's continuation each packed allocation becomes a chain of links, sized for
+    its neediest Task (:func:`servatus.continuation.chain`)."""
     decision, allocations, _ = _pack(decision, profile, request, salt=salt)
     return decision, allocations
 
