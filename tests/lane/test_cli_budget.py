@@ -302,3 +302,23 @@ def test_the_library_plans_a_budget_as_the_spec_names_it(project: Path) -> None:
     )
     assert [a.link for a in plan.allocations][-1] == Link(5, 5, 8 * HOUR)
     assert plan.extensions == () and isinstance(plan.extensions, tuple)
+
+
+def test_show_scripts_renders_each_link_as_submit_would(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = create(project, "a")
+    real = Campaign._hooks
+    monkeypatch.setattr(Campaign, "_hooks", lambda self: _Plain(real(self).pm))
+    _Plain.specs = []
+    code, out, err = run(["plan", state, "--budget", "20:00:00", "--show-scripts"],
+                         FakeScheduler(), capsys)  # fmt: skip
+    assert code == 0, err
+    links = [spec for spec in _Plain.specs if spec.link is not None]
+    assert [(spec.link.label, spec.time_limit) for spec in links if spec.link] == [
+        ("link 1/2", 16 * HOUR),
+        ("link 2/2", 4 * HOUR),
+    ]
+    assert [spec.earlier for spec in links] == [(), (links[0].allocation_id,)]
+    assert {spec.budget for spec in links} == {20 * HOUR}
+    assert out.count("# --- batch script of allocation ") == 2
