@@ -12,8 +12,11 @@ import pytest
 
 from servatus import store
 from servatus.cli import json_text, main
+from servatus.config import Profile, Resources, Target
+from servatus.continuation import Continuation
 from servatus.errors import StalePlan
-from servatus.plan import Hold, _digest, plan_from_document, plan_to_document
+from servatus.plan import Hold, Request, _digest, make_plan, plan_from_document, plan_to_document
+from servatus.status import Report
 from servatus.testing import FakeScheduler
 from testkit import DATA, owner_only_copy
 
@@ -117,11 +120,147 @@ def test_a_rehashed_document_is_refused_saying_why(
     assert str(refused.value) == f"P: not a usable plan ({problem})"
 
 
-def test_the_reserved_decision_fields_are_read_and_set_aside() -> None:
-    document = _rehashed(lambda d: d["decision"].update(spent={"k0": 2}, extensions=["k0"]))
-    plan = plan_from_document(document, where="P")
-    assert json.loads(json.dumps(plan_to_document(plan)["decision"])) == {
-        **document["decision"],
-        "spent": {},
-        "extensions": [],
-    }
+def test_the_decision_fields_of_a_plan_without_continuation_must_be_empty() -> None:
+    for change in (
+        lambda d: d["decision"].update(spent={"k0": 2}),
+        lambda d: d["decision"].update(extensions=[{"key": "k0", "extends": "SUCCEEDED"}]),
+    ):
+        with pytest.raises(StalePlan, match="P: not a usable plan"):
+            plan_from_document(_rehashed(change), where="P")
+
+
+def _chain_document() -> dict[str, Any]:
+    """A saved plan of two chains (k0 and k1, three links each), as servatus writes it."""
+    resources = Resources(cpus=1, memory_mib=100, time_limit=3600, signal_before_end=300)
+    target = Target(
+        slurm_bin="/usr/bin", work_root="/w", log_root="/l", partitions=("debug",),
+        max_tasks_per_allocation=1, max_cpus_per_allocation=1,
+        max_memory_mib_per_allocation=100, max_time_limit=3600,
+    )  # fmt: skip
+    plan = make_plan(
+        campaign_id="0123456789abcdef0123456789abcdef",
+        revision=3,
+        keys=("k0", "k1"),
+        profile=Profile("cpu", target, resources),
+        request=Request(),
+        report=Report(tasks=(), attempts=(), warnings=(), online=True),
+        valid=frozenset(),
+        probe=False,
+        now=1.0,
+        continuation=Continuation(budget="02:30:00"),
+    )
+    assert [len(a.task_keys) for a in plan.allocations] == [1] * 6
+    document: dict[str, Any] = json.loads(json_text(plan_to_document(plan)))
+    return document
+
+
+def _rechained(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    document = _chain_document()
+    change(document)
+    document["digest"] = _digest(document)
+    return document
+
+
+def test_a_chain_document_reads_with_a_key_in_every_link_of_its_chain() -> None:
+    plan = plan_from_document(_chain_document(), where="P")
+    assert [a.link.label if a.link else None for a in plan.allocations] == [
+        "link 1/3", "link 2/3", "link 3/3", "link 1/3", "link 2/3", "link 3/3",
+    ]  # fmt: skip
+    assert [a.link.time_limit for a in plan.allocations if a.link] == [3600, 3600, 1800] * 2
+    assert plan.decision.continuation == Continuation(budget=9000)
+
+
+def _swap(allocations: list[dict[str, Any]], i: int, j: int) -> None:
+    allocations[i], allocations[j] = allocations[j], allocations[i]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda d: d["allocations"][1].pop("after"),
+            "required field missing @ $.allocations[1].after",
+        ),
+        (
+            lambda d: d["allocations"][2].update(link=None),
+            "allocation {2} has chain fields but no link",
+        ),
+        (
+            lambda d: d["allocations"][0]["link"].update(position=4),
+            "link 4/3 is not a position in a chain",
+        ),
+        (
+            lambda d: d["allocations"][0]["link"].update(time_limit=90),
+            "a link's time limit is whole minutes, got 90 s",
+        ),
+        (
+            lambda d: d["decision"].update(continuation={"budget": 0, "max_links": None}),
+            "invalid budget 0: must be longer than zero",
+        ),
+        (
+            lambda d: d["decision"]["continuation"].pop("max_links"),
+            "required field missing @ $.decision.continuation.max_links",
+        ),
+        (
+            lambda d: d["decision"].update(continuation=None),
+            "allocation {0} is a chain link, but the plan has no continuation",
+        ),
+        (
+            lambda d: [
+                a.pop(name) for a in d["allocations"] for name in ("link", "after", "task_links")
+            ],
+            "allocation {0} is no chain link, but the plan has a continuation",
+        ),
+        (
+            lambda d: _swap(d["allocations"], 1, 2),
+            "allocation {2} (link 3/3) does not follow the link before it in its chain",
+        ),
+        (
+            lambda d: d["allocations"][1].update(after=d["allocations"][3]["allocation_id"]),
+            "allocation {1} (link 2/3) does not follow the link before it in its chain",
+        ),
+        (
+            lambda d: d["allocations"][1].update(task_keys=["k1"]),
+            "allocation {1} (link 2/3) does not follow the link before it in its chain",
+        ),
+        (
+            lambda d: d["allocations"][1].update(task_links=[2]),
+            "allocation {1} (link 2/3) does not follow the link before it in its chain",
+        ),
+        (
+            lambda d: [a.update(task_links=[4]) for a in d["allocations"]],
+            "allocation {0}: task_links do not give each slot 1 to 3 links",
+        ),
+        (
+            lambda d: d["allocations"][0]["link"].update(time_limit=7200),
+            "allocation {0}: its link is longer than the profile's time_limit",
+        ),
+        (
+            lambda d: d["allocations"][0].update(after=d["allocations"][5]["allocation_id"]),
+            "allocation {0} is the first link of its chain, yet comes after another",
+        ),
+        (
+            lambda d: d["allocations"].pop(2),
+            "allocation {3} starts a chain before the one before it ended",
+        ),
+        (
+            lambda d: d["allocations"].pop(),
+            "allocation {4} ends the plan before its chain ends",
+        ),
+        (
+            lambda d: d["decision"]["spent"].pop("k1"),
+            "its spent differs from its selection",
+        ),
+        (
+            lambda d: d["decision"].update(extensions=[{"key": "k9", "extends": "VALID"}]),
+            "its extensions are not of its selection",
+        ),
+    ],
+)
+def test_a_chain_that_does_not_hold_together_is_refused(
+    change: Callable[[dict[str, Any]], object], problem: str
+) -> None:
+    ids = [a["allocation_id"] for a in _chain_document()["allocations"]]
+    with pytest.raises(StalePlan) as refused:
+        plan_from_document(_rechained(change), where="P")
+    assert str(refused.value) == f"P: not a usable plan ({problem.format(*ids)})"

@@ -16,16 +16,30 @@ from servatus.hookspecs import hookimpl
 
 _EXPORTS = {
     "Campaign": "servatus.campaign",
+    "Continuation": "servatus.continuation",
+    "Extension": "servatus.continuation",
+    "Link": "servatus.continuation",
+    "MAX_LINKS": "servatus.continuation",
     "Profile": "servatus.config",
+    "RunTime": "servatus.status",
+    "StopReason": "servatus.status",
     "Task": "servatus.tasks",
+    "YIELD_EXIT": "servatus.status",
     "Workspace": "servatus_publish.workspace",
     "publish": "servatus_publish.publication",
     "publish_file": "servatus_publish.publication",
 }
 
 __all__ = [
+    "MAX_LINKS",
+    "YIELD_EXIT",
     "Campaign",
+    "Continuation",
+    "Extension",
+    "Link",
     "Profile",
+    "RunTime",
+    "StopReason",
     "Task",
     "Workspace",
     "__version__",
@@ -37,6 +51,8 @@ __all__ = [
 if TYPE_CHECKING:
     from servatus.campaign import Campaign
     from servatus.config import Profile
+    from servatus.continuation import MAX_LINKS, Continuation, Extension, Link
+    from servatus.status import YIELD_EXIT, RunTime, StopReason
     from servatus.tasks import Task
     from servatus_publish.publication import publish, publish_file
     from servatus_publish.workspace import Workspace

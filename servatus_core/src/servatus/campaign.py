@@ -19,6 +19,7 @@ from cattrs.preconf.json import make_converter
 from servatus import store
 from servatus.cancel import cancellable, check_names, scancel
 from servatus.config import Profile, Target, target_from_identity, target_identity
+from servatus.continuation import Continuation
 from servatus.errors import (
     Busy,
     ConfigurationError,
@@ -29,7 +30,7 @@ from servatus.errors import (
     Unavailable,
 )
 from servatus.evidence import Evidence, MarkerQuery
-from servatus.plan import Plan, Request, make_plan, plan_to_document
+from servatus.plan import Plan, Request, earlier_links, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
 from servatus.reconcile import Resolution, resolve
 from servatus.settlement import listed, queries, settle
@@ -405,10 +406,17 @@ class Campaign:
         return frozenset(self.probe(tuple(self._state.tasks if tasks is None else tasks)))
 
     def _make_plan(
-        self, state: store.CampaignState, profile: Profile, request: Request
+        self,
+        state: store.CampaignState,
+        profile: Profile,
+        request: Request,
+        continuation: Continuation | None = None,
     ) -> tuple[Plan, store.Settled]:
         launcher = self._hooks().launcher(profile.target.launcher)
-        consult = request.consults_slurm or bool(state.resolutions)
+        # A budget is spent by measured run time, which only Slurm's listings give (a campaign
+        # with no submission asks nothing: there is nothing to list).
+        budgeted = continuation is not None and continuation.budget is not None
+        consult = request.consults_slurm or bool(state.resolutions) or budgeted
         report, change, _ = self._observe(state, offline=not consult)
         valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
         made = make_plan(
@@ -421,6 +429,7 @@ class Campaign:
             valid=valid,
             probe=self.probe is not None,
             now=time.time(),
+            continuation=continuation,
         )
         problems = []
         checked: set[tuple[str, ...]] = set()  # a sweep repeats its args: check each once
@@ -449,6 +458,8 @@ class Campaign:
         size, target = roster.size, profile.target
         room = script_room(registry, profile, launcher) if made.allocations else None
         for allocation in made.allocations:
+            if allocation.after is not None:  # a chain's later links hold its first's Tasks
+                continue
             if not script_may_exceed(target, list(map(size, allocation.task_keys)), room):
                 continue
             problem = script_problem(registry, profile, allocation, index, launcher)
@@ -468,8 +479,13 @@ class Campaign:
         retry_failed: bool = False,
         only: Iterable[str] | None = None,
         tasks_per_allocation: int | None = None,
+        continuation: Continuation | None = None,
     ) -> Plan:
-        """Select, hold and pack Tasks for ``profile``; nothing is recorded or submitted."""
+        """Select, hold and pack Tasks for ``profile``; nothing is recorded or submitted.
+
+        With a ``continuation`` (a lifetime budget per Task, a number of links, or both) each
+        allocation becomes a chain of links; a budget needs the profile's ``signal_before_end``.
+        """
         self.refresh()
         if tasks_per_allocation is not None and tasks_per_allocation < 1:
             raise ConfigurationError("--tasks-per-allocation must be at least 1")
@@ -479,7 +495,7 @@ class Campaign:
             only=None if only is None else tuple(dict.fromkeys(only)),
             tasks_per_allocation=tasks_per_allocation,
         )
-        made, change = self._make_plan(self._state, profile, request)
+        made, change = self._make_plan(self._state, profile, request, continuation)
         self._record(change)
         return made
 
@@ -493,8 +509,20 @@ class Campaign:
             raise StalePlan(
                 "the plan is not of this campaign (or names Tasks it lacks); plan again"
             )
+        earlier = earlier_links(plan.allocations)
+        budget, spent = _chain_arguments(plan)
         return [
-            registry.batch_script(script_spec(plan.profile, allocation, index, launcher))
+            registry.batch_script(
+                script_spec(
+                    plan.profile,
+                    allocation,
+                    index,
+                    launcher,
+                    earlier=earlier.get(allocation.allocation_id, ()),
+                    budget=budget,
+                    spent=spent,
+                )
+            )
             for allocation in plan.allocations
         ]
 
@@ -525,12 +553,15 @@ class Campaign:
             transport = connect(plan.profile.target)
             try:
                 ping(transport, plan.profile.target)
-                rebuilt, change = self._make_plan(state, plan.profile, plan.request)
+                rebuilt, change = self._make_plan(
+                    state, plan.profile, plan.request, plan.decision.continuation
+                )
                 if not rebuilt.same_as(plan):
                     raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
                 if change.allocations or change.listed:  # the listing precedes the intents
                     writer.settle(change)
                 index = state.tasks.by_key()
+                budget, spent = _chain_arguments(plan)
                 receipts = submit_allocations(
                     writer,
                     transport,
@@ -542,6 +573,8 @@ class Campaign:
                     plan_digest=plan_to_document(plan)["digest"],
                     target_identity=target_identity(plan.profile.target),
                     progress=progress,
+                    budget=budget,
+                    spent=spent,
                 )
             finally:
                 transport.close()
@@ -750,6 +783,15 @@ class Campaign:
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+def _chain_arguments(plan: Plan) -> tuple[int | None, dict[str, int] | None]:
+    """What a plan's chain scripts carry beyond its allocations: the lifetime budget (None
+    for ``--max-links`` alone, or without a continuation) and each Task's run time so far."""
+    continuation = plan.decision.continuation
+    if continuation is None:
+        return None, None
+    return continuation.budget, plan.decision.spent
 
 
 _ENDED = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED, Execution.LOST})

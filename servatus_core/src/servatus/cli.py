@@ -545,6 +545,20 @@ def write_output(path: str, data: bytes, *, replace: bool) -> None:
         raise from_os_error(exc, f"cannot write {path}") from None
 
 
+def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """``--budget``'s ``[D-]HH:MM:SS``, in seconds rounded up to whole minutes; a value that is
+    no duration is a usage error, as any other option's bad value."""
+    if value is None:
+        return None
+    from servatus.continuation import Continuation  # noqa: PLC0415 (keep CLI start-up light)
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+
+    try:
+        return Continuation(budget=value).budget
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 @cli.command("plan")
 @click.argument("state", callback=_not_empty)
 @config_options
@@ -560,6 +574,18 @@ def write_output(path: str, data: bytes, *, replace: bool) -> None:
     metavar="N",
     help="Pack at most N Tasks into one allocation (never more than the profile fits).",
 )
+@click.option(
+    "--budget",
+    callback=_budget,
+    metavar="DURATION",
+    help="Lifetime run time per selected Task, [D-]HH:MM:SS: plan chains of links that spend it.",
+)
+@click.option(
+    "--max-links",
+    type=click.IntRange(min=1, max=32),  # servatus.continuation.MAX_LINKS, not imported here
+    metavar="K",
+    help="At most K links per chain, 1 to 32; without --budget, K full links.",
+)
 @click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
 @json_option
 @paused_gc
@@ -572,21 +598,26 @@ def plan_command(
     retry_failed: bool,
     only: tuple[str, ...],
     tasks_per_allocation: int | None,
+    budget: int | None,
+    max_links: int | None,
     show_scripts: bool,
     as_json: bool,
 ) -> None:
     """Show selected, held and deferred Tasks and what the plan requests at most."""
     from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.continuation import Continuation  # noqa: PLC0415
     from servatus.plan import plan_to_document  # noqa: PLC0415
 
     profile = load_profile_option(config, profile_name)
     campaign = _campaign(state)
+    chained = budget is not None or max_links is not None
     plan = campaign.plan(
         profile,
         retry=retry,
         retry_failed=retry_failed,
         only=only or None,
         tasks_per_allocation=tasks_per_allocation,
+        continuation=Continuation(budget=budget, max_links=max_links) if chained else None,
     )
     document = plan_to_document(plan)
     warned = with_warnings(plan.warnings)
@@ -600,7 +631,7 @@ def plan_command(
             {
                 **document,
                 "retry": list(plan.request.retry),
-                "extensions": list(plan.extensions),
+                "extensions": [to_document(extension) for extension in plan.extensions],
                 "allocations": [to_document(a) for a in plan.allocations],
                 "warnings": warned,
                 "saved": output,

@@ -8,11 +8,12 @@ always give the same plan, which is how ``submit`` recognises a stale or altered
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import json
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol
 
 import attrs
 import cattrs
@@ -28,10 +29,21 @@ from servatus.config import (
     profile_from_document,
     profile_to_document,
 )
-from servatus.continuation import Link
+from servatus.continuation import (
+    Chain,
+    Continuation,
+    Eligibility,
+    Extension,
+    Limits,
+    Link,
+    chain,
+    chain_warnings,
+    eligibility,
+    limits_for,
+)
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
 from servatus.ids import ALLOCATION_ID, ALLOCATION_ID_HEX
-from servatus.status import Execution, Report
+from servatus.status import Execution, Report, RunTime
 from servatus.strict import strict_scalars
 
 
@@ -51,13 +63,15 @@ class TaskWork:
     """What planning knows of one Task's earlier work.
 
     ``execution`` is the projected state of its current work (``NOT_SUBMITTED`` when it has none);
-    ``listed`` is whether Slurm still lists any of its jobs, known only when Slurm was consulted.
+    ``listed`` is whether Slurm still lists any of its jobs, known only when Slurm was consulted;
+    ``run_time`` is how long it ran, summed over its allocations (None when not measured).
     """
 
     execution: Execution = Execution.NOT_SUBMITTED
     accepted: bool = False
     unresolved: bool = False
     listed: bool = False
+    run_time: RunTime | None = None
 
 
 class Work(Protocol):
@@ -75,6 +89,9 @@ class Work(Protocol):
 
     @property
     def listed(self) -> bool: ...
+
+    @property
+    def run_time(self) -> RunTime | None: ...
 
 
 _NO_WORK = TaskWork()
@@ -98,11 +115,20 @@ class Request:
 @attrs.frozen
 class Decision:
     """What the user reviews: selected Tasks in roster order, held ones with their reason, and
-    those deferred beyond ``max_allocations_per_submit``."""
+    those deferred beyond ``max_allocations_per_submit``.
+
+    Under a ``continuation`` (``--budget``, ``--max-links``), ``spent`` holds each selected
+    Task's measured run time in seconds (what its budget has already paid for, and its steps'
+    ``SERVATUS_RUN_TIME``), and ``extensions`` the selected Tasks that run again past a success
+    or a valid result.
+    """
 
     selected: tuple[str, ...]
     held: tuple[tuple[str, Hold], ...]
     deferred: tuple[str, ...] = ()
+    continuation: Continuation | None = None
+    spent: dict[str, int] = attrs.field(factory=dict)
+    extensions: tuple[Extension, ...] = ()
 
 
 @attrs.frozen
@@ -153,25 +179,45 @@ def decide(
     request: Request,
     *,
     valid: Collection[str] = frozenset(),
+    continuation: Continuation | None = None,
+    limits: Limits | None = None,
 ) -> Decision:
     """Select or hold every Task of the roster; refuse the whole plan for bad ``--retry`` keys.
 
     A first plan selects every Task that never had accepted or unresolved work. ``--retry`` is
     strict (unknown, valid, never accepted, unresolved or still listed refuses, naming every bad
     key); ``--retry-failed`` takes current ``FAILED`` or ``STOPPED`` work, never ``LOST``.
+
+    Under a ``continuation`` with a budget (``limits`` its profile's), a Task whose measured run
+    time leaves no room for one more link is held ``SPENT``, and ``--retry KEY`` extends a
+    ``SUCCEEDED`` or ``VALID`` Task with room (:func:`servatus.continuation.eligibility`).
     """
+    if continuation is not None and limits is None:
+        raise ValueError("a continuation is decided under its profile's limits")
     known = set(keys)
     problems = [f"{key}: unknown Task" for key in request.retry if key not in known]
     if request.only is not None:
         problems += [f"{key}: unknown Task (--only)" for key in request.only if key not in known]
     retry = set(request.retry)
     only = None if request.only is None else set(request.only)
+    budgeted = continuation is not None and continuation.budget is not None
     selected: list[str] = []
     held: list[tuple[str, Hold]] = []
+    extensions: list[Extension] = []
     for key in keys:
         state = work.get(key, _NO_WORK)
         if key in retry:
             outside = only is not None and key not in only  # --only restricts every selection
+            if budgeted and not outside and not (state.unresolved or state.listed):
+                assert continuation is not None and limits is not None
+                budget = _eligibility(state, key in valid, continuation, limits, retried=True)
+                if budget is Eligibility.SPENT:
+                    held.append((key, Hold.SPENT))
+                    continue
+                if budget.extends is not None:
+                    selected.append(key)
+                    extensions.append(Extension(key, budget.extends))
+                    continue
             reason = "not among --only" if outside else _retry_refusal(state, is_valid=key in valid)
             if reason:
                 problems.append(f"{key}: {reason}")
@@ -179,6 +225,11 @@ def decide(
                 selected.append(key)
             continue
         hold = _hold(state, request, is_valid=key in valid)
+        if budgeted and hold is not Hold.UNRESOLVED and hold is not Hold.ACTIVE:
+            assert continuation is not None and limits is not None
+            spent = _eligibility(state, key in valid, continuation, limits, retried=False)
+            if spent is Eligibility.SPENT:
+                hold = Hold.SPENT
         if hold is None and only is not None and key not in only:
             hold = Hold.NOT_REQUESTED
         if hold is None:
@@ -187,7 +238,36 @@ def decide(
             held.append((key, hold))
     if problems:
         raise PlanRefused("; ".join(problems))
-    return Decision(selected=tuple(selected), held=tuple(held))
+    if continuation is None:
+        return Decision(selected=tuple(selected), held=tuple(held))
+    return Decision(
+        selected=tuple(selected),
+        held=tuple(held),
+        continuation=continuation,
+        spent={key: _run_time(work.get(key, _NO_WORK)) for key in selected},
+        extensions=tuple(extensions),
+    )
+
+
+def _run_time(state: Work) -> int:
+    """The Task's measured run time in seconds: a LOST run counts its whole limit, as the
+    projection does. Unmeasured (an offline projection) counts nothing: planning under a budget,
+    and every retry, consults Slurm, and any other plan selects only Tasks never accepted."""
+    measured = state.run_time
+    return 0 if measured is None else measured.total
+
+
+def _eligibility(
+    state: Work, is_valid: bool, continuation: Continuation, limits: Limits, *, retried: bool
+) -> Eligibility:
+    return eligibility(
+        state.execution,
+        valid=is_valid,
+        run_time=_run_time(state),
+        continuation=continuation,
+        limits=limits,
+        retried=retried,
+    )
 
 
 def _retry_refusal(state: Work, *, is_valid: bool) -> str | None:
@@ -234,41 +314,141 @@ def pack(
 ) -> tuple[Decision, tuple[Allocation, ...]]:
     """Pack the selected Tasks into allocations in roster order, deferring what exceeds
     ``max_allocations_per_submit``. ``salt`` (the campaign's identity and state version) makes
-    allocation ids unique per campaign state yet reproducible when the plan is rebuilt."""
+    allocation ids unique per campaign state yet reproducible when the plan is rebuilt.
+
+    Under the decision's continuation each packed allocation becomes a chain of links, sized for
+    its neediest Task (:func:`servatus.continuation.chain`)."""
+    decision, allocations, _ = _pack(decision, profile, request, salt=salt)
+    return decision, allocations
+
+
+def _pack(
+    decision: Decision, profile: Profile, request: Request, *, salt: str
+) -> tuple[Decision, tuple[Allocation, ...], tuple[Chain, ...]]:
     size = per_allocation(profile.target, profile.resources, request.tasks_per_allocation)
     chunks = [decision.selected[i : i + size] for i in range(0, len(decision.selected), size)]
     cap = profile.target.max_allocations_per_submit
-    kept, rest = (chunks, []) if cap is None else (chunks[:cap], chunks[cap:])
     salted = _salted(salt)  # hashed once, copied for each of up to 100,000 allocations
-    allocations = tuple(
-        Allocation(_allocation_id(salted, index, keys), tuple(keys))
-        for index, keys in enumerate(kept)
-    )
+    continuation = decision.continuation
+    if continuation is None:
+        kept, rest = (chunks, []) if cap is None else (chunks[:cap], chunks[cap:])
+        allocations = tuple(
+            Allocation(_allocation_id(salted, index, keys), tuple(keys))
+            for index, keys in enumerate(kept)
+        )
+        planned: tuple[Chain, ...] = ()
+    else:
+        limits = limits_for(continuation, profile)
+        every = [_chain(keys, decision.spent, continuation, limits) for keys in chunks]
+        count = _within(every, cap)
+        kept, rest, planned = chunks[:count], chunks[count:], tuple(every[:count])
+        allocations = tuple(
+            link
+            for index, (keys, each) in enumerate(zip(kept, planned, strict=True))
+            for link in _links(salted, index, tuple(keys), each)
+        )
     deferred = tuple(key for keys in rest for key in keys)
     selected = tuple(key for keys in kept for key in keys)
-    return attrs.evolve(decision, selected=selected, deferred=deferred), allocations
+    if continuation is not None and deferred:
+        chosen = set(selected)
+        decision = attrs.evolve(
+            decision,
+            spent={key: seconds for key, seconds in decision.spent.items() if key in chosen},
+            extensions=tuple(e for e in decision.extensions if e.key in chosen),
+        )
+    return attrs.evolve(decision, selected=selected, deferred=deferred), allocations, planned
 
 
-def allocation_id(salt: str, index: int, keys: Iterable[str]) -> str:
-    """A reproducible allocation id: the same campaign state and packing give the same id."""
-    return _allocation_id(_salted(salt), index, keys)
+def _chain(
+    keys: Sequence[str], spent: Mapping[str, int], continuation: Continuation, limits: Limits
+) -> Chain:
+    """The chain of one packed allocation; chains of the same run times share their links
+    (a sweep's first plan: every one), so 10,000 chains build their links once."""
+    run_times = tuple(spent[key] for key in keys)
+    made = _chain_of(run_times, continuation, limits)
+    tasks = tuple(attrs.evolve(task, key=key) for task, key in zip(made.tasks, keys, strict=True))
+    return attrs.evolve(made, tasks=tasks)
+
+
+@functools.lru_cache(maxsize=256)
+def _chain_of(run_times: tuple[int, ...], continuation: Continuation, limits: Limits) -> Chain:
+    return chain(
+        [(str(slot), seconds) for slot, seconds in enumerate(run_times)], continuation, limits
+    )
+
+
+def _within(chains: Sequence[Chain], cap: int | None) -> int:
+    """How many of the chains, in order, one submit takes: each link is an allocation of its
+    own, and a chain is never split across submits (its later links depend on its earlier
+    ones), so the first chain that would go over ``max_allocations_per_submit`` is deferred
+    whole, with every chain after it. A chain longer than the cap could never be submitted."""
+    if cap is None:
+        return len(chains)
+    used = 0
+    for count, each in enumerate(chains):
+        if len(each.links) > cap:
+            raise ConfigurationError(
+                f"a chain of {len(each.links)} links is more than max_allocations_per_submit "
+                f"({cap}) allows in one submit, and a chain is never split; plan fewer links "
+                "(--max-links, a smaller --budget) or raise the cap"
+            )
+        used += len(each.links)
+        if used > cap:
+            return count
+    return len(chains)
+
+
+def _links(
+    salted: hashlib._Hash, index: int, keys: tuple[str, ...], planned: Chain
+) -> Iterator[Allocation]:
+    """The chain's links as allocations: each its own id, ``after`` the one before. The ids
+    share the chain's index and keys, hashed once for all its links."""
+    task_links = tuple(task.links for task in planned.tasks)
+    chained = _keyed(salted, index, keys)
+    after: str | None = None
+    for link in planned.links:
+        digest = chained.copy()
+        digest.update(f"link {link.position}\0".encode())
+        allocation_id = digest.hexdigest()[:ALLOCATION_ID_HEX]
+        yield Allocation(allocation_id, keys, link=link, after=after, task_links=task_links)
+        after = allocation_id
+
+
+def allocation_id(salt: str, index: int, keys: Iterable[str], *, link: int | None = None) -> str:
+    """A reproducible allocation id: the same campaign state and packing give the same id; each
+    ``link`` of a chain has its own."""
+    return _allocation_id(_salted(salt), index, keys, link=link)
 
 
 def _salted(salt: str) -> hashlib._Hash:
     return hashlib.sha256(f"{salt}\0".encode())
 
 
-def _allocation_id(salted: hashlib._Hash, index: int, keys: Iterable[str]) -> str:
-    digest = salted.copy()
-    digest.update(f"{index}\0".encode())
-    digest.update("".join([key + "\0" for key in keys]).encode())
+def _allocation_id(
+    salted: hashlib._Hash, index: int, keys: Iterable[str], *, link: int | None = None
+) -> str:
+    digest = _keyed(salted, index, keys)
+    if link is not None:  # a plain allocation's id is as it always was
+        digest.update(f"link {link}\0".encode())
     return digest.hexdigest()[:ALLOCATION_ID_HEX]
 
 
+def _keyed(salted: hashlib._Hash, index: int, keys: Iterable[str]) -> hashlib._Hash:
+    digest = salted.copy()
+    digest.update(f"{index}\0".encode())
+    digest.update("".join([key + "\0" for key in keys]).encode())
+    return digest
+
+
 def totals(resources: Resources, allocations: Iterable[Allocation]) -> Totals:
-    """CPU-, GPU- and GiB-hours requested at most: every slot held for the whole time limit."""
-    slots = sum(len(allocation.task_keys) for allocation in allocations)
-    return resource_hours(resources, {resources.time_limit: slots})
+    """CPU-, GPU- and GiB-hours requested at most: every slot held for its allocation's whole
+    time limit, each chain link at its own (every link holds all of its chain's slots)."""
+    slots: dict[int, int] = {}
+    full = resources.time_limit
+    for allocation in allocations:
+        limit = full if allocation.link is None else allocation.link.time_limit
+        slots[limit] = slots.get(limit, 0) + len(allocation.task_keys)
+    return resource_hours(resources, slots)
 
 
 def resource_hours(resources: Resources, slots: Mapping[int, int]) -> Totals:
@@ -323,27 +503,16 @@ class Plan:
         return totals(self.profile.resources, self.allocations)
 
     @property
-    def extensions(self) -> tuple[str, ...]:
-        """Tasks this plan extends past an earlier success (budgeted continuation)."""
-        return ()
+    def extensions(self) -> tuple[Extension, ...]:
+        """The Tasks this plan runs again past a success or a valid result (``--retry KEY
+        --budget D``), in roster order."""
+        return self.decision.extensions
 
     def same_as(self, other: Plan) -> bool:
         """Whether ``other`` plans exactly the same work (creation time and warnings aside)."""
         fields = ("campaign_id", "revision", "profile", "request", "probe", "decision")
         same = all(getattr(self, name) == getattr(other, name) for name in fields)
         return same and self.allocations == other.allocations
-
-
-def _reserved_decision() -> dict[str, Any]:
-    """Fields a saved Decision holds for budgeted continuation: written empty, and on reading
-    checked (:class:`_Reserved`) and set aside until continuation uses them."""
-    return {"continuation": None, "spent": {}, "extensions": []}
-
-
-class _Reserved(TypedDict, total=False):
-    continuation: dict[str, Any] | None
-    spent: dict[str, int]
-    extensions: list[str]
 
 
 class _Unusable(ValueError):
@@ -358,17 +527,25 @@ _HOLDS = tuple[tuple[str, Hold], ...]
 _AS_LISTS: dict[Any, Any] = {
     tuple[str, ...]: list[str],
     tuple[str, ...] | None: list[str] | None,
+    tuple[int, ...]: list[int],
     tuple[Allocation, ...]: list[Allocation],
+    tuple[Extension, ...]: list[Extension],
 }
 """The value types' tuples, read as the lists a document holds."""
 
 _SHOWN: dict[Any, Any] = {
     tuple[str, ...]: list,
     tuple[str, ...] | None: list[str] | None,
+    tuple[int, ...]: list,
     tuple[Allocation, ...]: list,
+    tuple[Extension, ...]: list,
     _HOLDS: list,
 }
 """How messages name those tuples: as the document's lists (``expected list``)."""
+
+
+class _NotMapping(TypeError):
+    """An object's place in the document holds something else (said "expected a mapping")."""
 
 
 def _every_field_required(kind: type[Any], converter: cattrs.Converter, *omit: str) -> Any:
@@ -378,7 +555,18 @@ def _every_field_required(kind: type[Any], converter: cattrs.Converter, *omit: s
     attrs.resolve_types(kind)
     fields = [field.evolve(default=attrs.NOTHING) for field in attrs.fields(kind)]
     overrides: dict[str, Any] = {name: override(omit=True) for name in omit}
-    return make_dict_structure_fn_from_attrs(fields, kind, converter, **overrides)
+    structure = make_dict_structure_fn_from_attrs(fields, kind, converter, **overrides)
+
+    def mapping(value: Any, _: Any) -> Any:
+        if type(value) is not dict:
+            raise _NotMapping(f"not an object: {value!r:.40}")
+        return structure(value, kind)
+
+    return mapping
+
+
+_CHAIN_FIELDS = ("link", "after", "task_links")
+"""What a chain link's allocation document holds beyond a plain allocation's."""
 
 
 def _plan_converter() -> cattrs.Converter:
@@ -393,26 +581,71 @@ def _plan_converter() -> cattrs.Converter:
     )
     converter.register_unstructure_hook_func(  # 100,000 of them: built here, not one by one
         _exactly(tuple[Allocation, ...]),
-        lambda allocations: [
-            {"allocation_id": a.allocation_id, "task_keys": list(a.task_keys)} for a in allocations
-        ],
+        lambda allocations: [_allocation_document(a) for a in allocations],
     )
     converter.register_structure_hook(Profile, _structure_profile(converter))
     converter.register_unstructure_hook(Profile, profile_to_document)
     converter.register_structure_hook(Request, _every_field_required(Request, converter))
-    converter.register_structure_hook(  # chain fields: not yet in the document
-        Allocation, _every_field_required(Allocation, converter, "link", "after", "task_links")
-    )
-    converter.register_structure_hook(Decision, _structure_decision(converter))
-    decision = make_dict_unstructure_fn(Decision, converter)
-    converter.register_unstructure_hook(
-        Decision, lambda value: {**decision(value), **_reserved_decision()}
-    )
+    converter.register_structure_hook(Allocation, _structure_allocation(converter))
+    for kind in (Continuation, Link):
+        converter.register_structure_hook(kind, _constructed(kind, converter))
+    converter.register_structure_hook(Extension, _every_field_required(Extension, converter))
+    converter.register_structure_hook(Decision, _every_field_required(Decision, converter))
     converter.register_structure_hook(Plan, _every_field_required(Plan, converter, "warnings"))
     converter.register_unstructure_hook(
         Plan, make_dict_unstructure_fn(Plan, converter, warnings=override(omit=True))
     )
     return converter
+
+
+def _allocation_document(allocation: Allocation) -> dict[str, Any]:
+    """A plain allocation's document is what every ``servatus.plan/4`` document held (so a plan
+    saved before chains saves back to the same bytes and digest); a chain link's holds its
+    place in its chain too."""
+    document: dict[str, Any] = {
+        "allocation_id": allocation.allocation_id,
+        "task_keys": list(allocation.task_keys),
+    }
+    link = allocation.link
+    if link is not None:
+        document["link"] = {"position": link.position, "of": link.of, "time_limit": link.time_limit}
+        document["after"] = allocation.after
+        document["task_links"] = list(allocation.task_links)
+    return document
+
+
+def _structure_allocation(converter: cattrs.Converter) -> Any:
+    """A plain allocation without the chain fields, a chain link with all of them (a document
+    holding some of them lacks the others: required)."""
+    plain = _every_field_required(Allocation, converter, *_CHAIN_FIELDS)
+    linked = _every_field_required(Allocation, converter)
+
+    def structure(value: Any, _: Any) -> Allocation:
+        chained = type(value) is dict and any(name in value for name in _CHAIN_FIELDS)
+        allocation: Allocation = (linked if chained else plain)(value, Allocation)
+        if chained and allocation.link is None:
+            raise _Unusable(f"allocation {allocation.allocation_id} has chain fields but no link")
+        return allocation
+
+    return structure
+
+
+def _constructed(kind: type[Any], converter: cattrs.Converter) -> Any:
+    """A value whose own checks (a budget longer than zero, a link's place in its chain) refuse
+    it: their words, as the problem."""
+    fields = _every_field_required(kind, converter)
+
+    def structure(value: Any, _: Any) -> Any:
+        try:
+            return fields(value, kind)
+        except cattrs.ClassValidationError as exc:
+            # Its fields' problems are located (noted) by cattrs; the constructor's are not.
+            own = [e for e in exc.exceptions if not getattr(e, "__notes__", None)]
+            if len(own) == 1 and isinstance(own[0], ConfigurationError | ValueError):
+                raise _Unusable(str(own[0])) from None
+            raise
+
+    return structure
 
 
 def _exactly(kind: Any) -> Callable[[Any], bool]:
@@ -448,32 +681,6 @@ def _structure_profile(converter: cattrs.Converter) -> Any:
     return structure
 
 
-def _structure_decision(converter: cattrs.Converter) -> Any:
-    """A Decision, its reserved fields (:class:`_Reserved`) checked and set aside."""
-    fields = _every_field_required(Decision, converter)
-
-    def structure(value: Any, _: Any) -> Decision:
-        if type(value) is not dict:
-            raise TypeError(f"not an object: {value!r:.40}")
-        reserved = {name: value[name] for name in _Reserved.__annotations__ if name in value}
-        own = {name: item for name, item in value.items() if name not in _Reserved.__annotations__}
-        problems: list[Exception] = []
-        decision = None
-        try:
-            decision = fields(own, Decision)
-        except cattrs.ClassValidationError as exc:
-            problems += exc.exceptions
-        try:
-            converter.structure(reserved, _Reserved)
-        except cattrs.ClassValidationError as exc:
-            problems += exc.exceptions
-        if problems or decision is None:
-            raise cattrs.ClassValidationError("While structuring Decision", problems, Decision)
-        return decision  # type: ignore[no-any-return]
-
-    return structure
-
-
 _converter = _plan_converter()
 
 
@@ -500,11 +707,65 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
     ]
     if malformed:
         raise StalePlan(f"{where}: not a usable plan (allocation id {malformed[0]!r})")
-    packed = [key for a in plan.allocations for key in a.task_keys]
+    problem = chain_problem(plan)
+    if problem is not None:
+        raise StalePlan(f"{where}: not a usable plan ({problem})")
+    # Every link of a chain holds the same Tasks: each counts once, in the chain's first link.
+    packed = [key for a in plan.allocations if a.after is None for key in a.task_keys]
     selected = set(plan.decision.selected)
     if len(packed) != len(selected) or selected.symmetric_difference(packed):
         raise StalePlan(f"{where}: not a usable plan (its allocations differ from its selection)")
+    decision = plan.decision
+    measured = selected if decision.continuation is not None else set()
+    if set(decision.spent) != measured:  # each selected Task's run time, under a continuation
+        raise StalePlan(f"{where}: not a usable plan (its spent differs from its selection)")
+    extended = {extension.key for extension in decision.extensions}
+    if extended - measured or len(extended) != len(decision.extensions):
+        raise StalePlan(f"{where}: not a usable plan (its extensions are not of its selection)")
     return plan
+
+
+def chain_problem(plan: Plan) -> str | None:
+    """What does not hold together in the plan's chains, or None: every allocation of a plan
+    with a continuation is a chain link and none of one without; a chain's links come in order
+    (positions 1 to K), each after the one before, with the same Tasks in the same slots and
+    the same ``task_links``, each 1 to K; no link is longer than the profile's time limit."""
+    chained = plan.decision.continuation is not None
+    full = plan.profile.resources.time_limit
+    previous: Allocation | None = None
+    for allocation in plan.allocations:
+        link, name = allocation.link, f"allocation {allocation.allocation_id}"
+        if link is None:
+            if chained:
+                return f"{name} is no chain link, but the plan has a continuation"
+            continue
+        if not chained:
+            return f"{name} is a chain link, but the plan has no continuation"
+        if link.time_limit > full:
+            return f"{name}: its link is longer than the profile's time_limit"
+        if len(allocation.task_links) != len(allocation.task_keys) or not all(
+            1 <= count <= link.of for count in allocation.task_links
+        ):
+            return f"{name}: task_links do not give each slot 1 to {link.of} links"
+        if link.position == 1:
+            if previous is not None and previous.link is not None and not previous.link.last:
+                return f"{name} starts a chain before the one before it ended"
+            if allocation.after is not None:
+                return f"{name} is the first link of its chain, yet comes after another"
+        elif (
+            previous is None
+            or previous.link is None
+            or previous.link.position != link.position - 1
+            or previous.link.of != link.of
+            or allocation.after != previous.allocation_id
+            or previous.task_keys != allocation.task_keys
+            or previous.task_links != allocation.task_links
+        ):
+            return f"{name} ({link.label}) does not follow the link before it in its chain"
+        previous = allocation
+    if previous is not None and previous.link is not None and not previous.link.last:
+        return f"allocation {previous.allocation_id} ends the plan before its chain ends"
+    return None
 
 
 def _problems(exc: cattrs.BaseValidationError, where: str) -> str:
@@ -515,6 +776,8 @@ def _problems(exc: cattrs.BaseValidationError, where: str) -> str:
         return f"{where}: {leaves[0]}" if leaves[0].located else str(leaves[0])
 
     def describe(problem: BaseException, kind: Any) -> str:
+        if isinstance(problem, _NotMapping):
+            return "expected a mapping"
         return format_exception(problem, _SHOWN.get(kind, kind))
 
     return "; ".join(cattrs.transform_error(exc, format_exception=describe))
@@ -550,10 +813,19 @@ def make_plan(
     valid: Collection[str],
     probe: bool,
     now: float,
+    continuation: Continuation | None = None,
 ) -> Plan:
-    """Decide and pack: the whole plan from values, reproducible for the same inputs."""
-    decision = decide(keys, work_from_report(report), request, valid=valid)
-    decision, allocations = pack(decision, profile, request, salt=f"{campaign_id}:{revision}")
+    """Decide and pack: the whole plan from values, reproducible for the same inputs. Under a
+    ``continuation``, each allocation is a chain of links; a budget needs the profile's
+    ``signal_before_end`` (:class:`ConfigurationError`)."""
+    limits = None if continuation is None else limits_for(continuation, profile)
+    decision = decide(
+        keys, work_from_report(report), request, valid=valid, continuation=continuation,
+        limits=limits,
+    )  # fmt: skip
+    salt = f"{campaign_id}:{revision}"
+    decision, allocations, chains = _pack(decision, profile, request, salt=salt)
+    chained = () if limits is None else chain_warnings(chains, limits)
     return Plan(
         campaign_id=campaign_id,
         revision=revision,
@@ -563,7 +835,7 @@ def make_plan(
         decision=decision,
         allocations=allocations,
         created_at=now,
-        warnings=(*packing_warnings(profile, request), *report.warnings),
+        warnings=(*packing_warnings(profile, request), *chained, *report.warnings),
     )
 
 

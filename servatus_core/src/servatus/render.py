@@ -16,6 +16,7 @@ from servatus.files import path_word
 if TYPE_CHECKING:
     from servatus.campaign import Authoring, ShapeCheck
     from servatus.config import Profile
+    from servatus.continuation import Link
     from servatus.doctor import Diagnosis
     from servatus.plan import Plan
     from servatus.plugins import PluginInfo
@@ -136,36 +137,42 @@ def authoring_line(command: str, state: str, done: Authoring) -> str:
     return f"{command} {state}: {done.added} new, {done.existing} existing{sealed}"
 
 
-def _shape(plan: Plan, tasks: int) -> str:
+def _shape(plan: Plan, tasks: int, link: Link | None = None) -> str:
     from servatus.config import format_duration  # noqa: PLC0415
 
     r = plan.profile.resources
     parts = [plural(tasks, "Task"), f"{tasks * r.cpus} CPUs", f"{tasks * r.memory_mib} MiB"]
     if r.gpus:
         parts.append(f"{tasks * r.gpus} GPUs")
-    parts.append(format_duration(r.time_limit))
+    parts.append(format_duration(r.time_limit if link is None else link.time_limit))
+    if link is not None:
+        parts.append(link.label)
     return ", ".join(parts)
 
 
 def plan_lines(plan: Plan) -> list[str]:
-    """The human plan: selected (with each allocation), held, deferred, and the totals line (its
-    warnings go to stderr, as a line each)."""
+    """The human plan: the continuation (with each selected Task's run time, budget left and
+    links), selected (with each allocation, a chain's Tasks once after its last link), held,
+    deferred, and the totals line (its warnings go to stderr, as a line each)."""
     from servatus.plan import format_totals  # noqa: PLC0415
 
     decision = plan.decision
     lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
+    if decision.continuation is not None:
+        lines += continuation_lines(plan)
     lines.append(
         f"selected: {plural(len(decision.selected), 'Task')} in "
         f"{plural(len(plan.allocations), 'allocation')}"
     )
-    shapes: dict[int, str] = {}  # one text per allocation size, not per allocation
+    shapes: dict[tuple[int, Link | None], str] = {}  # one text per size and link, not per link
     for allocation in plan.allocations:
-        size = len(allocation.task_keys)
-        shape = shapes.get(size)
+        size, link = len(allocation.task_keys), allocation.link
+        shape = shapes.get((size, link))
         if shape is None:
-            shape = shapes[size] = _shape(plan, size)
+            shape = shapes[size, link] = _shape(plan, size, link)
         lines.append(f"  {allocation.allocation_id}  {shape}")
-        lines.append(f"    {' '.join(allocation.task_keys)}")
+        if link is None or link.last:
+            lines.append(f"    {' '.join(allocation.task_keys)}")
     if decision.held:
         lines.append(f"held: {plural(len(decision.held), 'Task')}")
         width = max(len(key) for key, _ in decision.held)
@@ -174,6 +181,36 @@ def plan_lines(plan: Plan) -> list[str]:
         lines.append(f"deferred to the next plan: {plural(len(decision.deferred), 'Task')}")
         lines.append(f"  {' '.join(decision.deferred)}")
     lines.append(format_totals(plan.totals))
+    return lines
+
+
+def continuation_lines(plan: Plan) -> list[str]:
+    """The ``continuation`` line, then each selected Task's run time, budget left, its own
+    number of links, and what it extends."""
+    from servatus.continuation import Planned, format_continuation, format_planned  # noqa: PLC0415
+
+    decision = plan.decision
+    continuation = decision.continuation
+    assert continuation is not None
+    budget = continuation.budget
+    links = {
+        key: count
+        for allocation in plan.allocations
+        if allocation.after is None
+        for key, count in zip(allocation.task_keys, allocation.task_links, strict=True)
+    }
+    extends = {extension.key: extension.extends for extension in decision.extensions}
+    width = max(map(len, decision.selected), default=0)
+    texts: dict[tuple[int, int, object], str] = {}  # a sweep repeats them: each made once
+    lines = [format_continuation(continuation)]
+    for key in decision.selected:
+        run_time, count, extended = decision.spent[key], links[key], extends.get(key)
+        text = texts.get((run_time, count, extended))
+        if text is None:
+            left = None if budget is None else budget - run_time
+            planned = Planned(key, run_time, left, count)
+            text = texts[run_time, count, extended] = format_planned(planned, extended)
+        lines.append(f"  {key.ljust(width)}  {text}")
     return lines
 
 
