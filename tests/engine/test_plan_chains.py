@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servatus.cli import json_text
-from servatus.config import Profile, Resources, Target, parse_duration
+from servatus.config import MAX_SIGNAL_BEFORE_END, Profile, Resources, Target, parse_duration
 from servatus.continuation import (
     MAX_LINKS,
     Continuation,
@@ -342,7 +342,8 @@ minutes = st.integers(min_value=2, max_value=24 * 60)
 @st.composite
 def chain_plans(draw: st.DrawFn) -> tuple[Plan, Continuation, dict[str, int]]:
     full = draw(minutes) * MINUTE
-    lead = draw(st.integers(min_value=1, max_value=full // MINUTE - 1)) * MINUTE
+    most = min(full // MINUTE - 1, MAX_SIGNAL_BEFORE_END // MINUTE)  # Slurm's 16-bit --signal
+    lead = draw(st.integers(min_value=1, max_value=most)) * MINUTE
     resources = Resources(cpus=1, memory_mib=100, time_limit=full, signal_before_end=lead)
     budget = draw(st.none() | st.integers(min_value=1, max_value=40 * 86400))
     max_links = draw(st.none() | st.integers(min_value=1, max_value=MAX_LINKS))
