@@ -5,6 +5,7 @@ interrupted chain's link without submitting the rest."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from servatus.config import Profile, target_identity
 from servatus.errors import Unavailable
 from servatus.status import Execution, RunTime, StopReason, TaskLink, TaskStatus
 from servatus.testing import FakeScheduler
+from testkit import run
 
 
 def tasks(campaign: Campaign) -> dict[str, TaskStatus]:
@@ -219,3 +221,56 @@ def test_reconcile_resolves_an_interrupted_chains_link_and_submits_nothing(
         link_id(1, 2),
     )
     assert campaign.plan(profile, retry_failed=True).decision.selected == ("k0",)
+
+
+def test_the_cli_shows_link_and_budget_and_the_document_carries_them(
+    tmp_path: Path, profile: Profile, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = [1000.0]
+    fake = FakeScheduler(clock=lambda: clock[0])
+    campaign, [jobs] = chain_campaign(
+        tmp_path / "s", fake, profile, [(("k0",), 3, [3])], budget=3 * 86400
+    )
+    fake.start()
+    clock[0] += 3723
+    fake.finish(jobs[0], 75)
+    fake.start()
+    clock[0] += 10
+    state = str(campaign.path)
+    code, out, _ = run(["status", state], fake, capsys)
+    assert code == 0
+    header, row = out.splitlines()[:2]
+    assert header.split() == [
+        "KEY",
+        "RESULT",
+        "EXECUTION",
+        "EXIT",
+        "RUN",
+        "TIME",
+        "LINK",
+        "ALLOCATION",
+    ]
+    assert row.split() == [
+        "k0",
+        "UNOBSERVED",
+        "RUNNING",
+        "-",
+        "~01:02:13",
+        "/",
+        "3-00:00:00",
+        "2/3",
+        link_id(1, 2),
+    ]
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    document = json.loads(out)
+    (task,) = document["tasks"]
+    assert task["link"] == {"position": 2, "of": 3, "budget": 3 * 86400}
+    assert task["run_time"] == {"total": 3733, "complete": False}
+    links = [attempt["link"] for attempt in document["attempts"]]
+    assert links == [
+        {"position": 1, "of": 3, "after": None},
+        {"position": 2, "of": 3, "after": link_id(1, 1)},
+        {"position": 3, "of": 3, "after": link_id(1, 2)},
+    ]
+    assert [a["observation"]["handed"] for a in document["attempts"]] == [[0], [], []]
+    assert [a["executions"] for a in document["attempts"]] == [["STOPPED"], ["RUNNING"], ["QUEUED"]]
