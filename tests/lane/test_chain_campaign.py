@@ -274,3 +274,63 @@ def test_the_cli_shows_link_and_budget_and_the_document_carries_them(
     ]
     assert [a["observation"]["handed"] for a in document["attempts"]] == [[0], [], []]
     assert [a["executions"] for a in document["attempts"]] == [["STOPPED"], ["RUNNING"], ["QUEUED"]]
+
+
+STOPPED, SUCCEEDED, FAILED = Execution.STOPPED, Execution.SUCCEEDED, Execution.FAILED
+# row: (reading before the Task's last link, reading on its last link, continues?)
+PROTOCOL = {
+    "exit 0": ((SUCCEEDED, 0, None), (SUCCEEDED, 0, None), False),
+    "exit 75": ((STOPPED, 75, StopReason.YIELDED), (STOPPED, 75, StopReason.BUDGET_SPENT), True),
+    "signal, then nonzero": ((STOPPED, 138, StopReason.TIME_LIMIT), (FAILED, 138, None), True),
+    "signal, then stopped at the limit": (
+        (STOPPED, 143, StopReason.TIME_LIMIT),
+        (STOPPED, None, StopReason.TIME_LIMIT),
+        True,
+    ),
+    "nonzero before the signal": ((FAILED, 3, None), (FAILED, 3, None), False),
+    "cancelled": ((STOPPED, None, None), (STOPPED, None, None), False),
+}
+
+
+def act(fake: FakeScheduler, row: str, job: int, allocation_id: str) -> None:
+    """What the step of ``job`` does, through the fake's controls."""
+    if row in ("signal, then nonzero", "signal, then stopped at the limit"):
+        fake.signal_limit(job)
+    if row == "signal, then stopped at the limit":
+        fake.time_out(job)  # a middle link's own stop, Slurm's on the last
+    elif row == "cancelled":
+        fake.run(["/usr/bin/scancel", "--me", f"--name=servatus-{allocation_id}"])
+    else:
+        code = {"exit 0": 0, "exit 75": 75, "signal, then nonzero": 138}.get(row, 3)
+        fake.finish(job, code)
+
+
+@pytest.mark.parametrize("position", [1, 2, 3])
+@pytest.mark.parametrize("row", sorted(PROTOCOL))
+def test_every_protocol_row_on_every_link_through_the_fake(
+    tmp_path: Path, profile: Profile, row: str, position: int
+) -> None:
+    fake = FakeScheduler()
+    campaign, [jobs] = chain_campaign(tmp_path / "s", fake, profile, [(("k0",), 3, [3])])
+    for earlier in range(position - 1):
+        fake.finish(jobs[earlier], 75)
+    fake.start(jobs[position - 1])
+    act(fake, row, jobs[position - 1], link_id(1, position))
+    fake.purge()
+    middle, last, continues = PROTOCOL[row]
+    mine = {a.allocation_id: a for a in campaign.status().attempts}[link_id(1, position)]
+    assert (mine.execution, mine.exit_code, mine.detail) == (last if position == 3 else middle)
+    later = [job.state for job in fake.jobs[position:]]
+    k0 = tasks(campaign)["k0"]
+    if continues and position < 3:
+        assert later == ["PENDING"] * (3 - position)
+        assert (k0.execution, k0.link) == (Execution.QUEUED, TaskLink(position + 1, 3, 0))
+        fake.start()
+        assert tasks(campaign)["k0"].execution is Execution.RUNNING
+    else:
+        assert later == ["CANCELLED"] * (3 - position)  # removed, never allocated
+        assert not any(job.allocated for job in fake.jobs[position:])
+        assert (k0.execution, k0.exit_code, k0.detail) == (last if position == 3 else middle)
+        assert k0.link == TaskLink(position, 3, 0)
+        retried = campaign.plan(profile, retry_failed=True).decision.selected
+        assert retried == (() if row == "exit 0" else ("k0",))
