@@ -450,7 +450,7 @@ def chained(draw: st.DrawFn) -> tuple[list[str], list[Submission], dict[str, Evi
     return ["k0", "k1"], submissions, evidence
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(campaign=chained(), now=times, purge=st.booleans())
 def test_a_settled_chain_reads_as_its_markers_did(
     campaign: tuple[list[str], list[Submission], dict[str, Evidence]], now: float, purge: bool

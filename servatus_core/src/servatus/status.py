@@ -421,6 +421,9 @@ def project(
     marker; ``now`` stands in only for evidence that did not read it. ``state`` is the campaign's
     path, as the commands a warning suggests name it.
 
+    A Task reads as its current work (docs/adr/0006-projection.md): its latest allocation, where
+    a later chain link counts only once the slot was handed to it (:func:`_link_attempts`).
+
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
     reads its flags and run time off its one attempt; only a Task submitted again keeps its
