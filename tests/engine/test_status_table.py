@@ -132,12 +132,14 @@ def test_a_chain_shows_its_link_and_a_budgeted_one_its_budget() -> None:
              run_time=RunTime(119523), link=TaskLink(2, 5, 259200)),
         task("c", Execution.QUEUED, run_time=RunTime(60), link=TaskLink(2, 2, 0)),
         task("d", Execution.SUCCEEDED, exit_code=0, run_time=RunTime(119523)),
+        task("e", Execution.ACCEPTED, link=TaskLink(1, 5, 259200)),  # offline
     )  # fmt: skip
     lines = status_lines(Report(tasks=tasks, attempts=(), warnings=(), online=True))
-    assert lines[:5] == [
+    assert lines[:6] == [
         "KEY  RESULT      EXECUTION          EXIT  RUN TIME                  LINK  ALLOCATION",
         "a    UNOBSERVED  RUNNING            -     ~1-09:12:03 / 3-00:00:00  3/5   " + "x" * 24,
         "b    UNOBSERVED  STOPPED (yielded)  75    1-09:12:03 / 3-00:00:00   2/5   -",
         "c    UNOBSERVED  QUEUED             -     00:01:00                  2/2   -",
         "d    UNOBSERVED  SUCCEEDED          0     1-09:12:03                -     -",
+        "e    UNOBSERVED  ACCEPTED           -     -                         1/5   -",
     ]

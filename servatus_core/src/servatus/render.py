@@ -228,8 +228,9 @@ def status_lines(report: Report) -> list[str]:
         if shown is None:
             shown = executions[execution, detail] = execution_text(task)
         run_time, link = task.run_time, task.link
-        # a budgeted chain shows RUN TIME / budget: its text is keyed by both
-        shown_time: object = run_time if link is None or not link.budget else (run_time, link)
+        # a budgeted chain shows RUN TIME / budget (a run time unknown offline shows alone)
+        budgeted = link is not None and link.budget and run_time is not None
+        shown_time: object = (run_time, link) if budgeted else run_time
         time_text = run_times.get(shown_time)
         if time_text is None:
             time_text = format_run_time(run_time)
