@@ -489,11 +489,11 @@ def project(
                 )
         listed = None if queue is None else entry is not None
         if chain is not None:
-            observation = None
-            if outcome is _ACCEPTED and folded is not None:
-                observation = settled or _link_observation(
-                    folded.get(allocation_id), len(task_keys)
-                )
+            observation = settled
+            if outcome is not _ACCEPTED or folded is None:
+                observation = None  # offline reads no settled record either, as a plain one
+            elif observation is None:
+                observation = _link_observation(folded.get(allocation_id), len(task_keys))
             links[allocation_id] = observation
             _link_attempts(
                 allocation_id, task_keys, time_limit, outcome, job, chain, observation,
