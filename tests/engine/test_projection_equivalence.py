@@ -300,6 +300,7 @@ submission_values = st.builds(
     outcome=st.sampled_from(Outcome),
     job=st.sampled_from(JOBS),
     settled=st.none(),  # the reference predates settlement: tests/engine/test_settlement.py
+    chain=st.none(),  # the reference predates chains: tests/engine/test_chain_projection.py
 )
 
 queue_entries = st.builds(

@@ -13,6 +13,7 @@ from servatus.status import (
     Report,
     RunTime,
     StopReason,
+    TaskLink,
     TaskStatus,
     execution_text,
     format_run_time,
@@ -75,11 +76,11 @@ def test_the_table_is_the_plain_one() -> None:
 
 
 class GrownTask(NamedTuple):
-    """A TaskStatus as chains and leases will grow it: a field in the middle, one at the end."""
+    """A TaskStatus as leases may grow it: a field in the middle, one at the end."""
 
     key: str
     execution: Execution
-    link: int
+    step: int
     exit_code: int | None
     detail: StopReason | None
     run_time: RunTime | None
@@ -88,6 +89,7 @@ class GrownTask(NamedTuple):
     accepted: bool
     unresolved: bool
     listed: bool
+    link: TaskLink | None
     within: str | None
 
 
@@ -97,7 +99,7 @@ def test_the_table_reads_each_task_by_field_name() -> None:
         task("b", Execution.STOPPED, detail=StopReason.TIME_LIMIT, run_time=RunTime(9)),
     )
     grown: tuple[Any, ...] = tuple(
-        GrownTask(**{**t._asdict(), "link": 3, "within": "lease"}) for t in tasks
+        GrownTask(**{**t._asdict(), "step": 3, "within": "lease"}) for t in tasks
     )
     plain = Report(tasks=tasks, attempts=(), warnings=(), online=True)
     assert status_lines(Report(tasks=grown, attempts=(), warnings=(), online=True)) == (
@@ -120,3 +122,24 @@ def test_echo_escapes_each_line_whole(capsys: pytest.CaptureFixture[str]) -> Non
     )
     echo("a value\nwith a newline")  # a newline inside a line is a value's, never a line break
     assert capsys.readouterr().out == "a value\\nwith a newline\n"
+
+
+def test_a_chain_shows_its_link_and_a_budgeted_one_its_budget() -> None:
+    tasks = (
+        task("a", Execution.RUNNING, run_time=RunTime(119523, complete=False),
+             link=TaskLink(3, 5, 259200), allocation_id="x" * 24),
+        task("b", Execution.STOPPED, detail=StopReason.YIELDED, exit_code=75,
+             run_time=RunTime(119523), link=TaskLink(2, 5, 259200)),
+        task("c", Execution.QUEUED, run_time=RunTime(60), link=TaskLink(2, 2, 0)),
+        task("d", Execution.SUCCEEDED, exit_code=0, run_time=RunTime(119523)),
+        task("e", Execution.ACCEPTED, link=TaskLink(1, 5, 259200)),  # offline
+    )  # fmt: skip
+    lines = status_lines(Report(tasks=tasks, attempts=(), warnings=(), online=True))
+    assert lines[:6] == [
+        "KEY  RESULT      EXECUTION          EXIT  RUN TIME                  LINK  ALLOCATION",
+        "a    UNOBSERVED  RUNNING            -     ~1-09:12:03 / 3-00:00:00  3/5   " + "x" * 24,
+        "b    UNOBSERVED  STOPPED (yielded)  75    1-09:12:03 / 3-00:00:00   2/5   -",
+        "c    UNOBSERVED  QUEUED             -     00:01:00                  2/2   -",
+        "d    UNOBSERVED  SUCCEEDED          0     1-09:12:03                -     -",
+        "e    UNOBSERVED  ACCEPTED           -     -                         1/5   -",
+    ]

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 
 from servatus import store
+from servatus.evidence import SlotEnd
 from servatus.tasks import Task
 
 LOCAL = "0088816cc32dee54"
@@ -88,3 +90,61 @@ def test_a_malformed_link_is_refused(chain: Any) -> None:
     record["chain"] = chain
     with pytest.raises(TypeError):
         store.decode(json.dumps(record).encode())
+
+
+def settled_chain() -> store.CampaignState:
+    first = store.Settlement(FIRST, 11, 1.0, None, 5.0, (SlotEnd(75, 9.0), SlotEnd(0, 4.0)), (0,))
+    return store.fold(
+        [
+            *chained_state_records(),
+            store.Receipt(FIRST, 11),
+            store.Receipt("a" * 24, 10),
+            store.Settled((first, store.Settlement("a" * 24, 10, None, None, None, (None,)))),
+        ]
+    )
+
+
+def chained_state_records() -> list[object]:
+    state = chained_state()
+    return [
+        store.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
+        store.TargetSeen(LOCAL, '{"host":null}'),
+        *state.intents,
+    ]
+
+
+def test_a_settled_link_keeps_the_slots_it_handed_on() -> None:
+    state = settled_chain()
+    document = json.loads(store.encode(store.Snapshot(state)))
+    assert document["state"]["settlements"]["handed"] == [[0], []]
+    back = store.decode(json.dumps(document).encode())
+    assert isinstance(back, store.Snapshot)
+    assert back.state.settlements == state.settlements
+    assert back.state.settlements[0].observation.handed == (0,)
+    record = store.Settled(state.settlements)
+    assert store.decode(store.encode(record)) == record
+
+
+def test_settlements_without_handoffs_write_no_handed_column() -> None:
+    state = settled_chain()
+    plain = attrs.evolve(
+        state, settlements=tuple(attrs.evolve(item, handed=()) for item in state.settlements)
+    )
+    document = json.loads(store.encode(store.Snapshot(plain)))
+    assert "handed" not in document["state"]["settlements"]
+    back = store.decode(json.dumps(document).encode())
+    assert isinstance(back, store.Snapshot) and back.state == plain
+
+
+@pytest.mark.parametrize("handed", [[1, 0], [0, 0], [-1], [True], [0.0], "0", [[0]]])
+def test_a_malformed_handed_column_is_refused(handed: Any) -> None:
+    document = json.loads(store.encode(store.Snapshot(settled_chain())))
+    document["state"]["settlements"]["handed"][0] = handed
+    with pytest.raises(TypeError):
+        store.decode(json.dumps(document).encode())
+
+
+def test_a_handoff_of_a_slot_the_allocation_lacks_is_refused() -> None:
+    bad = store.Settlement(FIRST, 11, 1.0, None, None, (None, None), (2,))
+    with pytest.raises(store.Rejected, match="hands on no slot"):
+        store.fold([*chained_state_records(), store.Receipt(FIRST, 11), store.Settled((bad,))])

@@ -1,7 +1,8 @@
 """Cancel: which allocations to ``scancel``, and the ``scancel`` itself.
 
 Only what Slurm lists as queued or running is cancelled, by job name under ``--me``, so an
-unrelated job that reused a number is never touched.
+unrelated job that reused a number is never touched. Newest first: a chain's later links go
+before the link they depend on, so none becomes eligible in between (ADR 0005).
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def cancellable(
 ) -> list[Submission]:
     """Allocations to ``scancel``, newest first: those matching the request that Slurm lists
     as queued or running (``evidence``, the listings ``report`` was projected from, says so for
-    a job without a receipt). A job that already ended is not an error, just not cancelled."""
+    a job without a receipt). A job that already ended is not an error, just not cancelled.
+
+    A Task's allocations are every link of its chains; a named link brings every later link of
+    its chain. Links are recorded in order, so newest first is the highest position first."""
     by_id = {submission.allocation_id: submission for submission in submissions}
     keys = {task.key for task in report.tasks}
     check_names(submissions, keys, tasks=tasks, allocations=allocations)
@@ -67,6 +71,10 @@ def cancellable(
     }
     wanted_keys = set(tasks)
     wanted = set(allocations)
+    for submission in submissions:  # a link's successors come after it
+        chain = submission.chain
+        if chain is not None and chain.after in wanted:
+            wanted.add(submission.allocation_id)
     chosen = [
         submission
         for submission in submissions

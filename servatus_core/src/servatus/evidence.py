@@ -68,12 +68,14 @@ class SlotEnd(NamedTuple):
 
 class Observation(NamedTuple):
     """What the markers of one allocation show, timed by the file server: its first start, last
-    stop, first limit, and each slot's end. The raw evidence a settled allocation keeps."""
+    stop, first limit, each slot's end, and (a chain link's only) the slots it handed on to its
+    next link, ascending. The raw evidence a settled allocation keeps."""
 
     start: float | None = None
     stop: float | None = None
     limit: float | None = None
     ends: tuple[SlotEnd | None, ...] = ()
+    handed: tuple[int, ...] = ()
 
 
 @attrs.frozen

@@ -3,6 +3,10 @@
 An interrupted ``submit`` (:mod:`servatus.submission`) may leave an intent whose ``sbatch`` never
 answered; the job may or may not exist. ``resolve`` decides each such intent from what ``squeue``
 lists and what run markers name, and waits while the evidence cannot yet be conclusive.
+
+A chain link is an intent like any other: it is found by its own name or markers, and
+resolving it never submits the links after it. A chain an interruption cut short is simply
+shorter; its Tasks hand on at the new end and read ``STOPPED`` (ADR 0005, ADR 0006).
 """
 
 from __future__ import annotations

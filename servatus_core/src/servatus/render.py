@@ -247,7 +247,7 @@ def submitted_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
 
 def status_lines(report: Report) -> list[str]:
     """The aligned human status table, then counts and warnings."""
-    from servatus.status import execution_text, format_run_time, result_of  # noqa: PLC0415
+    from servatus.status import RunTime, execution_text, format_run_time, result_of  # noqa: PLC0415
 
     header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
     # 100,000 rows: each distinct cell text is computed once, so the widths come from those
@@ -255,6 +255,7 @@ def status_lines(report: Report) -> list[str]:
     executions: dict[tuple[object, object], str] = {}
     run_times: dict[object, str] = {}
     exits: dict[int | None, str] = {None: "-"}
+    links: dict[object, str] = {None: "-"}
     result = result_of("", None)  # the CLI has no probe: every result is unobserved
     rows: list[tuple[str, ...]] = []
     append = rows.append
@@ -263,16 +264,27 @@ def status_lines(report: Report) -> list[str]:
         shown = executions.get((execution, detail))
         if shown is None:
             shown = executions[execution, detail] = execution_text(task)
-        run_time = task.run_time
-        time_text = run_times.get(run_time)
+        run_time, link = task.run_time, task.link
+        # a budgeted chain shows RUN TIME / budget (a run time unknown offline shows alone)
+        budgeted = link is not None and link.budget and run_time is not None
+        shown_time: object = (run_time, link) if budgeted else run_time
+        time_text = run_times.get(shown_time)
         if time_text is None:
-            time_text = run_times[run_time] = format_run_time(run_time)
+            time_text = format_run_time(run_time)
+            if shown_time is not run_time:
+                assert link is not None
+                time_text += f" / {format_run_time(RunTime(link.budget))}"
+            run_times[shown_time] = time_text
+        link_text = links.get(link)
+        if link_text is None:
+            assert link is not None
+            link_text = links[link] = f"{link.position}/{link.of}"
         exit_code = task.exit_code
         code = exits.get(exit_code)
         if code is None:
             code = exits[exit_code] = str(exit_code)
-        append((task.key, result, shown, code, time_text, "-", task.allocation_id or "-"))
-    texts = [executions.values(), exits.values(), run_times.values(), ["-"]]
+        append((task.key, result, shown, code, time_text, link_text, task.allocation_id or "-"))
+    texts = [executions.values(), exits.values(), run_times.values(), links.values()]
     cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
     widths = [
         max(len(name), max(map(len, column), default=0))

@@ -52,8 +52,8 @@ def settle(report: Report, submissions: Sequence[Submission]) -> tuple[Settlemen
             continue
         if any(attempt.listed or attempt.execution not in FINAL for attempt in mine):
             continue
-        start, stop, limit, ends = observation
-        found.append(Settlement(submission.allocation_id, job, start, stop, limit, ends))
+        start, stop, limit, ends, handed = observation
+        found.append(Settlement(submission.allocation_id, job, start, stop, limit, ends, handed))
     return tuple(found)
 
 

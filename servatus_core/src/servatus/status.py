@@ -118,7 +118,8 @@ class RunTime(NamedTuple):
 
 class Attempt(NamedTuple):
     """One Task's slot in one allocation, projected. ``listed`` is whether ``squeue`` lists its
-    job, and None when ``squeue`` was not asked (offline, or its Target's listing is missing)."""
+    job, and None when ``squeue`` was not asked (offline, or its Target's listing is missing);
+    ``link`` is the allocation's place in its chain (None for a plain allocation)."""
 
     allocation_id: str
     task_key: str
@@ -130,10 +131,21 @@ class Attempt(NamedTuple):
     run_time: RunTime | None
     listed: bool | None
     observation: Observation | None
+    link: ChainLink | None = None
+
+
+class TaskLink(NamedTuple):
+    """Where a Task's current work is in its chain: link ``position`` of the Task's own ``of``
+    links (``SERVATUS_LINKS``), and its lifetime ``budget`` in seconds (0 without one)."""
+
+    position: int
+    of: int
+    budget: int
 
 
 class TaskStatus(NamedTuple):
-    """One Task's current state: its latest submission decides; run time sums every attempt."""
+    """One Task's current state: its current work decides (docs/adr/0006-projection.md); run
+    time sums every attempt. ``link`` places that work in its chain (None outside a chain)."""
 
     key: str
     execution: Execution
@@ -145,6 +157,7 @@ class TaskStatus(NamedTuple):
     accepted: bool
     unresolved: bool
     listed: bool
+    link: TaskLink | None = None
 
 
 @attrs.frozen
@@ -169,6 +182,7 @@ class Report:
 
 
 _START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
+_HANDOFF = MarkerKind.HANDOFF
 
 _new = tuple.__new__
 """Builds a named tuple from a tuple of its fields, skipping the generated Python ``__new__``,
@@ -176,12 +190,12 @@ which doubles the cost of each of the Attempt per slot and TaskStatus per Task a
 
 
 class _Record:
-    """One allocation's markers folded: first start, last stop, first limit, and each slot's last
-    end. Slot 0's end is kept apart from the other slots' dict because most allocations hold one
-    Task: ``project`` reads one record per submission, in an order unrelated to the listing's,
-    and each object it follows costs a cache miss."""
+    """One allocation's markers folded: first start, last stop, first limit, each slot's last
+    end, and the slots handed on. Slot 0's end is kept apart from the other slots' dict because
+    most allocations hold one Task: ``project`` reads one record per submission, in an order
+    unrelated to the listing's, and each object it follows costs a cache miss."""
 
-    __slots__ = ("ends", "first", "limit", "start", "stop")
+    __slots__ = ("ends", "first", "handed", "limit", "start", "stop")
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -189,6 +203,7 @@ class _Record:
         self.limit: float | None = None
         self.first: SlotEnd | None = None
         self.ends: dict[int, SlotEnd] | None = None
+        self.handed: set[int] | None = None
 
 
 def _fold(markers: Iterable[Marker]) -> dict[str, _Record]:
@@ -225,12 +240,18 @@ def _fold(markers: Iterable[Marker]) -> dict[str, _Record]:
             earlier = record.limit
             if earlier is None or at < earlier:
                 record.limit = at
+        elif kind is _HANDOFF and slot is not None:
+            handed = record.handed
+            if handed is None:
+                handed = record.handed = set()
+            handed.add(slot)
     return folded
 
 
 def _observation(record: _Record | None, slots: int) -> Observation:
+    """A plain allocation's Observation: a handoff marker means nothing outside a chain."""
     if record is None:
-        return _new(Observation, (None, None, None, (None,) * slots))
+        return _new(Observation, (None, None, None, (None,) * slots, ()))
     ends = record.ends
     found: tuple[SlotEnd | None, ...]
     if slots == 1:
@@ -241,12 +262,25 @@ def _observation(record: _Record | None, slots: int) -> Observation:
         found = (record.first, *(None,) * (slots - 1))
     else:
         found = (record.first, *map(ends.get, range(1, slots)))
-    return _new(Observation, (record.start, record.stop, record.limit, found))
+    return _new(Observation, (record.start, record.stop, record.limit, found, ()))
 
 
-def observe(allocation_id: str, slots: int, markers: Iterable[Marker]) -> Observation:
-    """Fold one allocation's markers into an Observation (first start, last stop, first limit)."""
-    return _observation(_fold(markers).get(allocation_id), slots)
+def _link_observation(record: _Record | None, slots: int) -> Observation:
+    """A chain link's Observation: a plain one, with the slots it handed on."""
+    observation = _observation(record, slots)
+    if record is None or not record.handed:
+        return observation
+    handed = tuple(sorted(slot for slot in record.handed if 0 <= slot < slots))
+    return observation._replace(handed=handed)
+
+
+def observe(
+    allocation_id: str, slots: int, markers: Iterable[Marker], *, link: bool = False
+) -> Observation:
+    """Fold one allocation's markers into an Observation (first start, last stop, first limit,
+    each slot's end; with ``link``, as a chain link, the slots it handed on)."""
+    record = _fold(markers).get(allocation_id)
+    return _link_observation(record, slots) if link else _observation(record, slots)
 
 
 _Decision = tuple[Execution, int | None, StopReason | None]
@@ -264,7 +298,7 @@ def slot_execution(
     entry: QueueEntry | None, observation: Observation, slot: int
 ) -> tuple[Execution, int | None, StopReason | None]:
     """A slot's execution from its job's queue entry (if listed) and its allocation's markers."""
-    start, stop, limit, ends = observation
+    start, stop, limit, ends, _ = observation
     return _execution(entry, start, stop, limit, ends[slot] if slot < len(ends) else None)
 
 
@@ -301,12 +335,33 @@ def _execution(
     return _LOST
 
 
+def link_execution(
+    entry: QueueEntry | None, observation: Observation, slot: int, *, last: bool
+) -> tuple[Execution, int | None, StopReason | None]:
+    """A chain link's slot that ran, by the chain rules (docs/adr/0006-projection.md): a slot
+    it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
+    exit), even without a ``stop``; 75 on the Task's ``last`` link is ``budget spent``; else as
+    a plain allocation's slot."""
+    start, stop, limit, ends, handed = observation
+    end = ends[slot] if slot < len(ends) else None
+    if end is not None:
+        exit_code = end.exit_code
+        if exit_code != 0:
+            if slot in handed:
+                if exit_code == YIELD_EXIT:
+                    return Execution.STOPPED, exit_code, StopReason.YIELDED
+                return Execution.STOPPED, exit_code, StopReason.TIME_LIMIT
+            if last and exit_code == YIELD_EXIT and (stop is None or not end.at >= stop):
+                return Execution.STOPPED, exit_code, StopReason.BUDGET_SPENT
+    return _execution(entry, start, stop, limit, end)
+
+
 def slot_run_time(
     execution: Execution, observation: Observation, slot: int, time_limit: int, now: float
 ) -> RunTime:
     """Seconds between the start marker and the slot's end (or stop); still growing while the
     job runs, and a LOST run counted at its whole limit, both marked incomplete."""
-    start, stop, _, ends = observation
+    start, stop, _, ends, _ = observation
     return _run_time(execution, start, stop, ends, slot, time_limit, now)
 
 
@@ -366,6 +421,9 @@ def project(
     marker; ``now`` stands in only for evidence that did not read it. ``state`` is the campaign's
     path, as the commands a warning suggests name it.
 
+    A Task reads as its current work (docs/adr/0006-projection.md): its latest allocation, where
+    a later chain link counts only once the slot was handed to it (:func:`_link_attempts`).
+
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
     reads its flags and run time off its one attempt; only a Task submitted again keeps its
@@ -380,6 +438,7 @@ def project(
     remember = latest.setdefault
     history: dict[str, list[Attempt]] = {}
     listed_unsubmitted: set[str] = set()
+    links: dict[str, Observation | None] = {}  # chain links seen so far, for their successors
     last_target: str | None = None
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, _Record] | None = None
@@ -393,7 +452,7 @@ def project(
         outcome,
         recorded,
         settled,
-        _,
+        chain,
     ) in submissions:
         if target is not last_target:
             last_target = target
@@ -429,13 +488,27 @@ def project(
                     f"the queue ({stops})"
                 )
         listed = None if queue is None else entry is not None
+        if chain is not None:
+            observation = settled
+            if outcome is not _ACCEPTED or folded is None:
+                observation = None  # offline reads no settled record either, as a plain one
+            elif observation is None:
+                observation = _link_observation(folded.get(allocation_id), len(task_keys))
+            links[allocation_id] = observation
+            _link_attempts(
+                allocation_id, task_keys, time_limit, outcome, job, chain, observation,
+                links.get(chain.after), entry, listed, server_now,
+                (append, latest, history, listed_unsubmitted),
+            )  # fmt: skip
+            continue
         if outcome is not _ACCEPTED or folded is None:
             execution = _UNOBSERVED[outcome]
             for slot, key in enumerate(task_keys):
                 attempt = _new(
                     Attempt,
-                    (allocation_id, key, slot, job, execution, None, None, None, listed, None),
-                )
+                    (allocation_id, key, slot, job, execution, None, None, None, listed, None,
+                     None),
+                )  # fmt: skip
                 append(attempt)
                 if execution is _NOT_SUBMITTED:
                     if listed:
@@ -449,7 +522,7 @@ def project(
             observation = _observation(folded.get(allocation_id), len(task_keys))
         else:
             observation = settled
-        start, stop, limit, ends = observation
+        start, stop, limit, ends, _ = observation
         for slot, key in enumerate(task_keys):
             end = ends[slot]
             execution, exit_code, detail = _execution(entry, start, stop, limit, end)
@@ -458,7 +531,7 @@ def project(
                 Attempt,
                 (
                     allocation_id, key, slot, job, execution, exit_code, detail, run_time,
-                    listed, observation,
+                    listed, observation, None,
                 ),
             )  # fmt: skip
             append(attempt)
@@ -476,11 +549,11 @@ def project(
                 _new(
                     TaskStatus,
                     (key, _NOT_SUBMITTED, None, None, zero, None, None, False, False,
-                     key in listed_unsubmitted),
+                     key in listed_unsubmitted, None),
                 )
             )  # fmt: skip
             continue
-        allocation_id, _, _, job, execution, exit_code, detail, total, listed, _ = current
+        allocation_id, _, slot, job, execution, exit_code, detail, total, listed, _, link = current
         if history and key in history:
             total, accepted, unresolved, listed = _summary(history[key])
         else:
@@ -496,7 +569,8 @@ def project(
             _new(
                 TaskStatus,
                 (key, execution, exit_code, detail, total, allocation_id, job, accepted,
-                 unresolved, listed or key in listed_unsubmitted),
+                 unresolved, listed or key in listed_unsubmitted,
+                 None if link is None else _task_link(link, slot)),
             )
         )  # fmt: skip
     return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
@@ -530,6 +604,117 @@ def _again(
         history[key] = [earlier, attempt]
     else:
         kept.append(attempt)
+
+
+_Tally = tuple[Callable[[Attempt], None], dict[str, Attempt], dict[str, list[Attempt]], set[str]]
+"""What ``project`` collects while it passes over the submissions: the attempts (their
+``append``), each Task's current attempt, the attempts of Tasks with more than one, and the Tasks
+a listed but not submitted allocation holds."""
+
+
+def _link_attempts(
+    allocation_id: str,
+    task_keys: tuple[str, ...],
+    time_limit: int,
+    outcome: Outcome,
+    job: int | None,
+    chain: ChainLink,
+    observation: Observation | None,
+    before: Observation | None,
+    entry: QueueEntry | None,
+    listed: bool | None,
+    now: float,
+    tally: _Tally,
+) -> None:
+    """The attempts of one chain link (``observation`` None when it has none to read: not
+    accepted, or offline), and which of them become their Task's current work.
+
+    A slot of link 1 ran by definition; a slot of a later link ran only if ``before``, the
+    observation of the link before it, handed that slot on (or the slot's own end shows it
+    ran). A slot that did not run is not its Task's work: it reads ``QUEUED`` while its link is
+    queued and ``STOPPED (never started)`` otherwise, with no run time, and is kept aside (its
+    listing still holds the Task). A handed slot whose link was never submitted is the Task's
+    current work, ``STOPPED (never started)``."""
+    append, latest, history, listed_unsubmitted = tally
+    position, task_links = chain.position, chain.task_links
+    handed_on = () if before is None else before.handed
+    if observation is None:
+        execution = _UNOBSERVED[outcome]
+        for slot, key in enumerate(task_keys):
+            attempt = _new(
+                Attempt,
+                (allocation_id, key, slot, job, execution, None, None, None, listed, None, chain),
+            )
+            append(attempt)
+            if execution is _NOT_SUBMITTED:
+                if listed:
+                    listed_unsubmitted.add(key)
+                if slot in handed_on:
+                    never = attempt._replace(execution=_STOPPED_WORD, detail=_NEVER)
+                    _take(latest, history, key, never)
+            elif position == 1 or execution is _UNRESOLVED:
+                _take(latest, history, key, attempt)
+            else:  # offline: not known to have run this slot
+                _aside(latest, history, key, attempt)
+        return
+    start, stop, _, ends, _ = observation
+    for slot, key in enumerate(task_keys):
+        end = ends[slot]
+        if position == 1 or end is not None or slot in handed_on:
+            links = task_links[slot] if slot < len(task_links) else chain.of
+            execution, exit_code, detail = link_execution(
+                entry, observation, slot, last=links <= position
+            )
+            run_time = _run_time(execution, start, stop, ends, slot, time_limit, now)
+            ran = True
+        else:
+            queued = entry is not None and entry.state in _QUEUED_STATES
+            execution, exit_code, detail = _QUEUED if queued else _NEVER_STARTED
+            run_time, ran = _ZERO, False
+        attempt = _new(
+            Attempt,
+            (allocation_id, key, slot, job, execution, exit_code, detail, run_time, listed,
+             observation, chain),
+        )  # fmt: skip
+        append(attempt)
+        if ran:
+            _take(latest, history, key, attempt)
+        else:
+            _aside(latest, history, key, attempt)
+
+
+_STOPPED_WORD, _NEVER = Execution.STOPPED, StopReason.NEVER_STARTED
+
+
+def _take(
+    latest: dict[str, Attempt], history: dict[str, list[Attempt]], key: str, attempt: Attempt
+) -> None:
+    """``attempt`` becomes its Task's current work (kept with the earlier ones, if any)."""
+    earlier = latest.setdefault(key, attempt)
+    if earlier is not attempt:
+        _again(latest, history, key, earlier, attempt)
+
+
+def _aside(
+    latest: dict[str, Attempt], history: dict[str, list[Attempt]], key: str, attempt: Attempt
+) -> None:
+    """``attempt`` counts towards its Task's run time and listing but is not its current work
+    (unless the Task has none: then it is all there is to read)."""
+    current = latest.get(key)
+    if current is None:
+        latest[key] = attempt
+        return
+    kept = history.get(key)
+    if kept is None:
+        history[key] = [current, attempt]
+    else:
+        kept.append(attempt)
+
+
+def _task_link(link: ChainLink, slot: int) -> TaskLink:
+    task_links = link.task_links
+    own = task_links[slot] if slot < len(task_links) else link.of
+    return _new(TaskLink, (link.position, own, link.budget))
 
 
 def _summary(attempts: list[Attempt]) -> tuple[RunTime | None, bool, bool, bool]:
@@ -566,7 +751,9 @@ def submissions(state: CampaignState) -> list[Submission]:
     receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
     resolved = {item.allocation_id: item.job for item in state.resolutions}
     settled = {
-        item.allocation_id: _new(Observation, (item.start, item.stop, item.limit, item.ends))
+        item.allocation_id: _new(
+            Observation, (item.start, item.stop, item.limit, item.ends, item.handed)
+        )
         for item in state.settlements
     }
     observed = settled.get
@@ -658,7 +845,7 @@ def report_to_document(report: Report, *, valid: Collection[str] | None = None) 
             "detail": task.detail.value if task.detail else None,
             "exit_code": task.exit_code,
             "run_time": _run_time_document(task.run_time),
-            "link": None,
+            "link": _task_link_document(task.link),
             "allocation": task.allocation_id,
             "job": task.job,
         }
@@ -673,7 +860,7 @@ def report_to_document(report: Report, *, valid: Collection[str] | None = None) 
                 "job": attempt.job,
                 "task_keys": [],
                 "executions": [],
-                "link": None,
+                "link": _link_document(attempt.link),
                 "slots": None,
                 "within": None,
                 "listed": attempt.listed,
@@ -698,6 +885,18 @@ def report_to_document(report: Report, *, valid: Collection[str] | None = None) 
     }
 
 
+def _task_link_document(link: TaskLink | None) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {"position": link.position, "of": link.of, "budget": link.budget or None}
+
+
+def _link_document(link: ChainLink | None) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {"position": link.position, "of": link.of, "after": link.after or None}
+
+
 def _observation_document(observation: Observation | None) -> dict[str, Any] | None:
     if observation is None:
         return None
@@ -709,6 +908,6 @@ def _observation_document(observation: Observation | None) -> dict[str, Any] | N
             None if end is None else {"exit_code": end.exit_code, "at": end.at}
             for end in observation.ends
         ],
-        "handed": [],
+        "handed": list(observation.handed),
         "step": False,
     }

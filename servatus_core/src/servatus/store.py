@@ -204,8 +204,9 @@ class Resolved:
 @attrs.frozen
 class Settlement:
     """One accepted allocation whose outcome is final, with the evidence it was judged from: its
-    job and the :class:`~servatus.evidence.Observation` its markers gave (``ends`` one per slot).
-    Every command answers for it from this, never from its markers again."""
+    job and the :class:`~servatus.evidence.Observation` its markers gave (``ends`` one per slot,
+    ``handed`` the slots a chain link handed on, ascending). Every command answers for it from
+    this, never from its markers again."""
 
     allocation_id: str
     job: int
@@ -213,10 +214,11 @@ class Settlement:
     stop: float | None
     limit: float | None
     ends: tuple[SlotEnd | None, ...]
+    handed: tuple[int, ...] = ()
 
     @property
     def observation(self) -> Observation:
-        return Observation(self.start, self.stop, self.limit, self.ends)
+        return Observation(self.start, self.stop, self.limit, self.ends, self.handed)
 
 
 @attrs.frozen
@@ -392,6 +394,7 @@ class Fold:
             and [item.job for item in items] == list(map(self._accepted_job, batch))
             and [len(item.ends) for item in items]
             == [len(intents[allocation_id].task_keys) for allocation_id in batch]
+            and all(item.handed[-1] < len(item.ends) for item in items if item.handed)
         )
         if not fits:
             self._refuse(items)
@@ -421,6 +424,8 @@ class Fold:
                 raise Rejected(f"allocation {allocation_id} is already settled")
             if len(item.ends) != len(intent.task_keys):
                 raise Rejected(f"settlement of allocation {allocation_id}: one end per slot")
+            if item.handed and item.handed[-1] >= len(item.ends):
+                raise Rejected(f"settlement of allocation {allocation_id} hands on no slot of it")
             seen.add(allocation_id)
         raise AssertionError("a refused batch names no bad settlement")
 
@@ -671,6 +676,7 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "time or none": frozenset({int, float, _NONE}),
     "ends": frozenset({list}),
     "chain or none": frozenset({list, _NONE}),
+    "slots": frozenset({list}),
 }
 _COLUMNS: dict[type[Any], dict[str, str]] = {
     Intent: {
@@ -691,6 +697,7 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
         "stop": "time or none",
         "limit": "time or none",
         "ends": "ends",
+        "handed": "slots",
     },
     Listed: {"target": "text", "at": "time"},
     Horizon: {"target": "text", "intents": "seconds", "at": "time"},
@@ -727,10 +734,11 @@ def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[st
     def unstructure(items: tuple[Any, ...]) -> dict[str, list[Any]]:
         document = {name: list(map(operator.attrgetter(name), items)) for name in columns}
         for name, default in defaults.items():  # a column of defaults reads back from nothing
-            if name in document and default is None and document[name].count(None) == len(items):
+            empty = default is None or default == ()
+            if name in document and empty and document[name].count(default) == len(items):
                 del document[name]
         for name, column in columns.items():
-            if column == "keys":
+            if column == "keys" or (column == "slots" and name in document):
                 document[name] = list(map(list, document[name]))
             elif column == "chain or none" and name in document:
                 document[name] = [
@@ -766,6 +774,8 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
         return _slot_ends(name, values)
     if column == "chain or none":
         return [None if value is None else _chain_link(name, value) for value in values]
+    if column == "slots":
+        return [_slots(name, value) for value in values]
     if column == "keys":
         try:
             "".join(itertools.chain.from_iterable(values))  # every key a string
@@ -798,6 +808,15 @@ def _chain_link(name: str, value: list[Any]) -> ChainLink:
     ):
         raise _ColumnProblem(f"a value out of range in {name}")
     return ChainLink(position, of, after, tuple(task_links), budget)
+
+
+def _slots(name: str, value: list[Any]) -> tuple[int, ...]:
+    """Slots ascending, each once: ``[0, 2]``."""
+    if not set(map(type, value)) <= {int}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    if value and (value[0] < 0 or any(a >= b for a, b in itertools.pairwise(value))):
+        raise _ColumnProblem(f"a value out of range in {name}")
+    return tuple(value)
 
 
 def _slot_ends(name: str, values: list[Any]) -> list[tuple[SlotEnd | None, ...]]:

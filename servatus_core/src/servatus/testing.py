@@ -9,6 +9,30 @@ with ``ValueError``.
 
 It is a stand-in for tests of *your* code and of Servatus' own decisions; every behaviour it
 models is also proven against a real Slurm in Servatus' own test suite.
+
+Chains (budgeted continuation, ``docs/adr/0005-chains.md``) are modelled as Slurm and the batch
+script run them, so a chain application can be tested without a cluster:
+
+* ``sbatch --dependency=afterok:J --kill-on-invalid-dep=yes`` queues a job that stays
+  ``PENDING`` (:meth:`FakeScheduler.start` skips it) until J ends ``COMPLETED``. When J ends
+  any other way the dependent is cancelled without ever being allocated, and so is every job
+  that depends on it (Slurm removing the rest of a chain); without ``--kill-on-invalid-dep=yes``
+  it stays pending for ever. ``afterok`` on a job the fake does not list (unknown, or forgotten
+  by :meth:`~FakeScheduler.purge`) is refused as Slurm refuses it: exit 1, ``Job dependency
+  problem``.
+* A script's ``servatus_link=``, ``servatus_links=``, ``servatus_after=`` and
+  ``# slot <s> links <n>`` lines make its job a chain link. A later link runs only the slots its
+  predecessor handed on (a ``handoff`` marker of that allocation id); with none it writes its
+  start marker, runs nothing and ends ``FAILED``. :attr:`FakeJob.allocated` says whether a job
+  ever started.
+* A link's step that returns 75, or any nonzero code after :meth:`~FakeScheduler.signal_limit`,
+  hands its slot on (a ``handoff`` marker after its end marker), unless this is that Task's own
+  last link. So ``finish(job, 75)`` on a middle link writes the end and the handoff and ends the
+  link ``COMPLETED``, and the next link may start; a link that hands nothing on ends ``FAILED``
+  and its successors are cancelled. :meth:`~FakeScheduler.time_out` of a middle link that had its
+  pre-limit signal is the batch shell's own early stop (143 for each step still running, no
+  stop marker, handoffs, then ``COMPLETED``); without the signal, and on a chain's last link, it
+  is Slurm's ``TIMEOUT``, and ``TIMEOUT`` removes the rest of the chain.
 """
 
 from __future__ import annotations
@@ -28,7 +52,13 @@ from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
 
 _NAME = re.compile(r"^#SBATCH --job-name=servatus-([0-9a-f]+)$", re.MULTILINE)
 _NTASKS = re.compile(r"^#SBATCH --ntasks=([0-9]+)$", re.MULTILINE)
+_LINK = re.compile(r"^servatus_link='?([0-9]+)'?$", re.MULTILINE)
+_LINKS = re.compile(r"^servatus_links='?([0-9]+)'?$", re.MULTILINE)
+_AFTER = re.compile(r"^servatus_after='?([0-9a-f]+)'?$", re.MULTILINE)
+_SLOT_LINKS = re.compile(r"^# slot ([0-9]+) links ([0-9]+)$", re.MULTILINE)
 _ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL"})
+DEPENDENCY_PROBLEM = "sbatch: error: Batch job submission failed: Job dependency problem\n"
+"""What ``sbatch`` says (exit 1) for ``afterok`` on a job Slurm does not know: ESLURM_DEPENDENCY."""
 
 
 @attrs.define
@@ -41,10 +71,29 @@ class FakeJob:
     slots: int
     state: str = "PENDING"
     listed: bool = True
+    after: int | None = None
+    """The job this one waits for (``afterok``) until it ends ``COMPLETED``."""
+    kill_on_invalid_dep: bool = False
+    link: int = 0
+    """Its position in its chain (``servatus_link``), 0 for a plain job."""
+    links: int = 0
+    after_id: str = ""
+    """The allocation id of the link before it (``servatus_after``)."""
+    slot_links: dict[int, int] = attrs.Factory(dict)
+    """Each slot's own number of links (``# slot <s> links <n>``)."""
+    skipped: frozenset[int] = frozenset()
+    """The slots a later link did not run: its predecessor handed them nothing."""
+    allocated: bool = False
+    """Whether the job ever started (a removed chain link never does)."""
 
     @property
     def name(self) -> str:
         return f"servatus-{self.allocation_id}"
+
+    @property
+    def waiting(self) -> bool:
+        """Pending on a dependency not satisfied yet (or never to be, without the kill flag)."""
+        return self.after is not None
 
 
 @attrs.define
@@ -84,6 +133,8 @@ class FakeScheduler:
         self.read_only_directories: set[str] = set()
         self._next_job = first_job
         self._faults: dict[str, _Fault] = {}
+        self._dependents: dict[int, list[FakeJob]] = {}
+        self._by_allocation: dict[str, list[FakeJob]] = {}
 
     # -- connect= ---------------------------------------------------------------------------
 
@@ -123,25 +174,45 @@ class FakeScheduler:
         return command
 
     def start(self, job: int | None = None) -> None:
-        """Start a pending job (every pending one without ``job``): it writes its start marker."""
+        """Start a pending job (every pending one without ``job``): it writes its start marker.
+        A job waiting on a dependency does not start (naming it is ``ValueError``); a later chain
+        link runs only the slots handed to it, and ends ``FAILED`` at once if none were."""
         for item in self._select(job, {"PENDING"}):
+            if item.waiting:
+                if job is None:
+                    continue
+                raise ValueError(f"job {item.job} waits for afterok:{item.after}")
             item.state = "RUNNING"
+            item.allocated = True
             self._mark(item, MarkerKind.START)
+            if item.link > 1:
+                handed = self._handed(item.after_id)
+                item.skipped = frozenset(range(item.slots)) - handed
+                if not handed & set(range(item.slots)):
+                    self._ends(item, "FAILED")  # runs no step, exits 1
 
     def finish(self, job: int, *exit_codes: int) -> None:
         """End a job's steps with these exit codes, one per slot (all 0 if none are given); the
-        job stays listed as ``COMPLETED`` until :meth:`purge`."""
+        job stays listed as ``COMPLETED`` until :meth:`purge`. A chain link ends only the steps it
+        runs (a code for a slot it was not handed is ignored), writes each handoff, and ends
+        ``FAILED`` if it is not its chain's last link and handed nothing on; finishing a link
+        that never ran a step (removed, or handed nothing) does nothing."""
         item = self._job(job)
         if item.state == "PENDING":
             self.start(job)
+        if item.link and item.state != "RUNNING":
+            return  # removed, or handed nothing and ended at its start: no step to end
         codes = exit_codes or (0,) * item.slots
         for slot, code in enumerate(codes):
-            self._mark(item, MarkerKind.END, slot=slot, exit_code=code)
-        item.state = "COMPLETED"
+            if item.link and (slot in item.skipped or self._ended(item, slot)):
+                continue
+            self._step_ends(item, slot, code)
+        self._ends(item, self._link_state(item))
 
     def end_step(self, job: int, slot: int, exit_code: int) -> None:
-        """One step of a running job returns ``exit_code`` (its end marker); the job runs on."""
-        self._mark(self._job(job), MarkerKind.END, slot=slot, exit_code=exit_code)
+        """One step of a running job returns ``exit_code`` (its end marker, and a chain link's
+        handoff when it hands the slot on); the job runs on."""
+        self._step_ends(self._job(job), slot, exit_code)
 
     def signal_limit(self, job: int) -> None:
         """The pre-limit signal reached a running job: its limit marker. How each step answers
@@ -150,12 +221,24 @@ class FakeScheduler:
 
     def time_out(self, job: int) -> None:
         """The job hit its time limit, as on a real cluster: the stop marker, then 143 for each
-        step still running (Slurm's ``SIGTERM``), ``TIMEOUT`` until purged."""
-        self._told_to_end(self._job(job), "TIMEOUT")
+        step still running (Slurm's ``SIGTERM``), ``TIMEOUT`` until purged. A chain link before
+        the last that had its pre-limit signal stops its own steps first instead (143 each, no
+        stop marker, their handoffs) and ends ``COMPLETED`` if it handed any slot on."""
+        item = self._job(job)
+        if item.state == "RUNNING" and 0 < item.link < item.links and self._limited(item):
+            for slot in range(item.slots):
+                if slot not in item.skipped and not self._ended(item, slot):
+                    self._step_ends(item, slot, 143)
+            self._ends(item, self._link_state(item))
+            return
+        self._told_to_end(item, "TIMEOUT")
 
     def vanish(self, job: int) -> None:
-        """The job disappears from the queue without writing another marker (a node failure)."""
-        self._job(job).listed = False
+        """The job disappears from the queue without writing another marker (a node failure);
+        jobs that depend on it are cancelled."""
+        item = self._job(job)
+        item.listed = False
+        self._dependents_end(item, "NODE_FAIL")
 
     def purge(self) -> None:
         """Slurm forgets every ended job (what ``MinJobAge`` does after a while)."""
@@ -206,19 +289,44 @@ class FakeScheduler:
         name = _NAME.search(script)
         if name is None:
             return CommandResult(argv, 1, b"", b"sbatch: error: no job name\n")
+        after: int | None = None
+        for word in argv:
+            if word.startswith("--dependency="):
+                kind, _, number = word.split("=", 1)[1].partition(":")
+                if kind != "afterok" or not number.isdigit():
+                    message = f"sbatch: error: FakeScheduler models afterok only, not {word}\n"
+                    return CommandResult(argv, 1, b"", message.encode())
+                after = int(number)
+                known = self._numbered.get(after)
+                if known is None or not known.listed:
+                    return CommandResult(argv, 1, b"", DEPENDENCY_PROBLEM.encode())
         if "--test-only" in argv:
             message = f"sbatch: Job {self._next_job} to start at now using 1 processors\n"
             return CommandResult(argv, 0, b"", message.encode())
-        ntasks = _NTASKS.search(script)
+        ntasks, link, links, before = (
+            pattern.search(script) for pattern in (_NTASKS, _LINK, _LINKS, _AFTER)
+        )
         job = FakeJob(
             job=self._next_job,
             allocation_id=name[1],
             script=script,
             slots=int(ntasks[1]) if ntasks else 1,
+            after=after,
+            kill_on_invalid_dep="--kill-on-invalid-dep=yes" in argv,
+            link=int(link[1]) if link else 0,
+            links=int(links[1]) if links else 0,
+            after_id=before[1] if before else "",
+            slot_links={int(s): int(n) for s, n in _SLOT_LINKS.findall(script)},
         )
         self._next_job += 1
         self.jobs.append(job)
         self._numbered[job.job] = job
+        self._by_allocation.setdefault(job.allocation_id, []).append(job)
+        if after is not None:
+            self._dependents.setdefault(after, []).append(job)
+            ended = self._numbered[after]
+            if ended.state in _ENDED:  # afterok on a job that already ended
+                self._dependency_ended(job, ended.state)
         return CommandResult(argv, 0, f"{job.job}\n".encode(), b"")
 
     def _cmd_squeue(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
@@ -238,7 +346,7 @@ class FakeScheduler:
 
     def _cmd_scancel(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         names = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--name=")]
-        for job in self.jobs:
+        for job in list(self.jobs):
             if job.listed and job.name in names and job.state in ("PENDING", "RUNNING"):
                 self._told_to_end(job, "CANCELLED")
         return CommandResult(argv, 0, b"", b"")
@@ -309,17 +417,68 @@ class FakeScheduler:
 
         prefix = marker_name(job.allocation_id, job.job, MarkerKind.END, slot=slot, exit_code=0)
         stem = prefix.rsplit(".", 1)[0] + "."
-        return any(name.startswith(stem) for name in self.markers)
+        markers = self.markers  # a lookup per exit code, not a scan of every marker
+        return any(f"{stem}{code}" in markers for code in range(256))
 
     def _told_to_end(self, job: FakeJob, state: str) -> None:
         """``scancel`` or the time limit: a running job's batch shell marks the stop, then each
-        step still running returns 143 (``SIGTERM``) after it, as the real cluster shows."""
+        step still running returns 143 (``SIGTERM``) after it, as the real cluster shows (a
+        chain link's watcher hands the slot on if the pre-limit signal came first)."""
         if job.state == "RUNNING":
             self._mark(job, MarkerKind.STOP)
             for slot in range(job.slots):
-                if not self._ended(job, slot):
-                    self._mark(job, MarkerKind.END, slot=slot, exit_code=143)
+                if slot not in job.skipped and not self._ended(job, slot):
+                    self._step_ends(job, slot, 143)
+        self._ends(job, state)
+
+    def _step_ends(self, job: FakeJob, slot: int, exit_code: int) -> None:
+        """A step's watcher: the end marker, then a chain link's handoff when the protocol
+        continues the Task (75, or nonzero after the signal, before the Task's last link)."""
+        self._mark(job, MarkerKind.END, slot=slot, exit_code=exit_code)
+        if not job.link or job.link >= job.slot_links.get(slot, job.links):
+            return
+        if exit_code == 75 or (exit_code != 0 and self._limited(job)):
+            self._mark(job, MarkerKind.HANDOFF, slot=slot)
+
+    def _link_state(self, job: FakeJob) -> str:
+        """How a job whose steps all returned ends: a link before its chain's last exits 0 only
+        if it handed some slot on (else 1, ``FAILED``); every other job ``COMPLETED``."""
+        if not job.link or job.link >= job.links or self._handed(job.allocation_id):
+            return "COMPLETED"
+        return "FAILED"
+
+    def _ends(self, job: FakeJob, state: str) -> None:
         job.state = state
+        self._dependents_end(job, state)
+
+    def _dependents_end(self, job: FakeJob, state: str) -> None:
+        for item in self._dependents.get(job.job, ()):
+            if item.after == job.job and item.state == "PENDING":
+                self._dependency_ended(item, state)
+
+    def _dependency_ended(self, job: FakeJob, state: str) -> None:
+        """``afterok`` is met by ``COMPLETED`` only; otherwise a job that says
+        ``--kill-on-invalid-dep=yes`` is cancelled unallocated, and the cancel cascades."""
+        if state == "COMPLETED":
+            job.after = None
+        elif job.kill_on_invalid_dep:
+            self._ends(job, "CANCELLED")
+
+    def _handed(self, allocation_id: str) -> set[int]:
+        """The slots some job of ``allocation_id`` handed on (any job number: the id decides),
+        as the markers say now."""
+        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the plugin is optional
+
+        markers = self.markers
+        return {
+            slot
+            for item in self._by_allocation.get(allocation_id, ())
+            for slot in range(item.slots)
+            if marker_name(allocation_id, item.job, MarkerKind.HANDOFF, slot=slot) in markers
+        }
+
+    def _limited(self, job: FakeJob) -> bool:
+        return f"servatus-{job.allocation_id}.{job.job}.limit" in self.markers
 
     def _select(self, job: int | None, states: set[str]) -> list[FakeJob]:
         chosen = self.jobs if job is None else [self._job(job)]

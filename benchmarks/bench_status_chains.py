@@ -1,0 +1,206 @@
+"""Status of chained Tasks against the same Tasks without chains: ``python
+benchmarks/bench_status_chains.py [--tasks N] [--links K] [--profile]``.
+
+N Tasks (default 10,000), one per allocation (the worst case), either each in its own chain of K
+links (default 5: K·N intents, receipts, jobs) or each in one plain allocation. Both campaigns
+are written straight into a journal (one snapshot, as compaction leaves it), and their jobs are
+``sbatch``-ed into one FakeScheduler each, the links with their ``afterok`` dependencies, so the
+fake runs them as Slurm would. ``servatus status`` then runs in this process through
+``servatus.cli.main`` (output to /dev/null), in three moments of the chains' lives:
+
+* ``queued``: link 1 running, links 2..K queued behind it; the plain allocations running;
+* ``mid-chain``: links 1 and 2 yielded (75, handed on) and forgotten by Slurm, link 3 running,
+  the rest queued. The first ``status`` settles links 1 and 2 (it records them), the second
+  answers from the record; the plain allocations still running;
+* ``ended``: every chain spent its budget on link K (75), every plain allocation succeeded, all
+  forgotten: the first ``status`` settles everything, the second reads only the journal.
+
+Each row is Servatus' CPU time (``time.process_time`` less the time inside ``FakeScheduler.run``,
+the cluster's side) for the chained campaign, for the plain one, and their ratio. A chained
+campaign holds K times the allocations, so a ratio near K is what the bigger record costs; the
+chain rules themselves add the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import json
+import os
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchkit import CONFIG, roster
+
+from servatus import store
+from servatus.cli import main as servatus
+from servatus.config import Profile, target_identity
+from servatus.tasks import as_roster
+from servatus.testing import FakeScheduler
+from servatus.transport import CommandResult
+
+START = 1_796_000_000.0
+BUDGET = 5 * 60 * 60
+
+
+class Lane:
+    """One campaign and its FakeScheduler; ``status`` timed apart from the fake's own work."""
+
+    def __init__(self, work: Path, count: int, links: int, *, profile: bool) -> None:
+        self.work, self.count, self.links, self.profile = work, count, links, profile
+        self.clock = [START]
+        self.fake = FakeScheduler(clock=lambda: self.clock[0])
+        self.in_fake = 0.0
+        answer = self.fake.run
+
+        def timed(argv: Sequence[str], **options: Any) -> CommandResult:
+            began = time.process_time()
+            try:
+                return answer(argv, **options)
+            finally:
+                self.in_fake += time.process_time() - began
+
+        self.fake.run = timed  # type: ignore[method-assign]
+        self.state = self._build()
+
+    def _build(self) -> str:
+        self.work.mkdir(parents=True)
+        config = self.work / "SERVATUS.toml"
+        config.write_text(CONFIG.format(per=1, memory=100))
+        identity = target_identity(Profile.load(config).target)
+        key = store.target_key(identity)
+        tasks = roster(self.count)
+        intents, receipts, scripts = [], [], []
+        job = 1000  # the fake numbers its jobs from 1000, in sbatch order
+        for index, task in enumerate(tasks):
+            after = ""
+            for position in range(1, max(self.links, 1) + 1):
+                allocation_id = f"{index:016x}{position:08x}"
+                link = None
+                if self.links:
+                    link = store.ChainLink(position, self.links, after, (self.links,), BUDGET)
+                intents.append(
+                    store.Intent(allocation_id, (task.key,), "0" * 64, START, key, 3600, link)
+                )
+                receipts.append(store.Receipt(allocation_id, job))
+                scripts.append((allocation_id, position, after, job - 1 if after else None))
+                after = allocation_id
+                job += 1
+        state = store.CampaignState(
+            campaign_id="c" * 32,
+            created_at=START,
+            sealed=True,
+            tasks=as_roster(tasks),
+            intents=tuple(intents),
+            receipts=tuple(receipts),
+            revision=2 * len(intents) + 2,
+            targets=(store.TargetSeen(key, identity),),
+        )
+        payload = json.dumps(
+            json.loads(store.encode(store.Snapshot(state))),
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+        campaign = self.work / "state"
+        campaign.mkdir(mode=0o700)
+        (campaign / store.JOURNAL).write_bytes(store.MAGIC + store.frame(payload))
+        (campaign / store.JOURNAL).chmod(0o600)
+        for allocation_id, position, after, depends in scripts:
+            lines = [f"#SBATCH --job-name=servatus-{allocation_id}", "#SBATCH --ntasks=1"]
+            if self.links:
+                lines += [f"servatus_link={position}", f"servatus_links={self.links}"]
+                lines += [f"servatus_after={after}"] if after else []
+                lines += ["# slot 0", f"# slot 0 links {self.links}"]
+            argv = ["/usr/bin/sbatch", "--parsable"]
+            if depends is not None:
+                argv += [f"--dependency=afterok:{depends}", "--kill-on-invalid-dep=yes"]
+            self.fake.run(argv, stdin="\n".join(lines).encode())
+        return str(campaign)
+
+    def status(self) -> float:
+        """Servatus' CPU seconds for one ``servatus status``."""
+        self.in_fake = 0.0
+        profiler = cProfile.Profile() if self.profile else None
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+            cpu = time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            code = servatus(["status", self.state], connect=self.fake)
+            if profiler is not None:
+                profiler.disable()
+            cpu = time.process_time() - cpu
+        if code != 0:
+            raise SystemExit(f"servatus status exited {code}")
+        if profiler is not None:
+            stats = pstats.Stats(profiler, stream=sys.stderr)
+            stats.sort_stats("cumulative").print_stats(25)
+            stats.sort_stats("tottime").print_stats(20)
+        return cpu - self.in_fake
+
+    def step(self, seconds: float) -> None:
+        self.clock[0] += seconds
+
+    def jobs(self, position: int) -> list[int]:
+        """The job of link ``position`` of every Task (every plain allocation for 0 links)."""
+        every = max(self.links, 1)
+        return [item.job for item in self.fake.jobs[position - 1 :: every]]
+
+
+def scenario(work: Path, count: int, links: int, *, profile: bool) -> dict[str, float]:
+    """Servatus' CPU per moment (see the module docstring) for one campaign."""
+    lane = Lane(work, count, links, profile=profile)
+    times: dict[str, float] = {}
+    lane.fake.start()
+    lane.step(600)
+    times["queued"] = lane.status()
+    if links:
+        for position in (1, 2):
+            for job in lane.jobs(position):
+                lane.fake.finish(job, 75)
+            lane.step(60)
+            lane.fake.start()
+            lane.step(600)
+        lane.fake.purge()
+    times["mid-chain (settling)"] = lane.status()
+    times["mid-chain (settled)"] = lane.status()
+    for position in range(3 if links else 1, max(links, 1) + 1):
+        for job in lane.jobs(position):
+            lane.fake.finish(job, 75 if links else 0)
+        lane.step(60)
+        lane.fake.start()
+        lane.step(600)
+    lane.fake.purge()
+    times["ended (settling)"] = lane.status()
+    times["ended (settled)"] = lane.status()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10_000, metavar="N")
+    parser.add_argument("--links", type=int, default=5, metavar="K")
+    parser.add_argument("--profile", action="store_true", help="cProfile each status")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as temporary:
+        root = Path(temporary)
+        scenario(root / "warm", 10, options.links, profile=False)  # imports, plugins
+        plain = scenario(root / "plain", options.tasks, 0, profile=options.profile)
+        chained = scenario(root / "chained", options.tasks, options.links, profile=options.profile)
+    print(
+        f"status of {options.tasks} Tasks, one per allocation: {options.links}-link chains "
+        f"({options.tasks * options.links} allocations) against plain ({options.tasks})"
+    )
+    print(f"{'moment':<22}  {'chained':>9}  {'plain':>9}  {'ratio':>6}")
+    for moment, mine in chained.items():
+        theirs = plain[moment]
+        print(f"{moment:<22}  {mine:>7.3f} s  {theirs:>7.3f} s  {mine / theirs:>5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
