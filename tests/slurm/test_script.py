@@ -32,10 +32,10 @@ from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.evidence import MarkerKind
 from servatus.launcher import StepCommand
-from servatus.script import ScriptSpec, ScriptStep
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
 from servatus.transport import CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
-from servatus_slurm.script import BUDGET_VARIABLE, CHAIN_VARIABLES, GRACE, render
+from servatus_slurm.script import GRACE, render
 from servatus_slurm.transport import LocalTransport
 
 SHELLS = [("dash",), ("bash", "--posix")]

@@ -28,7 +28,7 @@ from servatus.config import MAX_SIGNAL_BEFORE_END
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID, job_name
-from servatus.script import ScriptSpec, ScriptStep
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
 from servatus_slurm.markers import allocation_log_pattern, step_log_name
 
 RUNTIME_VARIABLES = {
@@ -37,10 +37,6 @@ RUNTIME_VARIABLES = {
     "PATH": None,  # exported by the script itself
 }
 """Run-time variables the script can export to steps, with where their values come from."""
-
-CHAIN_VARIABLES = ("SERVATUS_LINK", "SERVATUS_LINKS", "SERVATUS_RUN_TIME")
-"""Per-slot variables every chain link's steps get; ``SERVATUS_BUDGET`` too with a budget."""
-BUDGET_VARIABLE = "SERVATUS_BUDGET"
 
 GRACE = 10
 """Seconds a link keeps after its early stop: ``srun`` returning after ``SIGTERM``, the end and
