@@ -30,6 +30,8 @@ pytestmark = pytest.mark.cluster
 
 MINUTES = 2
 BEFORE = 40
+SHORT = (1, 20)
+"""The short chains' link minutes and signal_before_end: the other end of the ADR's range."""
 GRACE = 10  # servatus_slurm.script.GRACE, which the test must not import (it runs outside)
 BUDGET = 1000
 SPENT = 100
@@ -46,7 +48,11 @@ CASES: dict[str, tuple[dict[str, str], int]] = {
     "packed": ({"p0": "exit0", "p1": "exit75,exit0"}, 2),
     "cancel-early": ({"ce": "ignore"}, 2),
     "cancel-late": ({"cl": "ignore"}, 2),
+    "ignores-short": ({"is": "ignore,exit0"}, 2),
+    "dies-short": ({"ds": "die,exit0"}, 2),
 }
+SHORT_CASES = ("ignores-short", "dies-short")
+"""Submitted with a profile of SHORT links, in a campaign of their own."""
 
 
 @attrs.define
@@ -95,13 +101,41 @@ class Chains:
         return (Path(self.lane.log_root) / f"servatus-{allocation}-{job}.out").read_text()
 
 
-def _toml(lane: Lane) -> str:
+def _toml(lane: Lane, minutes: int, before: int) -> str:
     text = lane.toml().replace("memory_mib = 500\n", "memory_mib = 100\n", 1)
     return text.replace(
         'time_limit = "00:05:00"\n',
-        f'time_limit = "00:0{MINUTES}:00"\nsignal_before_end = "00:00:{BEFORE}"\n',
+        f'time_limit = "00:0{minutes}:00"\nsignal_before_end = "00:00:{before}"\n',
         1,
     )
+
+
+def _submit(lane: Lane, cases: list[str], toml: str, minutes: int, state: str) -> list[Any]:
+    """One submission of ``cases`` through ``lane_chain.py``; its receipts, chain by chain."""
+    tasks = [
+        {"key": key, "args": [INNER_PYTHON, "chain_step.py", modes]}
+        for name in cases
+        for key, modes in CASES[name][0].items()
+    ]
+    chains = []
+    for name in cases:
+        keys, links = CASES[name]
+        chains.append(
+            {
+                "keys": list(keys),
+                "links": links,
+                "minutes": minutes,
+                "task_links": [links] * len(keys),
+                "budget": BUDGET,
+                "spent": {"y": SPENT} if "y" in keys else {},
+            }
+        )
+    spec = {"toml": toml, "profile": "cpu", "state": state, "tasks": tasks, "chains": chains}
+    lane.put(lane.launch / f"{state}.json", json.dumps(spec))
+    submitted = lane.run([INNER_PYTHON, "lane_chain.py", f"{state}.json"], timeout=180)
+    assert submitted.returncode == 0, submitted.stderr
+    receipts: list[Any] = json.loads(submitted.stdout)
+    return receipts
 
 
 def _scancel(lane: Lane, job: int) -> None:
@@ -123,39 +157,21 @@ def chains(
 ) -> Iterator[Chains]:
     lane = make_lane(slurm_cluster, "local", tmp_path_factory.mktemp("chains"), "chains")
     try:
-        lane.put(lane.launch / "SERVATUS.toml", _toml(lane))
+        lane.put(lane.launch / "SERVATUS.toml", _toml(lane, MINUTES, BEFORE))
+        lane.put(lane.launch / "SERVATUS-short.toml", _toml(lane, *SHORT))
         lane.put(
             Path(lane.work_root) / "chain_step.py", (HERE / "lane_chain_worker.py").read_text()
         )
         lane.put(lane.launch / "lane_chain.py", (HERE / "lane_chain.py").read_text())
-        tasks = [
-            {"key": key, "args": [INNER_PYTHON, "chain_step.py", modes]}
-            for keys, _ in CASES.values()
-            for key, modes in keys.items()
+        short = list(SHORT_CASES)
+        long = [name for name in CASES if name not in SHORT_CASES]
+        receipts = [
+            *_submit(lane, long, "SERVATUS.toml", MINUTES, "state"),
+            *_submit(lane, short, "SERVATUS-short.toml", SHORT[0], "state-short"),
         ]
-        spec = {
-            "toml": "SERVATUS.toml",
-            "profile": "cpu",
-            "state": "state",
-            "tasks": tasks,
-            "chains": [
-                {
-                    "keys": list(keys),
-                    "links": links,
-                    "minutes": MINUTES,
-                    "task_links": [links] * len(keys),
-                    "budget": BUDGET,
-                    "spent": {"y": SPENT} if "y" in keys else {},
-                }
-                for keys, links in CASES.values()
-            ],
-        }
-        lane.put(lane.launch / "chains.json", json.dumps(spec))
-        submitted = lane.run([INNER_PYTHON, "lane_chain.py", "chains.json"], timeout=180)
-        assert submitted.returncode == 0, submitted.stderr
-        receipts = json.loads(submitted.stdout)
         links = {
-            name: [(a, j) for a, j in chain] for name, chain in zip(CASES, receipts, strict=True)
+            name: [(a, j) for a, j in chain]
+            for name, chain in zip([*long, *short], receipts, strict=True)
         }
         watched = Chains(lane, links, {}, {}, {}, {})
         jobs = {job for chain in links.values() for _, job in chain}
@@ -231,30 +247,40 @@ def test_a_step_that_yields_continues_with_its_run_time(chains: Chains) -> None:
         expected += rounded(span - chains.mtime("yields", position, "start"))
 
 
-def test_a_step_that_ignores_the_signal_is_stopped_in_time_and_continues(chains: Chains) -> None:
-    print(report(chains, "ignores"))
-    assert chains.markers("ignores", 1) == {"start", "limit", "end.0.137", "handoff.0"}
-    assert chains.state("ignores", 1) == "COMPLETED"
-    stopped = chains.mtime("ignores", 1, "end.0.137") - chains.mtime("ignores", 1, "limit")
-    print(f"ignores: the timer stopped the step {stopped:.2f} s after the signal")
-    assert BEFORE - GRACE - 1 <= stopped <= BEFORE - GRACE + 2
-    run = chains.run("i", "ignores", 1)
+@pytest.mark.parametrize(
+    ("chain", "key", "before"), [("ignores", "i", BEFORE), ("ignores-short", "is", SHORT[1])]
+)
+def test_a_step_that_ignores_the_signal_is_stopped_in_time_and_continues(
+    chains: Chains, chain: str, key: str, before: int
+) -> None:
+    print(report(chains, chain))
+    assert chains.markers(chain, 1) == {"start", "limit", "end.0.137", "handoff.0"}
+    assert chains.state(chain, 1) == "COMPLETED"
+    stopped = chains.mtime(chain, 1, "end.0.137") - chains.mtime(chain, 1, "limit")
+    run = chains.run(key, chain, 1)
     assert run is not None
     end_time = int(run["SERVATUS_JOB_END_TIME"])
-    lead = end_time - chains.mtime("ignores", 1, "limit")
-    margin = end_time - chains.mtime("ignores", 1, "handoff.0")
-    print(f"ignores: signal {lead:.1f} s before SLURM_JOB_END_TIME, handoff {margin:.1f} s before")
-    assert margin > 0
-    assert chains.markers("ignores", 2) == {"start", "end.0.0"}
-    assert chains.state("ignores", 2) == "COMPLETED"
+    lead = end_time - chains.mtime(chain, 1, "limit")
+    margin = end_time - chains.mtime(chain, 1, "handoff.0")
+    print(
+        f"{chain}: signal {lead:.1f} s before SLURM_JOB_END_TIME, the timer's stop "
+        f"{stopped:.2f} s after it, the handoff {margin:.1f} s before the end time"
+    )
+    # The earlier bound: signal + signal_before_end - G, or the end time - G if that is sooner.
+    assert min(before, lead) - GRACE - 1 <= stopped <= min(before, lead) - GRACE + 2
+    assert margin > GRACE - 2
+    assert chains.markers(chain, 2) == {"start", "end.0.0"}
+    assert chains.state(chain, 2) == "COMPLETED"
 
 
-def test_a_step_that_dies_of_the_signal_continues(chains: Chains) -> None:
-    print(report(chains, "dies"))
-    assert chains.markers("dies", 1) == {"start", "limit", "end.0.138", "handoff.0"}
-    assert chains.state("dies", 1) == "COMPLETED"
-    assert chains.markers("dies", 2) == {"start", "end.0.0"}
-    assert chains.state("dies", 2) == "COMPLETED"
+@pytest.mark.parametrize(("chain", "key"), [("dies", "d"), ("dies-short", "ds")])
+def test_a_step_that_dies_of_the_signal_continues(chains: Chains, chain: str, key: str) -> None:
+    print(report(chains, chain))
+    assert chains.markers(chain, 1) == {"start", "limit", "end.0.138", "handoff.0"}
+    assert chains.state(chain, 1) == "COMPLETED"
+    assert chains.markers(chain, 2) == {"start", "end.0.0"}
+    assert chains.state(chain, 2) == "COMPLETED"
+    assert chains.run(key, chain, 2) is not None
 
 
 def test_a_failure_before_the_signal_ends_the_chain_unallocated(chains: Chains) -> None:
