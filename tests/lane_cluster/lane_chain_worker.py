@@ -1,7 +1,8 @@
 """The chain tests' worker, copied into work_root as ``chain_step.py``.
 
 ``chain_step.py MODES`` takes one mode per link, comma-separated, and uses the one of its
-``SERVATUS_LINK`` (the last for later links): ``exitN`` sleeps 3 s, then exits N; ``usr1N``
+``SERVATUS_LINK`` (the last for later links): ``exitN`` sleeps 3 s, then exits N; ``yieldS``
+sleeps S seconds, then exits 75; ``usr1N``
 exits N on SIGUSR1; ``ignore`` ignores SIGUSR1 and sleeps until it is killed; ``die`` sleeps
 with SIGUSR1's default action, so it dies of it (138). Before that it leaves
 ``runs/<key>.<job>.json`` in work_root with what it was given (the chain's reserved variables)
@@ -30,6 +31,9 @@ print(f"{key} link {link}: {mode}", flush=True)
 if mode.startswith("exit"):
     time.sleep(3)
     sys.exit(int(mode[4:]))
+if mode.startswith("yield"):
+    time.sleep(int(mode[5:]))
+    sys.exit(75)
 if mode.startswith("usr1"):
     code = int(mode[4:])
     signal.signal(signal.SIGUSR1, lambda *_: sys.exit(code))
