@@ -271,6 +271,8 @@ def _chain_prelude() -> str:
     return _anchor(text, "trap servatus_stop TERM INT\n", "trap servatus_end USR2\n")
 
 
+_CHAIN_PRELUDE = _chain_prelude()
+
 _HANDING_ON = r"""
 servatus_timer=
 servatus_ending=
@@ -569,7 +571,7 @@ def render(spec: ScriptSpec) -> str:
     parts: Iterable[str] = [
         "\n".join(directives(spec)) + "\n",
         "\n".join(_locations(spec, log_root, squeue)) + "\n",
-        _chain_prelude() if handing_on else _PRELUDE,
+        _CHAIN_PRELUDE if handing_on else _PRELUDE,
         _HANDING_ON if handing_on else "",
         _HANDED_ON if spec.earlier else "",
         "".join(f"{line}\n" for line in _variables(spec)),
