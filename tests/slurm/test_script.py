@@ -702,15 +702,24 @@ def test_the_timer_fires_by_the_job_end_time_when_the_signal_comes_late(
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
-def test_a_middle_link_without_the_signal_ends_when_its_steps_do(
+def test_a_middle_link_ends_when_its_steps_do_not_when_its_timer_would(
     fake_cluster: FakeCluster, shell: tuple[str]
 ) -> None:
-    """Steps that end before any signal leave no timer to wait for: the link exits at once."""
+    """A step that yields on the signal ends the link at once: the batch shell waits for its
+    watchers, not for the timer, so the next link starts as soon as it can."""
     target = fake_cluster.target
-    steps = [chain_step(target, 0, fake_cluster.step_args("yields", "exit:75"), links=2)]
-    started = time.monotonic()
-    wait_exit(fake_cluster.start(render(chain_spec(target, steps, 1, 2)), shell=shell))
-    assert time.monotonic() - started < 10
+    steps = [chain_step(target, 0, fake_cluster.step_args("yields", "usr1-then:75"), links=2)]
+    script = render(chain_spec(target, steps, 1, 2, signal_before_end=GRACE + 30))
+    process = fake_cluster.start(script, shell=shell)
+    wait_for((fake_cluster.out / "yields.json").exists)
+    process.send_signal(signal.SIGUSR1)
+    signalled = time.monotonic()
+    wait_exit(process)
+    assert time.monotonic() - signalled < 10
+    prefix = f"servatus-{ALLOCATION}.4242."
+    assert {prefix + "limit", prefix + "end.0.75", prefix + "handoff.0"} <= set(
+        markers(fake_cluster)
+    )
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
