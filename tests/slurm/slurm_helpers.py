@@ -76,13 +76,18 @@ class FakeCluster:
         return [PYTHON, str(STEP_PROGRAM), str(self.out), name, mode, *extra]
 
     def start(
-        self, script: str, *, shell: Sequence[str] = ("dash",), job: int = 4242
+        self,
+        script: str,
+        *,
+        shell: Sequence[str] = ("dash",),
+        job: int = 4242,
+        end_time: int = 1900000000,
     ) -> subprocess.Popen[bytes]:
         path = self.root / "job.sh"
         path.write_text(script)
         env = {
             "SLURM_JOB_ID": str(job),
-            "SLURM_JOB_END_TIME": "1900000000",
+            "SLURM_JOB_END_TIME": str(end_time),
             "SLURM_CPUS_ON_NODE": "2",
             "FAKE_SRUN_RECORD": str(self.root / "srun"),
             "NOT_FOR_STEPS": "leak",

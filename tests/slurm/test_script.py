@@ -17,15 +17,25 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from slurm_helpers import ALLOCATION, PYTHON, FakeCluster, direct_step, make_spec, make_target
+from slurm_helpers import (
+    ALLOCATION,
+    INHERIT,
+    PYTHON,
+    FakeCluster,
+    direct_step,
+    make_spec,
+    make_target,
+)
 
+from servatus.config import Target
+from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.evidence import MarkerKind
 from servatus.launcher import StepCommand
-from servatus.script import ScriptStep
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
 from servatus.transport import CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
-from servatus_slurm.script import render
+from servatus_slurm.script import GRACE, render
 from servatus_slurm.transport import LocalTransport
 
 SHELLS = [("dash",), ("bash", "--posix")]
@@ -190,7 +200,7 @@ def test_bad_steps_are_refused(tmp_path: Path) -> None:
         render(make_spec(target, [ok], inherit=("SERVATUS_SECRET",)))
     with pytest.raises(ConfigurationError, match="slots"):
         render(make_spec(target, [ok, ok]))
-    with pytest.raises(ConfigurationError, match="chain link"):
+    with pytest.raises(ConfigurationError, match="earlier links but no link"):
         render(make_spec(target, [ok], earlier=("f" * 24,)))
 
 
@@ -479,3 +489,314 @@ def test_no_start_marker_no_step(
     if blocked == "name taken":  # a directory under a marker's name is no evidence
         listed = LocalTransport().run(SlurmEvidenceReader().marker_command(target))
         assert SlurmEvidenceReader().parse_markers(listed) == []
+
+
+# -- chain links (ADR 0005) ---------------------------------------------------------------------
+
+EARLIER = ("a" * 24, "b" * 24)
+CHAIN_INHERIT = (*INHERIT, *CHAIN_VARIABLES)
+
+
+def chain_step(
+    target: Target,
+    slot: int,
+    args: list[str],
+    *,
+    links: int,
+    run_time: int = 0,
+    budget: bool = True,
+) -> ScriptStep:
+    inherit = (*CHAIN_INHERIT, *([BUDGET_VARIABLE] if budget else []))
+    step = direct_step(target, slot, args, inherit=inherit)
+    return attrs.evolve(step, links=links, run_time=run_time)
+
+
+def chain_spec(
+    target: Target,
+    steps: list[ScriptStep],
+    position: int,
+    of: int,
+    *,
+    budget: int | None = 3000,
+    signal_before_end: int | None = 60,
+) -> ScriptSpec:
+    inherit = (*CHAIN_INHERIT, *([BUDGET_VARIABLE] if budget is not None else []))
+    return make_spec(
+        target,
+        steps,
+        link=Link(position, of, 600),
+        earlier=EARLIER[: position - 1],
+        budget=budget,
+        inherit=inherit,
+        signal_before_end=signal_before_end,
+    )
+
+
+def step_env(cluster: FakeCluster, name: str) -> dict[str, str]:
+    env = decode_env(record(cluster, name)["env"])  # type: ignore[arg-type]
+    return {k.decode(): v.decode() for k, v in env.items() if k.startswith(b"SERVATUS_")}
+
+
+def handoff(cluster: FakeCluster, allocation: str, job: int, slot: int) -> None:
+    (cluster.logs / f"servatus-{allocation}.{job}.handoff.{slot}").touch()
+
+
+def test_a_chain_link_carries_its_machine_readable_lines(tmp_path: Path) -> None:
+    target = make_target(tmp_path)
+    steps = [chain_step(target, s, ["/bin/true"], links=links) for s, links in ((0, 3), (1, 2))]
+    first = render(chain_spec(target, steps, 1, 3)).splitlines()
+    squeue = first.index(f"servatus_squeue='{tmp_path}/bin/squeue'")
+    assert first[squeue + 1 : squeue + 3] == ["servatus_link=1", "servatus_links=3"]
+    assert not any(line.startswith("servatus_after=") for line in first)
+    later = render(chain_spec(target, steps, 3, 3)).splitlines()
+    squeue = later.index(f"servatus_squeue='{tmp_path}/bin/squeue'")
+    assert later[squeue + 1 : squeue + 4] == [
+        "servatus_link=3",
+        "servatus_links=3",
+        f"servatus_after={EARLIER[1]}",
+    ]
+    for lines in (first, later):
+        for slot, links in ((0, 3), (1, 2)):
+            at = lines.index(f"# slot {slot}")
+            assert lines[at + 1] == f"# slot {slot} links {links}"
+    # The last link is a plain allocation: no early stop, no handoff, exit 0.
+    last = "\n".join(later)
+    assert "servatus_early" not in last and "handoff." not in last.replace('handoff.$1"', "")
+    assert last.endswith("until wait; do :; done\nexit 0")
+    plain = render(make_spec(target, [direct_step(target, 0, ["/bin/true"])]))
+    assert "servatus_link" not in plain and "links" not in plain
+
+
+def test_a_chain_link_is_refused_without_its_chain(tmp_path: Path) -> None:
+    target = make_target(tmp_path)
+    step = chain_step(target, 0, ["/bin/true"], links=2)
+    spec = chain_spec(target, [step], 2, 2)
+    with pytest.raises(ConfigurationError, match="names 0 earlier links"):
+        render(attrs.evolve(spec, earlier=()))
+    with pytest.raises(ConfigurationError, match="allocation id"):
+        render(attrs.evolve(spec, earlier=("x",)))
+    with pytest.raises(ConfigurationError, match="SERVATUS_BUDGET"):
+        render(attrs.evolve(spec, budget=None))
+    with pytest.raises(ConfigurationError, match="SERVATUS_RUN_TIME"):
+        render(attrs.evolve(spec, inherit=INHERIT))
+    with pytest.raises(ConfigurationError, match="cannot run it"):
+        render(attrs.evolve(spec, steps=(attrs.evolve(step, links=3),)))
+    with pytest.raises(ConfigurationError, match="cannot provide"):
+        render(make_spec(target, [direct_step(target, 0, ["/bin/true"])], inherit=CHAIN_INHERIT))
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_middle_link_hands_on_what_yields_and_exits_0(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("yields", "exit:75"), links=3, run_time=41),
+        chain_step(target, 1, fake_cluster.step_args("done", "exit:0"), links=3),
+        chain_step(target, 2, fake_cluster.step_args("failed", "exit:3"), links=3),
+        chain_step(target, 3, fake_cluster.step_args("spent", "exit:75"), links=1),
+    ]
+    wait_exit(fake_cluster.start(render(chain_spec(target, steps, 1, 3)), shell=shell))
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert set(names) == {
+        prefix + "start",
+        prefix + "end.0.75",
+        prefix + "handoff.0",
+        prefix + "end.1.0",
+        prefix + "end.2.3",
+        prefix + "end.3.75",
+    }
+    assert names[prefix + "handoff.0"] >= names[prefix + "end.0.75"]
+    assert step_env(fake_cluster, "yields") == {
+        "SERVATUS_JOB_ID": "4242",
+        "SERVATUS_JOB_END_TIME": "1900000000",
+        "SERVATUS_LINK": "1",
+        "SERVATUS_LINKS": "3",
+        "SERVATUS_RUN_TIME": "41",
+        "SERVATUS_BUDGET": "3000",
+    }
+    assert step_env(fake_cluster, "spent")["SERVATUS_LINKS"] == "1"
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_middle_link_that_hands_nothing_on_exits_1(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """A failure before the signal and the Task's own last link hand nothing on; exit 1 is what
+    makes Slurm cancel the rest of the chain unallocated."""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("failed", "exit:3"), links=3, budget=False),
+        chain_step(target, 1, fake_cluster.step_args("spent", "exit:75"), links=2, budget=False),
+    ]
+    script = render(chain_spec(target, steps, 2, 3, budget=None))
+    handoff(fake_cluster, EARLIER[0], 17, 0)
+    handoff(fake_cluster, EARLIER[0], 17, 1)
+    process = fake_cluster.start(script, shell=shell)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert out.decode().splitlines() == [
+        "servatus: link 2/3 hands nothing on; Slurm removes the rest of the chain"
+    ]
+    prefix = f"servatus-{ALLOCATION}.4242."
+    assert {n for n in markers(fake_cluster) if n.startswith(prefix)} == {
+        prefix + "start",
+        prefix + "end.0.3",
+        prefix + "end.1.75",
+    }
+    assert "SERVATUS_BUDGET" not in step_env(fake_cluster, "failed")
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_signal_then_the_timer_stop_what_still_runs(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """After SIGUSR1 a middle link stops every step still running at signal_before_end - grace:
+    its srun gets SIGTERM, the end (143) and then the handoff follow, and the link exits 0."""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("dies", "usr1"), links=2),
+        chain_step(target, 1, fake_cluster.step_args("ignores", "sleep"), links=2),
+        chain_step(target, 2, fake_cluster.step_args("done", "usr1-then:0"), links=2),
+    ]
+    script = render(chain_spec(target, steps, 1, 2, signal_before_end=GRACE + 2))
+    process = fake_cluster.start(script, shell=shell)
+    for name in ("dies", "ignores", "done"):
+        wait_for(lambda name=name: (fake_cluster.out / f"{name}.json").exists())
+    time.sleep(0.3)
+    process.send_signal(signal.SIGUSR1)
+    signalled = time.time()
+    wait_exit(process)
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert set(names) == {
+        prefix + "start",
+        prefix + "limit",
+        prefix + "end.0.138",
+        prefix + "handoff.0",
+        prefix + "end.1.143",
+        prefix + "handoff.1",
+        prefix + "end.2.0",
+    }
+    assert 1.5 <= names[prefix + "end.1.143"] - signalled <= 4
+    assert names[prefix + "handoff.1"] >= names[prefix + "end.1.143"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_timer_fires_by_the_job_end_time_when_the_signal_comes_late(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    target = fake_cluster.target
+    steps = [chain_step(target, 0, fake_cluster.step_args("ignores", "sleep"), links=2)]
+    script = render(chain_spec(target, steps, 1, 2, signal_before_end=600))
+    process = fake_cluster.start(script, shell=shell, end_time=int(time.time()) + GRACE + 3)
+    wait_for((fake_cluster.out / "ignores.json").exists)
+    process.send_signal(signal.SIGUSR1)
+    signalled = time.time()
+    wait_exit(process)
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert {prefix + "end.0.143", prefix + "handoff.0"} <= set(names)
+    assert names[prefix + "end.0.143"] - signalled <= 5
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_middle_link_ends_when_its_steps_do_not_when_its_timer_would(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """A step that yields on the signal ends the link at once: the batch shell waits for its
+    watchers, not for the timer, so the next link starts as soon as it can."""
+    target = fake_cluster.target
+    steps = [chain_step(target, 0, fake_cluster.step_args("yields", "usr1-then:75"), links=2)]
+    script = render(chain_spec(target, steps, 1, 2, signal_before_end=GRACE + 30))
+    process = fake_cluster.start(script, shell=shell)
+    wait_for((fake_cluster.out / "yields.json").exists)
+    process.send_signal(signal.SIGUSR1)
+    signalled = time.monotonic()
+    wait_exit(process)
+    assert time.monotonic() - signalled < 10
+    prefix = f"servatus-{ALLOCATION}.4242."
+    assert {prefix + "limit", prefix + "end.0.75", prefix + "handoff.0"} <= set(
+        markers(fake_cluster)
+    )
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_later_link_runs_only_handed_slots_with_their_run_time(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """Slot 0 was handed on by link 2 (any job number), slot 1 was not: it starts no srun and
+    leaves no marker. SERVATUS_RUN_TIME adds each earlier link's end.<slot> - start, rounded
+    as floor(span + 0.5), to the plan's measure."""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("goes-on", "exit:0"), links=3, run_time=7),
+        chain_step(target, 1, fake_cluster.step_args("ended", "exit:0"), links=3),
+    ]
+    logs = fake_cluster.logs
+    base = 1_700_000_000.0
+    spans = {  # file: mtime
+        f"servatus-{EARLIER[0]}.11.start": base,
+        f"servatus-{EARLIER[0]}.11.end.0.75": base + 100.4,
+        f"servatus-{EARLIER[0]}.11.end.1.75": base + 30.0,
+        f"servatus-{EARLIER[0]}.11.handoff.0": base + 100.4,
+        f"servatus-{EARLIER[0]}.11.handoff.1": base + 30.0,
+        f"servatus-{EARLIER[1]}.12.start": base + 200.0,
+        f"servatus-{EARLIER[1]}.12.limit": base + 230.0,
+        f"servatus-{EARLIER[1]}.12.end.0.143": base + 250.5,
+        f"servatus-{EARLIER[1]}.12.handoff.0": base + 250.5,
+        f"servatus-{EARLIER[1]}.12.end.1.0": base + 201.0,
+        f"servatus-{'c' * 24}.13.start": base,  # another allocation's markers count for nothing
+        f"servatus-{'c' * 24}.13.end.0.0": base + 999.0,
+    }
+    for name, mtime in spans.items():
+        (logs / name).touch()
+        os.utime(logs / name, (mtime, mtime))
+    script = render(chain_spec(target, steps, 3, 3))
+    wait_exit(fake_cluster.start(script, shell=shell))
+    env = step_env(fake_cluster, "goes-on")
+    assert env["SERVATUS_RUN_TIME"] == str(7 + 100 + 51)
+    assert env["SERVATUS_LINK"] == "3" and env["SERVATUS_LINKS"] == "3"
+    assert not (fake_cluster.out / "ended.json").exists()
+    assert len(os.listdir(fake_cluster.root / "srun")) == 1
+    prefix = f"servatus-{ALLOCATION}.4242."
+    assert {n for n in markers(fake_cluster) if n.startswith(prefix)} == {
+        prefix + "start",
+        prefix + "end.0.0",
+    }
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_link_handed_nothing_runs_nothing_and_exits_1(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    target = fake_cluster.target
+    steps = [chain_step(target, 0, fake_cluster.step_args("a", "exit:0"), links=3)]
+    process = fake_cluster.start(render(chain_spec(target, steps, 2, 3)), shell=shell)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert out.decode().splitlines() == [
+        "servatus: link 2/3 hands nothing on; Slurm removes the rest of the chain"
+    ]
+    assert set(markers(fake_cluster)) == {f"servatus-{ALLOCATION}.4242.start"}
+    assert not os.listdir(fake_cluster.root / "srun")
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_last_link_hands_nothing_on_and_exits_0(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    target = fake_cluster.target
+    steps = [chain_step(target, 0, fake_cluster.step_args("spent", "usr1-then:75"), links=2)]
+    handoff(fake_cluster, EARLIER[0], 9, 0)
+    process = fake_cluster.start(render(chain_spec(target, steps, 2, 2)), shell=shell)
+    wait_for((fake_cluster.out / "spent.json").exists)
+    process.send_signal(signal.SIGUSR1)
+    wait_exit(process)
+    prefix = f"servatus-{ALLOCATION}.4242."
+    assert {n for n in markers(fake_cluster) if n.startswith(prefix)} == {
+        prefix + "start",
+        prefix + "limit",
+        prefix + "end.0.75",
+    }

@@ -16,6 +16,12 @@ if TYPE_CHECKING:
     from servatus.launcher import StepCommand
 
 
+CHAIN_VARIABLES = ("SERVATUS_LINK", "SERVATUS_LINKS", "SERVATUS_RUN_TIME")
+"""Per-slot variables a chain link's script gives every step it runs (ADR 0005)."""
+BUDGET_VARIABLE = "SERVATUS_BUDGET"
+"""Also given to a chain's steps, only when the chain was planned with a budget."""
+
+
 @attrs.frozen
 class ScriptStep:
     """One Task's ``srun`` step: its slot, key, launcher command and stdin bytes.

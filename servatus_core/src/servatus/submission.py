@@ -11,15 +11,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from servatus.config import Profile, Target
+from servatus.continuation import MAX_LINKS, Link
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.launcher import Launcher
 from servatus.plan import Allocation, earlier_links
 from servatus.plugins import Hooks
-from servatus.script import ScriptSpec, ScriptStep
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
 from servatus.store import ChainLink, Intent, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
@@ -90,12 +92,15 @@ def script_spec(
     """What the allocation's batch script must do, decided entirely by the core. A chain link
     also needs its ``earlier`` links' ids, the ``budget``, and what each Task had ``spent``."""
     resources = profile.resources
+    inherit: tuple[str, ...] = RUNTIME_VARIABLES
+    if allocation.link is not None:
+        inherit = (*inherit, *CHAIN_VARIABLES, *([BUDGET_VARIABLE] if budget is not None else []))
     steps = []
     for slot, key in enumerate(allocation.task_keys):
         task = tasks[key]
         env = step_environment(task, allocation.allocation_id, slot)
         step = launcher.command(
-            profile.target, task.args, env, inherit=RUNTIME_VARIABLES, gpus=resources.gpus
+            profile.target, task.args, env, inherit=inherit, gpus=resources.gpus
         )
         links = allocation.task_links[slot] if allocation.link is not None else 0
         run_time = (spent or {}).get(key, 0)
@@ -109,7 +114,7 @@ def script_spec(
         time_limit=allocation.time_limit(resources),
         signal_before_end=resources.signal_before_end,
         steps=tuple(steps),
-        inherit=RUNTIME_VARIABLES,
+        inherit=inherit,
         link=allocation.link,
         earlier=earlier,
         budget=budget,
@@ -151,21 +156,54 @@ class ScriptRoom:
     step: int
 
 
+_WIDEST = 10**12 - 1
+"""A budget and a run time no real one reaches in digits: chain sizes are measured with it."""
+_PROBE_LINKS = (None, Link(MAX_LINKS - 1, MAX_LINKS, 60), Link(MAX_LINKS, MAX_LINKS, 60))
+"""A plain allocation, and the chain links with the most in their scripts: the last that hands
+on (the early stop and 30 earlier links to read) and the chain's last (31)."""
+
+
+def _sized(allocation: Allocation, keys: tuple[str, ...]) -> tuple[Allocation, dict[str, Any]]:
+    """``allocation`` cut to the Tasks ``keys``, and the ``script_spec`` arguments whose widest
+    values make its script at least as long as the one submission renders."""
+    if allocation.link is None:
+        return Allocation(allocation.allocation_id, keys), {}
+    links = dict(zip(allocation.task_keys, allocation.task_links, strict=True))
+    position = allocation.link.position
+    cut = attrs.evolve(
+        allocation,
+        task_keys=keys,
+        task_links=tuple(links.get(key, allocation.link.of) for key in keys),
+    )
+    widest = {
+        "earlier": ("0" * 24,) * (position - 1),
+        "budget": _WIDEST,
+        "spent": dict.fromkeys(keys, _WIDEST),
+    }
+    return cut, widest
+
+
 def script_room(hooks: Hooks, profile: Profile, launcher: Launcher) -> ScriptRoom | None:
-    """The :class:`ScriptRoom` of ``profile``'s scripts, from one render of a one-step and one of
-    a two-step script of :data:`_PROBE`; None if even those cannot be rendered (every script
-    must then be rendered to say why)."""
+    """The :class:`ScriptRoom` of ``profile``'s scripts, from renders of a one-step and a
+    two-step script of :data:`_PROBE`, plain and as the largest chain links; None if even those
+    cannot be rendered (every script must then be rendered to say why)."""
     unbounded = attrs.evolve(profile, target=attrs.evolve(profile.target, max_script_bytes=2**62))
     probes = {_PROBE.key: _PROBE}
-    sizes = []
-    for keys in ((_PROBE.key,), (_PROBE.key, _PROBE.key)):
-        spec = script_spec(unbounded, Allocation("0" * 24, keys), probes, launcher)
-        try:
-            sizes.append(_utf8(hooks.batch_script(spec)))
-        except ConfigurationError:
-            return None
-    one, two = sizes
-    return ScriptRoom(frame=one, step=max(two - one, 0))
+    frame = step = 0
+    for link in _PROBE_LINKS:
+        sizes = []
+        for keys in ((_PROBE.key,), (_PROBE.key, _PROBE.key)):
+            after = "0" * 24 if link is not None and link.position > 1 else None
+            probe = Allocation("0" * 24, keys, link, after, (link.of,) * len(keys) if link else ())
+            cut, widest = _sized(probe, keys)
+            spec = script_spec(unbounded, cut, probes, launcher, **widest)
+            try:
+                sizes.append(_utf8(hooks.batch_script(spec)))
+            except ConfigurationError:
+                return None
+        one, two = sizes
+        frame, step = max(frame, one), max(step, two - one)
+    return ScriptRoom(frame=frame, step=step)
 
 
 def script_may_exceed(target: Target, sizes: Sequence[int], room: ScriptRoom | None) -> bool:
@@ -200,8 +238,8 @@ def script_problem(
     unbounded = attrs.evolve(profile, target=attrs.evolve(profile.target, max_script_bytes=2**62))
 
     def size(keys: tuple[str, ...]) -> int:
-        spec = script_spec(unbounded, Allocation(allocation.allocation_id, keys), tasks, launcher)
-        return _utf8(hooks.batch_script(spec))
+        cut, widest = _sized(allocation, keys)
+        return _utf8(hooks.batch_script(script_spec(unbounded, cut, tasks, launcher, **widest)))
 
     chosen = [tasks[key] for key in allocation.task_keys]
     least = sum(map(content_size, chosen))
@@ -302,6 +340,14 @@ def submit_allocations(
     :class:`SubmissionInterrupted` (exit 3).
     """
     chains = earlier_links(allocations)
+    known = set()
+    for allocation in allocations:
+        if allocation.after is not None and allocation.after not in known:
+            raise ConfigurationError(
+                f"chain link {allocation.allocation_id} follows {allocation.after}, which this "
+                "submission does not send before it; nothing was submitted"
+            )
+        known.add(allocation.allocation_id)
     scripts = [
         hooks.batch_script(
             script_spec(
@@ -318,9 +364,11 @@ def submit_allocations(
     ]
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
     accepted: list[SubmittedAllocation] = []
+    jobs: dict[str, int] = {}
     target = ""
     for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
         done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
+        argv = [*sbatch, *dependency(allocation, jobs)]
         try:
             # The Target is recorded once per campaign, before its first intent.
             target = target or writer.target(target_identity)
@@ -340,7 +388,7 @@ def submit_allocations(
                 f"{exc}; {done}; allocation {allocation.allocation_id} was not sent"
             ) from exc
         try:
-            result = transport.run(sbatch, stdin=script.encode("utf-8", "surrogateescape"))
+            result = transport.run(argv, stdin=script.encode("utf-8", "surrogateescape"))
         except Unavailable as exc:
             raise _interrupted(
                 f"no answer from sbatch for allocation {allocation.allocation_id} ({exc}); {done}"
@@ -354,9 +402,15 @@ def submit_allocations(
                     f"({reason[-1]}); {done}"
                 )
             writer.add(Resolved(allocation_id=allocation.allocation_id, job=None))
+            link = allocation.link
+            chained = (
+                f" (chain link {link.position}/{link.of}: none of its later links was sent)"
+                if link is not None and link.position < link.of
+                else ""
+            )
             raise ShapeRejected(
                 f"sbatch refused allocation {allocation.allocation_id}: "
-                f"{reason[-1] if reason else f'exit {result.returncode}'}; {done}"
+                f"{reason[-1] if reason else f'exit {result.returncode}'}{chained}; {done}"
             )
         job = parse_job(result.stdout)
         if job is None:
@@ -372,9 +426,27 @@ def submit_allocations(
                 f"{len(allocations)} allocations reached Slurm"
             ) from exc
         accepted.append(SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys))
+        jobs[allocation.allocation_id] = job
         if progress is not None:
             progress(index, len(allocations), allocation.allocation_id, job)
     return tuple(accepted)
+
+
+def dependency(allocation: Allocation, jobs: Mapping[str, int]) -> list[str]:
+    """The ``sbatch`` options that chain a link to the job of the link before it, accepted
+    earlier in the same submission. ``afterok`` on the command line (the job number exists only
+    now): a predecessor that fails, times out or is cancelled takes this link, and through it
+    the rest of the chain, away before Slurm allocates it; ``--kill-on-invalid-dep=yes`` makes
+    that so whatever the site's ``DependencyParameters`` say (ADR 0005)."""
+    if allocation.after is None:
+        return []
+    job = jobs.get(allocation.after)
+    if job is None:  # a link whose predecessor was not accepted is never sent
+        raise ConfigurationError(
+            f"chain link {allocation.allocation_id} follows {allocation.after}, which was not "
+            "accepted in this submission"
+        )
+    return [f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes"]
 
 
 def _interrupted(what: str) -> SubmissionInterrupted:

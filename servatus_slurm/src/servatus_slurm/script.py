@@ -8,7 +8,11 @@ The body runs every step concurrently as its own exact ``srun`` step and leaves 
 * ``limit`` when the pre-limit ``SIGUSR1`` reaches the batch shell, which relays it to every
   running step (each step's watcher forwards it to its ``srun``, which forwards it to the task);
 * ``stop`` when the job is told to end (``SIGTERM`` from ``scancel`` or the time limit), by the
-  batch shell's trap or by a watcher whose step failed while Slurm ends the job.
+  batch shell's trap or by a watcher whose step failed while Slurm ends the job;
+* in a chain link (ADR 0005), ``handoff.<slot>`` right after a step's end when the Task goes on in
+  the next link. A later link runs a slot only on its predecessor's handoff; every link but the
+  chain's last stops its own steps shortly before its limit and exits 0 only if it handed
+  something on, so Slurm's ``afterok`` removes the rest of a chain that has nothing left to run.
 
 The script holds only printable ASCII: stdin bytes and any argument or value that is not plain
 printable text are rebuilt at run time from ``printf`` octal escapes, so no byte can be mangled
@@ -21,9 +25,10 @@ import re
 from collections.abc import Iterable
 
 from servatus.config import MAX_SIGNAL_BEFORE_END
+from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID, job_name
-from servatus.script import ScriptSpec, ScriptStep
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
 from servatus_slurm.markers import allocation_log_pattern, step_log_name
 
 RUNTIME_VARIABLES = {
@@ -32,6 +37,11 @@ RUNTIME_VARIABLES = {
     "PATH": None,  # exported by the script itself
 }
 """Run-time variables the script can export to steps, with where their values come from."""
+
+GRACE = 10
+"""Seconds a link keeps after its early stop: ``srun`` returning after ``SIGTERM``, the end and
+handoff markers, the shell's exit, and how far the node's clock may run behind slurmctld's
+(measured on the test cluster: ADR 0005)."""
 
 STDIN_CHUNK = 1024
 """Input bytes per ``printf`` line, so no script line grows beyond a few KiB."""
@@ -230,6 +240,111 @@ servatus_wait() {
 }
 """.lstrip("\n")
 
+
+def _anchor(text: str, anchor: str, added: str) -> str:
+    """``text`` with ``added`` right after its one ``anchor``: a chain link's prelude is the
+    plain one plus the lines that stop it early and hand on."""
+    if text.count(anchor) != 1:
+        raise AssertionError(f"the prelude lost its anchor {anchor!r}")
+    return text.replace(anchor, anchor + added)
+
+
+def _chain_prelude() -> str:
+    """The prelude of a link that may hand on: the limit trap starts the early stop, a watcher
+    stops its ``srun`` on the batch shell's word, and writes the handoff after the end."""
+    text = _anchor(
+        _PRELUDE,
+        '        for servatus_w in $servatus_pids; do kill -USR1 "$servatus_w" 2>/dev/null; done\n',
+        "        servatus_early\n",
+    )
+    text = _anchor(
+        text,
+        "    trap servatus_relay USR1\n",
+        "    servatus_tlate=$servatus_ending\n    trap servatus_term USR2\n",
+    )
+    text = _anchor(
+        text,
+        '        (sleep 2 && kill -USR1 "$2" 2>/dev/null) &\n    fi\n',
+        '    if [ -n "$servatus_tlate" ]; then kill -TERM "$2" 2>/dev/null; fi\n',
+    )
+    text = _anchor(text, '    servatus_mark "end.$1.$servatus_s"', ' && servatus_handoff "$1" "$3"')
+    return _anchor(text, "trap servatus_stop TERM INT\n", "trap servatus_end USR2\n")
+
+
+_CHAIN_PRELUDE = _chain_prelude()
+
+_HANDING_ON = r"""
+servatus_timer=
+servatus_ending=
+# A link that hands on must end COMPLETED, inside its limit, for the next link's afterok: at the
+# earlier of (signal + signal_before_end - grace) and (SLURM_JOB_END_TIME - grace) a timer asks
+# the batch shell to stop every step still running.
+servatus_early() {
+    if [ -z "$servatus_before" ]; then return; fi
+    servatus_in=$((servatus_before - servatus_grace))
+    case ${SLURM_JOB_END_TIME:-} in
+    '' | *[!0-9]*) ;;
+    *)
+        servatus_left=$((SLURM_JOB_END_TIME - servatus_grace - $(date +%s)))
+        if [ "$servatus_left" -lt "$servatus_in" ]; then servatus_in=$servatus_left; fi
+        ;;
+    esac
+    if [ "$servatus_in" -lt 0 ]; then servatus_in=0; fi
+    (
+        trap 'kill "$servatus_z" 2>/dev/null; exit 0' TERM
+        sleep "$servatus_in" &
+        servatus_z=$!
+        wait "$servatus_z" && kill -USR2 $$
+    ) </dev/null >/dev/null 2>&1 &
+    servatus_timer=$!
+}
+servatus_end() {
+    servatus_ending=1
+    for servatus_w in $servatus_pids; do kill -USR2 "$servatus_w" 2>/dev/null; done
+}
+# In a step's watcher: SIGTERM its srun, which kills the step; one not started yet is stopped
+# as soon as it is.
+servatus_term() {
+    servatus_f=1
+    if [ -n "$servatus_p" ]; then
+        kill -TERM "$servatus_p" 2>/dev/null
+    else
+        servatus_tlate=1
+    fi
+}
+# The Task goes on in the next link ($2 = 1: this is not its last link) if it yielded, or if it
+# ended nonzero after the pre-limit signal.
+servatus_handoff() {
+    if [ "$2" = 1 ] && { [ "$servatus_s" = 75 ] ||
+        { [ "$servatus_s" != 0 ] && [ -e "$servatus_prefix.limit" ]; }; }; then
+        servatus_mark "handoff.$1"
+    fi
+}
+""".lstrip("\n")
+
+_HANDED_ON = r"""
+# A slot runs only if the previous link handed it on, whatever that link's job number.
+servatus_given() {
+    for servatus_g in "$servatus_log/servatus-$servatus_after".*".handoff.$1"; do
+        if [ -e "$servatus_g" ]; then return 0; fi
+    done
+    return 1
+}
+# The slot's run time in this chain's earlier links, end.<slot> - start per link, each span
+# rounded as status rounds it (floor of span + 0.5), added to the plan's measure ($2).
+servatus_ran() {
+    printf '%s\n' "$servatus_found" | awk -v s="$1" -v t="$2" '
+        { n = split($1, p, "."); k = p[1] "." p[2] }
+        n == 3 && p[3] == "start" { b[k] = $2 }
+        n == 5 && p[3] == "end" && p[4] == s { e[k] = $2 }
+        END {
+            for (k in e) if (k in b) { d = int(e[k] - b[k] + 0.5); if (d > 0) t += d }
+            printf "%d\n", t
+        }'
+}
+""".lstrip("\n")
+
+
 _START = (
     'servatus_mark start || { echo "servatus: cannot create the start marker in $servatus_log;'
     ' no step was started" >&2; exit 1; }\n'
@@ -241,6 +356,24 @@ _EPILOGUE = """
 until wait; do :; done
 exit 0
 """.lstrip("\n")
+
+
+def _handing_on_epilogue(spec: ScriptSpec, link: Link) -> str:
+    """Waits for the watchers only (not the timer), then exits 0 only if a slot handed on: a
+    nonzero exit is what makes Slurm remove the rest of the chain before allocating it."""
+    slots = " ".join(str(step.slot) for step in spec.steps)
+    return (
+        "for servatus_w in $servatus_pids; do\n"
+        '    until wait "$servatus_w"; [ $? -le 128 ]; do :; done\n'
+        "done\n"
+        'if [ -n "$servatus_timer" ]; then kill "$servatus_timer" 2>/dev/null; fi\n'
+        f"for servatus_s in {slots}; do\n"
+        '    if [ -e "$servatus_prefix.handoff.$servatus_s" ]; then exit 0; fi\n'
+        "done\n"
+        f'echo "servatus: link {link.position}/{link.of} hands nothing on; Slurm removes the rest'
+        ' of the chain" >&2\n'
+        "exit 1\n"
+    )
 
 
 def _export_names(spec: ScriptSpec, step: ScriptStep) -> str:
@@ -293,14 +426,32 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
         launch = [*_stdin_lines(step.stdin), f"{srun_line} >>{log} 2>&1 &"]
     else:
         launch = [f"{srun_line} </dev/null >>{log} 2>&1 &"]
-    body = [f"servatus_watch {log}", *words.setup, *launch, f'servatus_wait {step.slot} "$!"']
+    wait = f'servatus_wait {step.slot} "$!"'
+    head = [f"# slot {step.slot}"]
+    chained: list[str] = []
+    link = spec.link
+    if link is not None:
+        head.append(f"# slot {step.slot} links {step.links}")
+        run_time = (
+            f"$(servatus_ran {step.slot} {step.run_time})" if spec.earlier else str(step.run_time)
+        )
+        chained = [
+            f"SERVATUS_LINK={link.position} SERVATUS_LINKS={step.links} "
+            f"SERVATUS_RUN_TIME={run_time}",
+            "export " + " ".join(CHAIN_VARIABLES),
+        ]
+        if not link.last:
+            wait += " 1" if link.position < step.links else " 0"
+    body = [f"servatus_watch {log}", *chained, *words.setup, *launch, wait]
     lines = [
-        f"# slot {step.slot}",
+        *head,
         "(",
         *(f"    {line}" for line in body),
         ") &",
         'servatus_pids="$servatus_pids $!"',
     ]
+    if spec.earlier:
+        lines = [*head, f"if servatus_given {step.slot}; then", *lines[len(head) :], "fi"]
     return "\n".join(lines) + "\n"
 
 
@@ -311,14 +462,43 @@ def _locations(spec: ScriptSpec, log_root: str, squeue: str) -> list[str]:
         f"servatus_log={sh_quote(log_root)}",
         f'servatus_prefix="$servatus_log/servatus-{spec.allocation_id}.$SLURM_JOB_ID"',
         f"servatus_squeue={squeue}",
+        *_chain_lines(spec),
     ]
+
+
+def _chain_lines(spec: ScriptSpec) -> list[str]:
+    """A chain link's place, machine-readable (the FakeScheduler reads these lines back)."""
+    link = spec.link
+    if link is None:
+        return []
+    lines = [f"servatus_link={link.position}", f"servatus_links={link.of}"]
+    if spec.depends_on is not None:
+        lines.append(f"servatus_after={spec.depends_on}")
+    if not link.last:
+        lines.append(f"servatus_before={spec.signal_before_end or ''}")
+        lines.append(f"servatus_grace={GRACE}")
+    return lines
 
 
 def _variables(spec: ScriptSpec) -> list[str]:
     """The run-time variables steps inherit, exported from the batch shell."""
     lines = []
     exported = []
+    chain = {*CHAIN_VARIABLES, BUDGET_VARIABLE}
+    if spec.link is not None:
+        wanted = {*CHAIN_VARIABLES, *([BUDGET_VARIABLE] if spec.budget is not None else [])}
+        given = chain & set(spec.inherit)
+        if wanted != given:
+            raise ConfigurationError(
+                f"chain link {spec.allocation_id} must pass its steps "
+                f"{', '.join(sorted(wanted))}, not {', '.join(sorted(given)) or 'none'}"
+            )
+        if spec.budget is not None:
+            lines.append(f"{BUDGET_VARIABLE}={spec.budget}")
+            exported.append(BUDGET_VARIABLE)
     for name in spec.inherit:
+        if name in chain and spec.link is not None:
+            continue
         if name not in RUNTIME_VARIABLES:
             raise ConfigurationError(
                 f"the batch script cannot provide run-time variable {name!r}; "
@@ -333,6 +513,36 @@ def _variables(spec: ScriptSpec) -> list[str]:
     return lines
 
 
+def _check_link(spec: ScriptSpec, link: Link) -> None:
+    """A link renders only with its whole chain before it: the guard and the run-time sum read
+    the earlier links' markers by their ids."""
+    if len(spec.earlier) != link.position - 1:
+        raise ConfigurationError(
+            f"chain link {spec.allocation_id} is link {link.position}/{link.of} but names "
+            f"{len(spec.earlier)} earlier links"
+        )
+    for earlier in spec.earlier:
+        if not ALLOCATION_ID.fullmatch(earlier):
+            raise ConfigurationError(f"not an allocation id: {earlier!r}")
+    for step in spec.steps:
+        if not 1 <= step.links <= link.of or step.run_time < 0:
+            raise ConfigurationError(
+                f"slot {step.slot} of chain link {spec.allocation_id} has {step.links} links "
+                f"and run time {step.run_time}; link {link.position}/{link.of} cannot run it"
+            )
+
+
+def _found(spec: ScriptSpec) -> str:
+    """One listing of the earlier links' markers, which every slot's run time is summed from."""
+    if not spec.earlier:
+        return ""
+    names = " -o ".join(f"-name 'servatus-{earlier}.*'" for earlier in spec.earlier)
+    return (
+        f'servatus_found=$(find "$servatus_log" -maxdepth 1 \\( {names} \\) '
+        "-printf '%f %T@\\n' 2>/dev/null)\n"
+    )
+
+
 def render(spec: ScriptSpec) -> str:
     """The whole batch script for ``spec``; raises :class:`ConfigurationError` when it cannot be
     rendered safely or exceeds ``max_script_bytes``."""
@@ -340,11 +550,11 @@ def render(spec: ScriptSpec) -> str:
         raise ConfigurationError(f"not an allocation id: {spec.allocation_id!r}")
     if not spec.steps:
         raise ConfigurationError(f"allocation {spec.allocation_id} has no steps")
-    if spec.depends_on is not None:
-        # A link without its handoff guard could run a Task beside its predecessor: refuse it.
-        raise ConfigurationError(
-            f"allocation {spec.allocation_id} is a chain link; this renderer has no chains yet"
-        )
+    link = spec.link
+    if link is None and spec.earlier:
+        raise ConfigurationError(f"allocation {spec.allocation_id} has earlier links but no link")
+    if link is not None:
+        _check_link(spec, link)
     slots = [step.slot for step in spec.steps]
     if len(set(slots)) != len(slots) or min(slots) < 0:
         raise ConfigurationError(f"allocation {spec.allocation_id} has bad slots {slots}")
@@ -357,14 +567,18 @@ def render(spec: ScriptSpec) -> str:
     srun, squeue = sh_quote(slurm_bin + "/srun"), sh_quote(slurm_bin + "/squeue")
     if not _PLAIN.fullmatch(srun) or not _PLAIN.fullmatch(log_root):
         raise ConfigurationError("slurm_bin and log_root must be printable ASCII")
+    handing_on = link is not None and not link.last
     parts: Iterable[str] = [
         "\n".join(directives(spec)) + "\n",
         "\n".join(_locations(spec, log_root, squeue)) + "\n",
-        _PRELUDE,
+        _CHAIN_PRELUDE if handing_on else _PRELUDE,
+        _HANDING_ON if handing_on else "",
+        _HANDED_ON if spec.earlier else "",
         "".join(f"{line}\n" for line in _variables(spec)),
         _START,
+        _found(spec),
         *(_step(spec, step, srun, work_root) for step in spec.steps),
-        _EPILOGUE,
+        _handing_on_epilogue(spec, link) if link is not None and handing_on else _EPILOGUE,
     ]
     script = "".join(parts)
     size = len(script.encode("ascii"))
