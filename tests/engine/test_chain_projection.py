@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
+from servatus.evidence import Evidence, Marker, MarkerKind, Observation, QueueEntry, SlotEnd
 from servatus.ids import JOB_NAME_PREFIX
 from servatus.settlement import settle
 from servatus.status import (
@@ -25,6 +25,7 @@ from servatus.status import (
     observe,
     project,
     report_to_document,
+    slot_run_time,
 )
 from servatus.store import ChainLink
 
@@ -471,3 +472,14 @@ def test_a_settled_chain_reads_as_its_markers_did(
     assert from_record == from_markers
     assert report_to_document(from_record) == report_to_document(from_markers)
     assert settle(from_record, recorded) == ()
+
+
+@pytest.mark.parametrize(
+    ("span", "seconds"), [(50.5, 51), (51.5, 52), (50.49, 50), (0.5, 1), (-3.0, 0)]
+)
+def test_a_span_rounds_half_up_as_the_batch_script_sums_it(span: float, seconds: int) -> None:
+    """``SERVATUS_RUN_TIME`` (awk's ``int(span + 0.5)``) and status's RUN TIME agree to the
+    second on the same mtimes, half-second spans included."""
+    start = 1_796_000_000.0
+    observation = Observation(start, None, None, (SlotEnd(0, start + span),))
+    assert slot_run_time(Execution.SUCCEEDED, observation, 0, 600, start + 900) == RunTime(seconds)

@@ -93,6 +93,12 @@ def reference_slot_execution(
     return Execution.LOST, None, None
 
 
+def _half_up(span: float) -> int:
+    """The one rounding change since the reference was frozen: spans round half up, as a chain
+    link's ``awk`` rounds them (ADR 0005), where the reference used Python's half-to-even."""
+    return int(span + 0.5) if span > -0.5 else 0
+
+
 def reference_slot_run_time(
     execution: Execution, observation: Observation, slot: int, time_limit: int, now: float
 ) -> RunTime:
@@ -100,13 +106,13 @@ def reference_slot_run_time(
         return RunTime(0)
     end = observation.ends[slot] if slot < len(observation.ends) else None
     if end is not None:
-        return RunTime(max(0, round(end.at - observation.start)))
+        return RunTime(max(0, _half_up(end.at - observation.start)))
     if observation.stop is not None:
-        return RunTime(max(0, round(observation.stop - observation.start)))
+        return RunTime(max(0, _half_up(observation.stop - observation.start)))
     if execution is Execution.LOST:
         return RunTime(time_limit, complete=False)
     if execution in (Execution.RUNNING, Execution.ENDING):
-        return RunTime(max(0, min(time_limit, round(now - observation.start))), complete=False)
+        return RunTime(max(0, min(time_limit, _half_up(now - observation.start))), complete=False)
     return RunTime(0)
 
 

@@ -374,18 +374,22 @@ def _run_time(
     time_limit: int,
     now: float,
 ) -> RunTime:
-    """:func:`slot_run_time` over an Observation's fields, so ``project`` unpacks it once."""
+    """:func:`slot_run_time` over an Observation's fields, so ``project`` unpacks it once.
+
+    Each span is ``int(span + 0.5)``, clamped at 0: the very operations a chain link's ``awk``
+    does on the same listed mtimes for ``SERVATUS_RUN_TIME`` (ADR 0005), so the two agree to the
+    second, half-second spans included."""
     if start is None:
         return _ZERO
     end = ends[slot] if slot < len(ends) else None
     if end is not None:
-        total = round(end.at - start)
+        total = int(end.at - start + 0.5)
     elif stop is not None:
-        total = round(stop - start)
+        total = int(stop - start + 0.5)
     elif execution is Execution.LOST:
         return RunTime(time_limit, complete=False)
     elif execution is Execution.RUNNING or execution is Execution.ENDING:
-        total = round(now - start)
+        total = int(now - start + 0.5)
         total = total if total < time_limit else time_limit
         return RunTime(total if total > 0 else 0, complete=False)
     else:
