@@ -275,11 +275,22 @@ def _tasks(keys: Sequence[str]) -> str:
     return f"{keys[0]}" if len(keys) == 1 else f"{len(keys)} Tasks ({_some(keys)})"
 
 
-def chain_warnings(chains: Iterable[Chain], limits: Limits) -> tuple[str, ...]:
+def dropped_rest(run_time: int, continuation: Continuation, limits: Limits) -> int:
+    """The budget left that is too short for a link (0 if none): for a Task held ``SPENT``
+    with budget left, its whole rest, which the plan warns of as it does a chain's."""
+    return _lengths(run_time, continuation, limits).dropped
+
+
+def chain_warnings(
+    chains: Iterable[Chain], limits: Limits, spent: Iterable[tuple[str, int]] = ()
+) -> tuple[str, ...]:
     """What the chains plan short of what was asked, one line per kind, naming the Tasks:
-    rests too short for a link, budgets beyond :data:`MAX_LINKS` links, packed Tasks whose
-    run times differ."""
+    rests too short for a link (a chain's, and ``spent``'s: the keys and dropped rests of
+    Tasks held ``SPENT`` with budget left), budgets beyond :data:`MAX_LINKS` links, packed
+    Tasks whose run times differ."""
     dropped: dict[int, list[str]] = {}
+    for key, rest in spent:
+        dropped.setdefault(rest, []).append(key)
     capped: list[str] = []
     uneven: list[str] = []
     for each in chains:
@@ -410,6 +421,7 @@ __all__ = [
     "Planned",
     "chain",
     "chain_warnings",
+    "dropped_rest",
     "eligibility",
     "format_continuation",
     "format_planned",

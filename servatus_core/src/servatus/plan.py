@@ -38,6 +38,7 @@ from servatus.continuation import (
     Link,
     chain,
     chain_warnings,
+    dropped_rest,
     eligibility,
     limits_for,
 )
@@ -819,13 +820,16 @@ def make_plan(
     ``continuation``, each allocation is a chain of links; a budget needs the profile's
     ``signal_before_end`` (:class:`ConfigurationError`)."""
     limits = None if continuation is None else limits_for(continuation, profile)
-    decision = decide(
-        keys, work_from_report(report), request, valid=valid, continuation=continuation,
-        limits=limits,
-    )  # fmt: skip
+    work = work_from_report(report)
+    decision = decide(keys, work, request, valid=valid, continuation=continuation, limits=limits)
     salt = f"{campaign_id}:{revision}"
     decision, allocations, chains = _pack(decision, profile, request, salt=salt)
-    chained = () if limits is None else chain_warnings(chains, limits)
+    chained: tuple[str, ...] = ()
+    if continuation is not None and limits is not None:
+        spent = [key for key, hold in decision.held if hold is Hold.SPENT]
+        rests = [(key, _run_time(work.get(key, _NO_WORK))) for key in spent]
+        dropped = [(key, dropped_rest(ran, continuation, limits)) for key, ran in rests]
+        chained = chain_warnings(chains, limits, [(key, rest) for key, rest in dropped if rest])
     return Plan(
         campaign_id=campaign_id,
         revision=revision,
