@@ -128,6 +128,9 @@ def test_yield_exit_is_the_status_projections_own() -> None:
         ("11:59:00", d("11:59:00")),
         (90, 2 * MINUTE),
         (MINUTE, MINUTE),
+        # beyond a float's 53 bits: rounded in integers, so exactly what was asked
+        ("9223372036854775-00:00:00", 9223372036854775 * 86400),
+        (2**80 * MINUTE + 1, (2**80 + 1) * MINUTE),
     ],
 )
 def test_a_budget_is_rounded_up_to_whole_minutes(given_: str | int, seconds: int) -> None:
