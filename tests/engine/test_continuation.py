@@ -420,6 +420,8 @@ ROOM, NONE = d("1-00:00:00"), d("3-00:00:00")
         (Execution.FAILED, False, NONE, True, Eligibility.SPENT),
         (Execution.LOST, False, ROOM, True, Eligibility.USUAL),
         (Execution.LOST, False, NONE, True, Eligibility.SPENT),
+        # a valid result Servatus never ran (appended with its result made elsewhere)
+        (Execution.NOT_SUBMITTED, True, 0, True, Eligibility.EXTENDS_VALID),
         # still running or listed, or never accepted: planning's own refusal decides
         (Execution.RUNNING, False, NONE, True, Eligibility.USUAL),
         (Execution.RUNNING, True, ROOM, True, Eligibility.USUAL),

@@ -365,15 +365,17 @@ def eligibility(
     with ``--retry`` when ``retried``.
 
     ``--retry KEY --budget D`` is the only way to extend: it takes a ``SUCCEEDED`` or ``VALID``
-    Task with room under D. Any Task whose work is over (or never began) and that has no room
-    is ``SPENT``, so planning the same budget again selects nothing and ``--retry-failed``
-    selects only ``FAILED`` and ``STOPPED`` Tasks with room. A ``VALID`` Task not named stays
-    held ``VALID``; work still running or listed is planning's to hold or refuse.
+    Task with room under D (a ``VALID`` one even if Servatus never ran it). Any Task whose
+    work is over (or never began) and that has no room is ``SPENT``, so planning the same
+    budget again selects nothing and ``--retry-failed`` selects only ``FAILED`` and ``STOPPED``
+    Tasks with room. A ``VALID`` Task not named stays held ``VALID``; work still running or
+    listed is planning's to hold or refuse.
     """
     if continuation.budget is None:
         return Eligibility.USUAL  # --max-links alone: no budget to spend or extend
     over = execution in _OVER
-    if not (over or (execution is Execution.NOT_SUBMITTED and not retried)):
+    never = execution is Execution.NOT_SUBMITTED  # named, it extends only a valid result
+    if not (over or (never and (valid or not retried))):
         return Eligibility.USUAL
     if valid and not retried:
         return Eligibility.USUAL
