@@ -730,9 +730,15 @@ def chain_problem(plan: Plan) -> str | None:
     """What does not hold together in the plan's chains, or None: every allocation of a plan
     with a continuation is a chain link and none of one without; a chain's links come in order
     (positions 1 to K), each after the one before, with the same Tasks in the same slots and
-    the same ``task_links``, each 1 to K; no link is longer than the profile's time limit."""
-    chained = plan.decision.continuation is not None
-    full = plan.profile.resources.time_limit
+    the same ``task_links``, each 1 to K; no link is longer than the profile's time limit; a
+    budget comes with the profile's ``signal_before_end``, as planning requires."""
+    continuation = plan.decision.continuation
+    chained = continuation is not None
+    resources = plan.profile.resources
+    budgeted = continuation is not None and continuation.budget is not None
+    if budgeted and resources.signal_before_end is None:
+        return "its continuation has a budget, but its profile no signal_before_end"
+    full = resources.time_limit
     previous: Allocation | None = None
     for allocation in plan.allocations:
         link, name = allocation.link, f"allocation {allocation.allocation_id}"
