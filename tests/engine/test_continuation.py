@@ -309,6 +309,10 @@ def test_max_links_alone_plans_k_full_links_whatever_the_run_time() -> None:
     assert [task.budget_left for task in planned.tasks] == [None, None]
     assert format_planned(planned.tasks[1]) == "run time 00:01:39, 3 links"
     assert format_continuation(Continuation(max_links=3)) == "continuation: 3 links per Task"
+    assert format_continuation(Continuation(max_links=1)) == "continuation: 1 link per Task"
+    assert format_continuation(Continuation(budget=HOUR, max_links=1)) == (
+        "continuation: lifetime budget 01:00:00 per Task, at most 1 link"
+    )
     assert not planned.uneven
     assert chain_warnings([planned], L40S) == ()
 

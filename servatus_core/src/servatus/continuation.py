@@ -391,11 +391,15 @@ def eligibility(
 def format_continuation(continuation: Continuation) -> str:
     """The plan's ``continuation`` line."""
     if continuation.budget is None:
-        return f"continuation: {continuation.max_links} links per Task"
+        return f"continuation: {_count(continuation.max_links or 0)} per Task"
     line = f"continuation: lifetime budget {format_duration(continuation.budget)} per Task"
     if continuation.max_links is not None:
-        line += f", at most {continuation.max_links} links"
+        line += f", at most {_count(continuation.max_links)}"
     return line
+
+
+def _count(links: int) -> str:
+    return f"{links} link{'' if links == 1 else 's'}"
 
 
 def format_planned(task: Planned, extends: Extends | None = None) -> str:
@@ -404,7 +408,7 @@ def format_planned(task: Planned, extends: Extends | None = None) -> str:
     parts = [f"run time {format_duration(task.run_time)}"]
     if task.budget_left is not None:
         parts.append(f"budget left {format_duration(task.budget_left)}")
-    parts.append(f"{task.links} link{'' if task.links == 1 else 's'}")
+    parts.append(_count(task.links))
     if extends is not None:
         parts.append(f"extends {extends.value}")
     return ", ".join(parts)
