@@ -128,6 +128,9 @@ def test_yield_exit_is_the_status_projections_own() -> None:
         ("11:59:00", d("11:59:00")),
         (90, 2 * MINUTE),
         (MINUTE, MINUTE),
+        # beyond a float's 53 bits: rounded in integers, so exactly what was asked
+        ("9223372036854775-00:00:00", 9223372036854775 * 86400),
+        (2**80 * MINUTE + 1, (2**80 + 1) * MINUTE),
     ],
 )
 def test_a_budget_is_rounded_up_to_whole_minutes(given_: str | int, seconds: int) -> None:
@@ -306,6 +309,10 @@ def test_max_links_alone_plans_k_full_links_whatever_the_run_time() -> None:
     assert [task.budget_left for task in planned.tasks] == [None, None]
     assert format_planned(planned.tasks[1]) == "run time 00:01:39, 3 links"
     assert format_continuation(Continuation(max_links=3)) == "continuation: 3 links per Task"
+    assert format_continuation(Continuation(max_links=1)) == "continuation: 1 link per Task"
+    assert format_continuation(Continuation(budget=HOUR, max_links=1)) == (
+        "continuation: lifetime budget 01:00:00 per Task, at most 1 link"
+    )
     assert not planned.uneven
     assert chain_warnings([planned], L40S) == ()
 
@@ -417,6 +424,8 @@ ROOM, NONE = d("1-00:00:00"), d("3-00:00:00")
         (Execution.FAILED, False, NONE, True, Eligibility.SPENT),
         (Execution.LOST, False, ROOM, True, Eligibility.USUAL),
         (Execution.LOST, False, NONE, True, Eligibility.SPENT),
+        # a valid result Servatus never ran (appended with its result made elsewhere)
+        (Execution.NOT_SUBMITTED, True, 0, True, Eligibility.EXTENDS_VALID),
         # still running or listed, or never accepted: planning's own refusal decides
         (Execution.RUNNING, False, NONE, True, Eligibility.USUAL),
         (Execution.RUNNING, True, ROOM, True, Eligibility.USUAL),

@@ -206,6 +206,17 @@ def test_retry_with_a_budget_extends_succeeded_and_valid_tasks_with_room() -> No
     assert decision.spent == {"a": HOUR, "b": HOUR}
 
 
+def test_retry_with_a_budget_extends_a_valid_task_servatus_never_ran() -> None:
+    """The spec takes a Task whose probe reports VALID with room under D, whatever made it:
+    not refused as "valid", which is what --budget is there to overcome."""
+    decision = decide(
+        ("b",), {}, Request(retry=("b",)), valid={"b"}, continuation=BUDGET, limits=L40S
+    )
+    assert decision.selected == ("b",)
+    assert decision.extensions == (Extension("b", Extends.VALID),)
+    assert decision.spent == {"b": 0}
+
+
 def test_without_a_budget_a_valid_task_is_refused_as_before() -> None:
     work = {"b": ran(Execution.SUCCEEDED, HOUR)}
     with pytest.raises(PlanRefused, match="b: the probe reports a valid result"):

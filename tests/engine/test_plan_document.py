@@ -252,6 +252,10 @@ def _swap(allocations: list[dict[str, Any]], i: int, j: int) -> None:
             "its spent differs from its selection",
         ),
         (
+            lambda d: d["profile"]["resources"].update(signal_before_end=None),
+            "its continuation has a budget, but its profile no signal_before_end",
+        ),
+        (
             lambda d: d["decision"].update(extensions=[{"key": "k9", "extends": "VALID"}]),
             "its extensions are not of its selection",
         ),

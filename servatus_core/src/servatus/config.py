@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import tomllib
@@ -151,7 +150,7 @@ def format_duration(seconds: int) -> str:
 
 def round_up_to_minute(seconds: int) -> int:
     """The smallest whole number of minutes, in seconds, that is at least ``seconds``."""
-    return math.ceil(seconds / 60) * 60
+    return -(-seconds // 60) * 60  # in integers: a float loses a huge budget's seconds
 
 
 def parse_time_limit(text: str) -> int:

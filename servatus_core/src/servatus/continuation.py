@@ -275,11 +275,22 @@ def _tasks(keys: Sequence[str]) -> str:
     return f"{keys[0]}" if len(keys) == 1 else f"{len(keys)} Tasks ({_some(keys)})"
 
 
-def chain_warnings(chains: Iterable[Chain], limits: Limits) -> tuple[str, ...]:
+def dropped_rest(run_time: int, continuation: Continuation, limits: Limits) -> int:
+    """The budget left that is too short for a link (0 if none): for a Task held ``SPENT``
+    with budget left, its whole rest, which the plan warns of as it does a chain's."""
+    return _lengths(run_time, continuation, limits).dropped
+
+
+def chain_warnings(
+    chains: Iterable[Chain], limits: Limits, spent: Iterable[tuple[str, int]] = ()
+) -> tuple[str, ...]:
     """What the chains plan short of what was asked, one line per kind, naming the Tasks:
-    rests too short for a link, budgets beyond :data:`MAX_LINKS` links, packed Tasks whose
-    run times differ."""
+    rests too short for a link (a chain's, and ``spent``'s: the keys and dropped rests of
+    Tasks held ``SPENT`` with budget left), budgets beyond :data:`MAX_LINKS` links, packed
+    Tasks whose run times differ."""
     dropped: dict[int, list[str]] = {}
+    for key, rest in spent:
+        dropped.setdefault(rest, []).append(key)
     capped: list[str] = []
     uneven: list[str] = []
     for each in chains:
@@ -354,15 +365,17 @@ def eligibility(
     with ``--retry`` when ``retried``.
 
     ``--retry KEY --budget D`` is the only way to extend: it takes a ``SUCCEEDED`` or ``VALID``
-    Task with room under D. Any Task whose work is over (or never began) and that has no room
-    is ``SPENT``, so planning the same budget again selects nothing and ``--retry-failed``
-    selects only ``FAILED`` and ``STOPPED`` Tasks with room. A ``VALID`` Task not named stays
-    held ``VALID``; work still running or listed is planning's to hold or refuse.
+    Task with room under D (a ``VALID`` one even if Servatus never ran it). Any Task whose
+    work is over (or never began) and that has no room is ``SPENT``, so planning the same
+    budget again selects nothing and ``--retry-failed`` selects only ``FAILED`` and ``STOPPED``
+    Tasks with room. A ``VALID`` Task not named stays held ``VALID``; work still running or
+    listed is planning's to hold or refuse.
     """
     if continuation.budget is None:
         return Eligibility.USUAL  # --max-links alone: no budget to spend or extend
     over = execution in _OVER
-    if not (over or (execution is Execution.NOT_SUBMITTED and not retried)):
+    never = execution is Execution.NOT_SUBMITTED  # named, it extends only a valid result
+    if not (over or (never and (valid or not retried))):
         return Eligibility.USUAL
     if valid and not retried:
         return Eligibility.USUAL
@@ -378,11 +391,15 @@ def eligibility(
 def format_continuation(continuation: Continuation) -> str:
     """The plan's ``continuation`` line."""
     if continuation.budget is None:
-        return f"continuation: {continuation.max_links} links per Task"
+        return f"continuation: {_count(continuation.max_links or 0)} per Task"
     line = f"continuation: lifetime budget {format_duration(continuation.budget)} per Task"
     if continuation.max_links is not None:
-        line += f", at most {continuation.max_links} links"
+        line += f", at most {_count(continuation.max_links)}"
     return line
+
+
+def _count(links: int) -> str:
+    return f"{links} link{'' if links == 1 else 's'}"
 
 
 def format_planned(task: Planned, extends: Extends | None = None) -> str:
@@ -391,7 +408,7 @@ def format_planned(task: Planned, extends: Extends | None = None) -> str:
     parts = [f"run time {format_duration(task.run_time)}"]
     if task.budget_left is not None:
         parts.append(f"budget left {format_duration(task.budget_left)}")
-    parts.append(f"{task.links} link{'' if task.links == 1 else 's'}")
+    parts.append(_count(task.links))
     if extends is not None:
         parts.append(f"extends {extends.value}")
     return ", ".join(parts)
@@ -410,6 +427,7 @@ __all__ = [
     "Planned",
     "chain",
     "chain_warnings",
+    "dropped_rest",
     "eligibility",
     "format_continuation",
     "format_planned",

@@ -38,6 +38,7 @@ from servatus.continuation import (
     Link,
     chain,
     chain_warnings,
+    dropped_rest,
     eligibility,
     limits_for,
 )
@@ -729,9 +730,15 @@ def chain_problem(plan: Plan) -> str | None:
     """What does not hold together in the plan's chains, or None: every allocation of a plan
     with a continuation is a chain link and none of one without; a chain's links come in order
     (positions 1 to K), each after the one before, with the same Tasks in the same slots and
-    the same ``task_links``, each 1 to K; no link is longer than the profile's time limit."""
-    chained = plan.decision.continuation is not None
-    full = plan.profile.resources.time_limit
+    the same ``task_links``, each 1 to K; no link is longer than the profile's time limit; a
+    budget comes with the profile's ``signal_before_end``, as planning requires."""
+    continuation = plan.decision.continuation
+    chained = continuation is not None
+    resources = plan.profile.resources
+    budgeted = continuation is not None and continuation.budget is not None
+    if budgeted and resources.signal_before_end is None:
+        return "its continuation has a budget, but its profile no signal_before_end"
+    full = resources.time_limit
     previous: Allocation | None = None
     for allocation in plan.allocations:
         link, name = allocation.link, f"allocation {allocation.allocation_id}"
@@ -819,13 +826,16 @@ def make_plan(
     ``continuation``, each allocation is a chain of links; a budget needs the profile's
     ``signal_before_end`` (:class:`ConfigurationError`)."""
     limits = None if continuation is None else limits_for(continuation, profile)
-    decision = decide(
-        keys, work_from_report(report), request, valid=valid, continuation=continuation,
-        limits=limits,
-    )  # fmt: skip
+    work = work_from_report(report)
+    decision = decide(keys, work, request, valid=valid, continuation=continuation, limits=limits)
     salt = f"{campaign_id}:{revision}"
     decision, allocations, chains = _pack(decision, profile, request, salt=salt)
-    chained = () if limits is None else chain_warnings(chains, limits)
+    chained: tuple[str, ...] = ()
+    if continuation is not None and limits is not None:
+        spent = [key for key, hold in decision.held if hold is Hold.SPENT]
+        rests = [(key, _run_time(work.get(key, _NO_WORK))) for key in spent]
+        dropped = [(key, dropped_rest(ran, continuation, limits)) for key, ran in rests]
+        chained = chain_warnings(chains, limits, [(key, rest) for key, rest in dropped if rest])
     return Plan(
         campaign_id=campaign_id,
         revision=revision,
