@@ -38,7 +38,7 @@ from servatus.plan import (
     plan_to_document,
 )
 from servatus.render import plan_lines
-from servatus.status import Execution, Report, RunTime, TaskStatus
+from servatus.status import Execution, Report, RunTime, StopReason, TaskLink, TaskStatus
 
 HOUR, MINUTE = 3600, 60
 NO_WORK = Report(tasks=(), attempts=(), warnings=(), online=True)
@@ -439,3 +439,34 @@ def test_each_link_id_is_the_one_allocation_id_gives_it() -> None:
         for link in (1, 2, 3)
     ]
     assert allocation_id(salt, 0, ("a",)) not in {a.allocation_id for a in plan.allocations}
+
+
+def spent_chain(execution: Execution, detail: StopReason | None, budget: int) -> TaskWork:
+    """A Task whose 5-link chain under ``budget`` ended on its last link, 50 minutes short of
+    the budget by measurement (each link gave up its last 10 minutes after the signal)."""
+    return TaskWork(
+        execution=execution,
+        accepted=True,
+        run_time=RunTime(budget - 50 * MINUTE),
+        detail=detail,
+        link=TaskLink(5, 5, budget),
+    )
+
+
+def test_the_same_budget_again_holds_a_chain_that_spent_it_spent_whatever_it_measured() -> None:
+    budget = d("3-00:00:00")
+    same, larger = Continuation(budget=budget), Continuation(budget=budget + 12 * HOUR)
+    succeeded = {"a": spent_chain(Execution.SUCCEEDED, None, budget)}
+    decision = decide(("a",), succeeded, Request(retry=("a",)), continuation=same, limits=L40S)
+    assert decision.held == (("a", Hold.SPENT),)
+    decision = decide(("a",), succeeded, Request(retry=("a",)), continuation=larger, limits=L40S)
+    assert decision.extensions == (Extension("a", Extends.SUCCEEDED),)
+    spent = {"a": spent_chain(Execution.STOPPED, StopReason.BUDGET_SPENT, budget)}
+    decision = decide(("a",), spent, Request(retry_failed=True), continuation=same, limits=L40S)
+    assert decision.held == (("a", Hold.SPENT),)
+    decision = decide(("a",), spent, Request(retry_failed=True), continuation=larger, limits=L40S)
+    assert decision.selected == ("a",)
+    # Stopped at the limit with the budget left unsaid: measured room decides, as before.
+    limit = {"a": spent_chain(Execution.STOPPED, StopReason.TIME_LIMIT, budget)}
+    decision = decide(("a",), limit, Request(retry_failed=True), continuation=same, limits=L40S)
+    assert decision.selected == ("a",)

@@ -359,10 +359,16 @@ def eligibility(
     continuation: Continuation,
     limits: Limits,
     retried: bool,
+    spent_under: int = 0,
 ) -> Eligibility:
     """Whether a budget selects, extends or holds ``SPENT`` a Task whose current work is
     ``execution``, whose probe says ``valid``, that ran ``run_time`` seconds, and that is named
-    with ``--retry`` when ``retried``.
+    with ``--retry`` when ``retried``. ``spent_under`` is the budget of the chain whose work
+    ended with the application saying its budget was spent (exit 0, or 75 on its last link).
+
+    A Task whose chain spent a budget at least D is ``SPENT`` under D whatever its measured run
+    time: each link gives up what is left of it after the pre-limit signal, so measured run
+    time falls short of a spent budget, and the same budget again must select nothing.
 
     ``--retry KEY --budget D`` is the only way to extend: it takes a ``SUCCEEDED`` or ``VALID``
     Task with room under D (a ``VALID`` one even if Servatus never ran it). Any Task whose
@@ -379,7 +385,7 @@ def eligibility(
         return Eligibility.USUAL
     if valid and not retried:
         return Eligibility.USUAL
-    if not has_room(run_time, continuation, limits):
+    if spent_under >= continuation.budget or not has_room(run_time, continuation, limits):
         return Eligibility.SPENT
     if retried and valid:
         return Eligibility.EXTENDS_VALID

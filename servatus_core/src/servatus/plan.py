@@ -44,7 +44,7 @@ from servatus.continuation import (
 )
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
 from servatus.ids import ALLOCATION_ID, ALLOCATION_ID_HEX
-from servatus.status import Execution, Report, RunTime
+from servatus.status import Execution, Report, RunTime, StopReason, TaskLink
 from servatus.strict import strict_scalars
 
 
@@ -73,6 +73,8 @@ class TaskWork:
     unresolved: bool = False
     listed: bool = False
     run_time: RunTime | None = None
+    detail: StopReason | None = None
+    link: TaskLink | None = None
 
 
 class Work(Protocol):
@@ -93,6 +95,12 @@ class Work(Protocol):
 
     @property
     def run_time(self) -> RunTime | None: ...
+
+    @property
+    def detail(self) -> StopReason | None: ...
+
+    @property
+    def link(self) -> TaskLink | None: ...
 
 
 _NO_WORK = TaskWork()
@@ -268,7 +276,20 @@ def _eligibility(
         continuation=continuation,
         limits=limits,
         retried=retried,
+        spent_under=_spent_under(state),
     )
+
+
+def _spent_under(state: Work) -> int:
+    """The budget a Task's chain spent, by the application's own word: its current work is a
+    link of a chain planned under that budget, and it ended ``SUCCEEDED`` or ``STOPPED (budget
+    spent)``. 0 when it did not, or outside a budgeted chain."""
+    link = state.link
+    if link is None:
+        return 0
+    if state.execution is Execution.SUCCEEDED or state.detail is StopReason.BUDGET_SPENT:
+        return link.budget
+    return 0
 
 
 def _retry_refusal(state: Work, *, is_valid: bool) -> str | None:
