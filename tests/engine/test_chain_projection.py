@@ -289,26 +289,34 @@ def test_a_plain_rule_would_read_lost_a_skipped_slot_of_a_packed_link() -> None:
 
 
 @pytest.mark.parametrize(
-    ("why", "outcomes", "queue"),
-    [
-        ("cancelled or removed", {}, []),
-        ("cancelled, still listed", {}, [listed(2, "CANCELLED")]),
-        ("refused or never submitted", {2: Outcome.NOT_SUBMITTED}, []),
-    ],
+    ("why", "outcomes"),
+    [("cancelled or removed", {}), ("refused or never submitted", {2: Outcome.NOT_SUBMITTED})],
 )
-def test_a_handoff_nobody_took_makes_the_next_link_current_never_started(
-    why: str, outcomes: dict[int, Outcome], queue: list[QueueEntry]
+def test_a_handoff_nobody_took_reads_the_link_that_handed_on(
+    why: str, outcomes: dict[int, Outcome]
 ) -> None:
-    report = run(chain(3, outcomes=outcomes), yielded(1, 0.0), queue)
+    """Link 2 never started and never will (a raw scancel after the signal takes it with the
+    link that handed on, as would a refused sbatch): the Task reads as link 1 left it, as the
+    spec's 'reads as a time limit' asks, not as a link that never ran."""
+    report = run(chain(3, outcomes=outcomes), yielded(1, 0.0))
     current = task(report)
-    expected = Execution.ENDING if queue else Execution.STOPPED
-    assert (current.execution, current.allocation_id, current.link) == (
-        expected,
-        link_id(2),
-        TaskLink(2, 3, 0),
+    assert (current.execution, current.detail, current.allocation_id, current.link) == (
+        STOPPED,
+        StopReason.YIELDED,
+        link_id(1),
+        TaskLink(1, 3, 0),
     ), why
-    if not queue:
-        assert current.detail is StopReason.NEVER_STARTED
+    assert current.run_time == RunTime(100)
+
+
+def test_a_handed_link_cancelled_but_still_listed_is_the_current_work_until_forgotten() -> None:
+    report = run(chain(3), yielded(1, 0.0), [listed(2, "CANCELLED")])
+    current = task(report)
+    assert (current.execution, current.allocation_id, current.listed) == (
+        Execution.ENDING,
+        link_id(2),
+        True,
+    )
     assert current.run_time == RunTime(100)
 
 

@@ -116,8 +116,8 @@ def test_a_settled_chain_reads_the_same_once_its_markers_are_purged(
     assert (by_key["k1"].execution, by_key["k1"].link) == (Execution.SUCCEEDED, TaskLink(2, 2, 0))
     assert (by_key["k2"].execution, by_key["k2"].detail, by_key["k2"].link) == (
         Execution.STOPPED,
-        StopReason.NEVER_STARTED,
-        TaskLink(2, 2, 0),
+        StopReason.TIME_LIMIT,  # its link 2 never started: it reads as link 1 left it
+        TaskLink(1, 2, 0),
     )
     assert by_key["k2"].run_time == before.tasks[2].run_time
     retry = campaign.plan(profile, retry_failed=True)
@@ -167,8 +167,8 @@ def test_cancel_allocation_of_a_link_takes_every_later_link(
     k0 = tasks(campaign)["k0"]
     assert (k0.execution, k0.detail, k0.allocation_id) == (
         Execution.STOPPED,
-        StopReason.NEVER_STARTED,
-        link_id(1, 2),
+        StopReason.YIELDED,  # as link 1 left it: the links it handed on to are gone
+        link_id(1, 1),
     )
     assert campaign.plan(profile, retry_failed=True).decision.selected == ("k0",)
 

@@ -637,8 +637,9 @@ def _link_attempts(
     observation of the link before it, handed that slot on (or the slot's own end shows it
     ran). A slot that did not run is not its Task's work: it reads ``QUEUED`` while its link is
     queued and ``STOPPED (never started)`` otherwise, with no run time, and is kept aside (its
-    listing still holds the Task). A handed slot whose link was never submitted is the Task's
-    current work, ``STOPPED (never started)``."""
+    listing still holds the Task). A handed slot whose link never started and never will (not
+    submitted, or gone from Slurm without a start) is kept aside too: the Task reads as the link
+    that handed it on left it, ``STOPPED (yielded)`` or ``(time limit)``."""
     append, latest, history, listed_unsubmitted = tally
     position, task_links = chain.position, chain.task_links
     handed_on = () if before is None else before.handed
@@ -653,18 +654,16 @@ def _link_attempts(
             if execution is _NOT_SUBMITTED:
                 if listed:
                     listed_unsubmitted.add(key)
-                if slot in handed_on:
-                    never = attempt._replace(execution=_STOPPED_WORD, detail=_NEVER)
-                    _take(latest, history, key, never)
             elif position == 1 or execution is _UNRESOLVED:
                 _take(latest, history, key, attempt)
             else:  # offline: not known to have run this slot
                 _aside(latest, history, key, attempt)
         return
     start, stop, _, ends, _ = observation
+    gone = start is None and entry is None  # never started, and never will
     for slot, key in enumerate(task_keys):
         end = ends[slot]
-        if position == 1 or end is not None or slot in handed_on:
+        if position == 1 or end is not None or (slot in handed_on and not gone):
             links = task_links[slot] if slot < len(task_links) else chain.of
             execution, exit_code, detail = link_execution(
                 entry, observation, slot, last=links <= position
