@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-import attrs
 import pytest
 
 from servatus import store
@@ -236,15 +235,18 @@ def test_retry_failed_with_a_budget_takes_only_tasks_with_room(
     ]
 
 
-class _Plain(Hooks):
-    """The real hooks, but each chain link rendered as its plain allocation, and every spec
-    kept: what submit passes a chain's scripts, whatever the renderer makes of chains."""
+PROBE_ID = "0" * 24
+
+
+class _Recording(Hooks):
+    """The real hooks, keeping every spec rendered: what submit passes a chain's scripts."""
 
     specs: ClassVar[list[ScriptSpec]] = []
 
     def batch_script(self, spec: ScriptSpec) -> str:
-        type(self).specs.append(spec)
-        return super().batch_script(attrs.evolve(spec, link=None, earlier=(), budget=None))
+        if spec.allocation_id != PROBE_ID:  # planning's size probes are not the plan's links
+            type(self).specs.append(spec)
+        return super().batch_script(spec)
 
 
 def test_submit_passes_each_link_its_chain_budget_and_run_times(
@@ -259,10 +261,10 @@ def test_submit_passes_each_link_its_chain_budget_and_run_times(
                         plan], fake, capsys)  # fmt: skip
     assert code == 0, err
     real = Campaign._hooks
-    monkeypatch.setattr(Campaign, "_hooks", lambda self: _Plain(real(self).pm))
-    _Plain.specs = []
+    monkeypatch.setattr(Campaign, "_hooks", lambda self: _Recording(real(self).pm))
+    _Recording.specs = []
     assert run(["submit", state, plan], fake, capsys)[0] == 0
-    links = [spec for spec in _Plain.specs if spec.link is not None]
+    links = [spec for spec in _Recording.specs if spec.link is not None]
     ids = [spec.allocation_id for spec in links]
     assert [spec.time_limit for spec in links] == [16 * HOUR, 7 * HOUR]
     assert [spec.earlier for spec in links] == [(), (ids[0],)]
@@ -309,12 +311,12 @@ def test_show_scripts_renders_each_link_as_submit_would(
 ) -> None:
     state = create(project, "a")
     real = Campaign._hooks
-    monkeypatch.setattr(Campaign, "_hooks", lambda self: _Plain(real(self).pm))
-    _Plain.specs = []
+    monkeypatch.setattr(Campaign, "_hooks", lambda self: _Recording(real(self).pm))
+    _Recording.specs = []
     code, out, err = run(["plan", state, "--budget", "20:00:00", "--show-scripts"],
                          FakeScheduler(), capsys)  # fmt: skip
     assert code == 0, err
-    links = [spec for spec in _Plain.specs if spec.link is not None]
+    links = [spec for spec in _Recording.specs if spec.link is not None]
     assert [(spec.link.label, spec.time_limit) for spec in links if spec.link] == [
         ("link 1/2", 16 * HOUR),
         ("link 2/2", 4 * HOUR),
@@ -322,6 +324,7 @@ def test_show_scripts_renders_each_link_as_submit_would(
     assert [spec.earlier for spec in links] == [(), (links[0].allocation_id,)]
     assert {spec.budget for spec in links} == {20 * HOUR}
     assert out.count("# --- batch script of allocation ") == 2
+    assert out.count("servatus_link=") == 2 and f"servatus_after={links[0].allocation_id}" in out
 
 
 def test_a_budget_too_short_for_any_link_holds_spent_with_the_dropped_rest_warning(

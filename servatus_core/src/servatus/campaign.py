@@ -30,7 +30,7 @@ from servatus.errors import (
     Unavailable,
 )
 from servatus.evidence import Evidence, MarkerQuery
-from servatus.plan import Plan, Request, earlier_links, make_plan, plan_to_document
+from servatus.plan import Plan, Request, make_plan, plan_to_document
 from servatus.plugins import Hooks, hooks
 from servatus.reconcile import Resolution, resolve
 from servatus.settlement import listed, queries, settle
@@ -48,12 +48,12 @@ from servatus.status import (
 from servatus.submission import (
     Progress,
     SubmittedAllocation,
+    batch_scripts,
     command,
     ping,
     script_may_exceed,
     script_problem,
     script_room,
-    script_spec,
     submit_allocations,
     unanswered,
 )
@@ -509,22 +509,10 @@ class Campaign:
             raise StalePlan(
                 "the plan is not of this campaign (or names Tasks it lacks); plan again"
             )
-        earlier = earlier_links(plan.allocations)
         budget, spent = _chain_arguments(plan)
-        return [
-            registry.batch_script(
-                script_spec(
-                    plan.profile,
-                    allocation,
-                    index,
-                    launcher,
-                    earlier=earlier.get(allocation.allocation_id, ()),
-                    budget=budget,
-                    spent=spent,
-                )
-            )
-            for allocation in plan.allocations
-        ]
+        return batch_scripts(
+            registry, plan.profile, plan.allocations, index, launcher, budget=budget, spent=spent
+        )
 
     def submit(self, plan: Plan, *, progress: Progress | None = None) -> Submitted:
         """Submit exactly the reviewed plan, or refuse it as stale.

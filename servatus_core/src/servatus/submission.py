@@ -317,6 +317,35 @@ def parse_job(stdout: bytes) -> int | None:
     return int(match[1]) if match else None
 
 
+def batch_scripts(
+    hooks: Hooks,
+    profile: Profile,
+    allocations: Sequence[Allocation],
+    tasks: Mapping[str, Task],
+    launcher: Launcher,
+    *,
+    budget: int | None = None,
+    spent: Mapping[str, int] | None = None,
+) -> list[str]:
+    """Every allocation's batch script, as ``submit`` sends it: a chain link's knows its earlier
+    links (from ``allocations``, in order), the ``budget`` and what each Task had ``spent``."""
+    earlier = earlier_links(allocations)
+    return [
+        hooks.batch_script(
+            script_spec(
+                profile,
+                allocation,
+                tasks,
+                launcher,
+                earlier=earlier.get(allocation.allocation_id, ()),
+                budget=budget,
+                spent=spent,
+            )
+        )
+        for allocation in allocations
+    ]
+
+
 def submit_allocations(
     writer: Writer,
     transport: Transport,
@@ -339,7 +368,6 @@ def submit_allocations(
     says Slurm was lost mid-request leaves the intent unresolved and stops with
     :class:`SubmissionInterrupted` (exit 3).
     """
-    chains = earlier_links(allocations)
     known = set()
     for allocation in allocations:
         if allocation.after is not None and allocation.after not in known:
@@ -348,20 +376,9 @@ def submit_allocations(
                 "submission does not send before it; nothing was submitted"
             )
         known.add(allocation.allocation_id)
-    scripts = [
-        hooks.batch_script(
-            script_spec(
-                profile,
-                allocation,
-                tasks,
-                launcher,
-                earlier=chains.get(allocation.allocation_id, ()),
-                budget=budget,
-                spent=spent,
-            )
-        )
-        for allocation in allocations
-    ]
+    scripts = batch_scripts(
+        hooks, profile, allocations, tasks, launcher, budget=budget, spent=spent
+    )
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
     accepted: list[SubmittedAllocation] = []
     jobs: dict[str, int] = {}
