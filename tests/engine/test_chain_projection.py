@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.evidence import Evidence, Marker, MarkerKind, Observation, QueueEntry, SlotEnd
+from servatus.evidence import (
+    Evidence,
+    Marker,
+    MarkerKind,
+    Observation,
+    QueueEntry,
+    SlotEnd,
+    observe,
+)
 from servatus.ids import JOB_NAME_PREFIX
 from servatus.settlement import settle
 from servatus.status import (
@@ -22,7 +30,6 @@ from servatus.status import (
     Submission,
     TaskLink,
     TaskStatus,
-    observe,
     project,
     report_to_document,
     slot_run_time,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry, observe
 from servatus.ids import JOB_NAME_PREFIX
 from servatus.status import (
     Attempt,
@@ -28,7 +28,6 @@ from servatus.status import (
     StopReason,
     Submission,
     TaskStatus,
-    observe,
     project,
     slot_execution,
     slot_run_time,

@@ -8,7 +8,7 @@ Readers bound what they accept and drop rows that fail the identity check instea
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import attrs
@@ -76,6 +76,107 @@ class Observation(NamedTuple):
     limit: float | None = None
     ends: tuple[SlotEnd | None, ...] = ()
     handed: tuple[int, ...] = ()
+
+
+_START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
+_HANDOFF = MarkerKind.HANDOFF
+_new = tuple.__new__
+"""Builds a named tuple from its fields without the generated ``__new__`` (one per allocation)."""
+
+
+class MarkerRecord:
+    """One allocation's markers folded (what :func:`fold_markers` makes of a listing): first start,
+    last stop, first limit, each slot's last end, and the slots handed on. Slot 0's end is kept
+    apart from the other slots' dict because most allocations hold one Task: ``status.project``
+    reads one record per submission, in an order unrelated to the listing's, and each object it
+    follows costs a cache miss."""
+
+    __slots__ = ("ends", "first", "handed", "limit", "start", "stop")
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.stop: float | None = None
+        self.limit: float | None = None
+        self.first: SlotEnd | None = None
+        self.ends: dict[int, SlotEnd] | None = None
+        self.handed: set[int] | None = None
+
+
+def fold_markers(markers: Iterable[Marker]) -> dict[str, MarkerRecord]:
+    """Fold a listing's markers by allocation id in one pass. A listing keeps an allocation's
+    markers together, so a run of markers of one allocation costs one dict lookup."""
+    folded: dict[str, MarkerRecord] = {}
+    current: str | None = None
+    record = MarkerRecord()
+    for allocation_id, _, kind, at, slot, exit_code in markers:
+        if allocation_id != current:
+            current = allocation_id
+            found = folded.get(allocation_id)
+            if found is None:
+                found = folded[allocation_id] = MarkerRecord()
+            record = found
+        if kind is _END:
+            if slot is not None and exit_code is not None:
+                if slot == 0:
+                    record.first = _new(SlotEnd, (exit_code, at))
+                else:
+                    ends = record.ends
+                    if ends is None:
+                        ends = record.ends = {}
+                    ends[slot] = _new(SlotEnd, (exit_code, at))
+        elif kind is _START:
+            earlier = record.start
+            if earlier is None or at < earlier:
+                record.start = at
+        elif kind is _STOP:
+            earlier = record.stop
+            if earlier is None or at > earlier:
+                record.stop = at
+        elif kind is _LIMIT:
+            earlier = record.limit
+            if earlier is None or at < earlier:
+                record.limit = at
+        elif kind is _HANDOFF and slot is not None:
+            handed = record.handed
+            if handed is None:
+                handed = record.handed = set()
+            handed.add(slot)
+    return folded
+
+
+def plain_observation(record: MarkerRecord | None, slots: int) -> Observation:
+    """A plain allocation's Observation: a handoff marker means nothing outside a chain."""
+    if record is None:
+        return _new(Observation, (None, None, None, (None,) * slots, ()))
+    ends = record.ends
+    found: tuple[SlotEnd | None, ...]
+    if slots == 1:
+        found = (record.first,)
+    elif slots == 0:
+        found = ()
+    elif ends is None:
+        found = (record.first, *(None,) * (slots - 1))
+    else:
+        found = (record.first, *map(ends.get, range(1, slots)))
+    return _new(Observation, (record.start, record.stop, record.limit, found, ()))
+
+
+def link_observation(record: MarkerRecord | None, slots: int) -> Observation:
+    """A chain link's Observation: a plain one, with the slots it handed on."""
+    observation = plain_observation(record, slots)
+    if record is None or not record.handed:
+        return observation
+    handed = tuple(sorted(slot for slot in record.handed if 0 <= slot < slots))
+    return observation._replace(handed=handed)
+
+
+def observe(
+    allocation_id: str, slots: int, markers: Iterable[Marker], *, link: bool = False
+) -> Observation:
+    """Fold one allocation's markers into an Observation (first start, last stop, first limit,
+    each slot's end; with ``link``, as a chain link, the slots it handed on)."""
+    record = fold_markers(markers).get(allocation_id)
+    return link_observation(record, slots) if link else plain_observation(record, slots)
 
 
 @attrs.frozen

@@ -19,13 +19,15 @@ from servatus.config import Target, target_from_identity
 from servatus.evidence import (
     Evidence,
     EvidenceReader,
-    Marker,
-    MarkerKind,
     MarkerQuery,
+    MarkerRecord,
     Observation,
     QueueEntry,
     SlotEnd,
     fetch,
+    fold_markers,
+    link_observation,
+    plain_observation,
 )
 from servatus.files import path_word
 from servatus.ids import JOB_NAME_PREFIX
@@ -181,106 +183,9 @@ class Report:
         return self.online and not any(task.execution in moving for task in self.tasks)
 
 
-_START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
-_HANDOFF = MarkerKind.HANDOFF
-
 _new = tuple.__new__
 """Builds a named tuple from a tuple of its fields, skipping the generated Python ``__new__``,
 which doubles the cost of each of the Attempt per slot and TaskStatus per Task a status builds."""
-
-
-class _Record:
-    """One allocation's markers folded: first start, last stop, first limit, each slot's last
-    end, and the slots handed on. Slot 0's end is kept apart from the other slots' dict because
-    most allocations hold one Task: ``project`` reads one record per submission, in an order
-    unrelated to the listing's, and each object it follows costs a cache miss."""
-
-    __slots__ = ("ends", "first", "handed", "limit", "start", "stop")
-
-    def __init__(self) -> None:
-        self.start: float | None = None
-        self.stop: float | None = None
-        self.limit: float | None = None
-        self.first: SlotEnd | None = None
-        self.ends: dict[int, SlotEnd] | None = None
-        self.handed: set[int] | None = None
-
-
-def _fold(markers: Iterable[Marker]) -> dict[str, _Record]:
-    """Fold a listing's markers by allocation id in one pass. A listing keeps an allocation's
-    markers together, so a run of markers of one allocation costs one dict lookup."""
-    folded: dict[str, _Record] = {}
-    current: str | None = None
-    record = _Record()
-    for allocation_id, _, kind, at, slot, exit_code in markers:
-        if allocation_id != current:
-            current = allocation_id
-            found = folded.get(allocation_id)
-            if found is None:
-                found = folded[allocation_id] = _Record()
-            record = found
-        if kind is _END:
-            if slot is not None and exit_code is not None:
-                if slot == 0:
-                    record.first = _new(SlotEnd, (exit_code, at))
-                else:
-                    ends = record.ends
-                    if ends is None:
-                        ends = record.ends = {}
-                    ends[slot] = _new(SlotEnd, (exit_code, at))
-        elif kind is _START:
-            earlier = record.start
-            if earlier is None or at < earlier:
-                record.start = at
-        elif kind is _STOP:
-            earlier = record.stop
-            if earlier is None or at > earlier:
-                record.stop = at
-        elif kind is _LIMIT:
-            earlier = record.limit
-            if earlier is None or at < earlier:
-                record.limit = at
-        elif kind is _HANDOFF and slot is not None:
-            handed = record.handed
-            if handed is None:
-                handed = record.handed = set()
-            handed.add(slot)
-    return folded
-
-
-def _observation(record: _Record | None, slots: int) -> Observation:
-    """A plain allocation's Observation: a handoff marker means nothing outside a chain."""
-    if record is None:
-        return _new(Observation, (None, None, None, (None,) * slots, ()))
-    ends = record.ends
-    found: tuple[SlotEnd | None, ...]
-    if slots == 1:
-        found = (record.first,)
-    elif slots == 0:
-        found = ()
-    elif ends is None:
-        found = (record.first, *(None,) * (slots - 1))
-    else:
-        found = (record.first, *map(ends.get, range(1, slots)))
-    return _new(Observation, (record.start, record.stop, record.limit, found, ()))
-
-
-def _link_observation(record: _Record | None, slots: int) -> Observation:
-    """A chain link's Observation: a plain one, with the slots it handed on."""
-    observation = _observation(record, slots)
-    if record is None or not record.handed:
-        return observation
-    handed = tuple(sorted(slot for slot in record.handed if 0 <= slot < slots))
-    return observation._replace(handed=handed)
-
-
-def observe(
-    allocation_id: str, slots: int, markers: Iterable[Marker], *, link: bool = False
-) -> Observation:
-    """Fold one allocation's markers into an Observation (first start, last stop, first limit,
-    each slot's end; with ``link``, as a chain link, the slots it handed on)."""
-    record = _fold(markers).get(allocation_id)
-    return _link_observation(record, slots) if link else _observation(record, slots)
 
 
 _Decision = tuple[Execution, int | None, StopReason | None]
@@ -397,7 +302,7 @@ def _run_time(
     return _new(RunTime, (total if total > 0 else 0, True))
 
 
-_Context = tuple[dict[str, QueueEntry], dict[str, _Record], float | None]
+_Context = tuple[dict[str, QueueEntry], dict[str, MarkerRecord], float | None]
 
 
 def _context(evidence: Evidence | None) -> _Context | None:
@@ -406,7 +311,7 @@ def _context(evidence: Evidence | None) -> _Context | None:
     if evidence is None or evidence.queue is None or evidence.markers is None:
         return None
     queue = {entry.name: entry for entry in evidence.queue}
-    return queue, _fold(evidence.markers), evidence.clock
+    return queue, fold_markers(evidence.markers), evidence.clock
 
 
 def project(
@@ -445,7 +350,7 @@ def project(
     links: dict[str, Observation | None] = {}  # chain links seen so far, for their successors
     last_target: str | None = None
     queue: dict[str, QueueEntry] | None = None
-    folded: dict[str, _Record] | None = None
+    folded: dict[str, MarkerRecord] | None = None
     server_now = now
     for (
         allocation_id,
@@ -497,7 +402,7 @@ def project(
             if outcome is not _ACCEPTED or folded is None:
                 observation = None  # offline reads no settled record either, as a plain one
             elif observation is None:
-                observation = _link_observation(folded.get(allocation_id), len(task_keys))
+                observation = link_observation(folded.get(allocation_id), len(task_keys))
             links[allocation_id] = observation
             _link_attempts(
                 allocation_id, task_keys, time_limit, outcome, job, chain, observation,
@@ -523,7 +428,7 @@ def project(
                     _again(latest, history, key, earlier, attempt)
             continue
         if settled is None:
-            observation = _observation(folded.get(allocation_id), len(task_keys))
+            observation = plain_observation(folded.get(allocation_id), len(task_keys))
         else:
             observation = settled
         start, stop, limit, ends, _ = observation
