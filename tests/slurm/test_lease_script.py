@@ -2,7 +2,7 @@
 
 The fake ``srun`` holds the job's slots (``FAKE_SRUN_SLOTS``), so a step beyond them waits as it
 would inside a real lease, and a signal while it waits cancels it without starting it. Orders are
-written here as the client writes them: a temporary name, then a rename into the orders directory.
+offered and withdrawn by the client itself (``servatus.lease``, through the local transport).
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ import attrs
 import pytest
 from slurm_helpers import INHERIT, FakeCluster
 
+from servatus import lease as lease_client
 from servatus.direct import DirectLauncher
 from servatus.errors import ConfigurationError
+from servatus.lease import claim_name, orders_directory
 from servatus.script import LeaseOrder, LeaseSpec
-from servatus_slurm.lease import claim_name, orders_directory, render_lease, render_order
+from servatus_slurm.lease import render_lease, render_order
 from servatus_slurm.script import RUNTIME_VARIABLES
+from servatus_slurm.transport import LocalTransport
 
 SHELLS = [("dash",), ("bash", "--posix")]
 LEASE = "feedfacefeedfacefeedface"
@@ -112,18 +115,16 @@ def offer(
         inherit=tuple(RUNTIME_VARIABLES),
     )
     orders = cluster.logs / orders_directory(LEASE)
-    temporary = orders / f"{identity}.tmp.test"
-    temporary.write_text(render_order(order, target))
-    temporary.chmod(0o600)
-    os.rename(temporary, orders / identity)
+    answers = lease_client.offer(
+        LocalTransport(), str(orders), JOB, {identity: render_order(order, target)}
+    )
+    assert answers == {identity: lease_client.OfferAnswer(lease_client.Offer.OFFERED)}
 
 
 def withdraw(orders: Path, identity: str) -> None:
     """What ``cancel`` does: link an empty file of its own into the claim."""
-    void = orders / f"{identity}.void.test"
-    void.touch(mode=0o600)
-    os.link(void, orders / claim_name(identity, JOB))
-    void.unlink()
+    verdicts = lease_client.withdraw(LocalTransport(), str(orders), JOB, [identity])
+    assert verdicts == {identity: lease_client.Verdict.WITHDRAWN}
 
 
 def wait_for(predicate: object, seconds: float = 20) -> None:

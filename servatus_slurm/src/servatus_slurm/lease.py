@@ -24,6 +24,7 @@ from __future__ import annotations
 from servatus.config import MAX_SIGNAL_BEFORE_END, Target
 from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID
+from servatus.lease import orders_directory
 from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, LeaseOrder, LeaseSpec
 from servatus_slurm.script import (
     _PLAIN,
@@ -42,17 +43,6 @@ from servatus_slurm.script import (
 ORDER_VERSION = "servatus.order/1"
 """The first word of an order's header and trailer; the lease refuses any other."""
 MAX_POLL_SECONDS = 60
-
-
-def orders_directory(lease_id: str) -> str:
-    """The orders directory's name under ``log_root``: beside the markers, which the marker
-    listing (``-type f``) never descends into."""
-    return f"servatus-{lease_id}.orders"
-
-
-def claim_name(step_id: str, job: int | str) -> str:
-    """The one name whose ``link(2)`` decides an order: taken (non-empty) or withdrawn (empty)."""
-    return f"servatus-{step_id}.{job}.claim"
 
 
 def slot_text(cpus: int, memory_mib: int, gpus: int) -> str:
