@@ -427,3 +427,27 @@ def test_a_lease_without_its_own_orders_directory_runs_nothing(
     assert lease.process.returncode == 1
     assert b"not an owner-only directory" in out
     assert not lease.marker(LEASE, "start").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_pre_limit_relay_ends_a_taken_step_still_waiting_without_starting_it(
+    fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
+) -> None:
+    make_orders(fake_cluster)
+    busy = [step_id(1), step_id(2)]
+    waiting = step_id(3)
+    for n, identity in enumerate(busy):
+        offer(fake_cluster, identity, fake_cluster.step_args(f"busy{n}", "usr1-then:0"))
+    lease = start_lease(shell)  # type: ignore[operator]
+    wait_for(lambda: all(lease.marker(s, "step-start").exists() for s in busy))
+    offer(fake_cluster, waiting, fake_cluster.step_args("waiting", "exit:0"))
+    wait_for(lambda: lease.claim(waiting).exists())
+    time.sleep(0.3)
+    lease.process.send_signal(signal.SIGUSR1)
+    wait_for(lambda: all(lease.ended(s) for s in (*busy, waiting)))
+    assert lease.ended(waiting) == [f"servatus-{waiting}.{JOB}.end.0.1"]
+    assert not lease.marker(waiting, "step-start").exists()
+    assert lease.marker(waiting, "limit").exists()  # it reads STOPPED (never started), ADR 0009
+    assert all(lease.ended(s) == [f"servatus-{s}.{JOB}.end.0.0"] for s in busy)
+    lease.finish()
+    assert not (fake_cluster.out / "waiting.json").exists()
