@@ -23,7 +23,7 @@ from servatus import lease as lease_client
 from servatus.direct import DirectLauncher
 from servatus.errors import ConfigurationError
 from servatus.lease import claim_name, orders_directory
-from servatus.script import LeaseOrder, LeaseSpec
+from servatus.script import CHAIN_VARIABLES, LeaseOrder, LeaseSpec
 from servatus_slurm.lease import render_lease, render_order
 from servatus_slurm.script import RUNTIME_VARIABLES
 from servatus_slurm.transport import LocalTransport
@@ -100,9 +100,9 @@ def offer(
     slot: tuple[int, int, int] = (1, 100, 0),
 ) -> None:
     target = cluster.target
-    command = DirectLauncher().command(
-        target, args, dict(env or {}), inherit=tuple(RUNTIME_VARIABLES), gpus=0
-    )
+    # As for a chain link's step, the launcher carries the reserved variables the order sets.
+    carried = (*RUNTIME_VARIABLES, *CHAIN_VARIABLES)
+    command = DirectLauncher().command(target, args, dict(env or {}), inherit=carried, gpus=0)
     order = LeaseOrder(
         step_id=identity,
         lease_id=LEASE,
@@ -224,6 +224,12 @@ def test_an_order_written_before_the_lease_starts_runs_once_it_starts(
     env = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["env"].items()}  # type: ignore[attr-defined]
     assert env[b"ODD"] == b"a\nb'c" and env[b"PLAIN"] == b"x"
     assert env[b"SERVATUS_JOB_ID"] == str(JOB).encode()
+    assert env[b"SERVATUS_JOB_END_TIME"] == b"1900000000"
+    assert (env[b"SERVATUS_LINK"], env[b"SERVATUS_LINKS"], env[b"SERVATUS_RUN_TIME"]) == (
+        b"1",
+        b"1",
+        b"0",
+    )
     assert b"NOT_FOR_STEPS" not in env
     assert lease.ended(identity) == [f"servatus-{identity}.{JOB}.end.0.0"]
     started = lease.marker(identity, "step-start")

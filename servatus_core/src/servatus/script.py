@@ -99,7 +99,10 @@ class LeaseOrder:
     (``cpus``/``memory_mib``/``gpus``) the plan assumed, which the lease checks against its own.
 
     ``inherit`` names the run-time variables the lease's batch shell gives the step, as for a
-    plain step; ``run_time`` and ``budget`` become ``SERVATUS_RUN_TIME`` and ``SERVATUS_BUDGET``.
+    plain step; ``run_time`` and ``budget`` become ``SERVATUS_RUN_TIME`` and ``SERVATUS_BUDGET``,
+    which the order sets with ``SERVATUS_LINK=1`` and ``SERVATUS_LINKS=1``. ``command`` must be
+    shaped as a chain link's step is (the launcher told to carry those variables too), or a
+    launcher that rebuilds the environment drops them.
     """
 
     step_id: str
