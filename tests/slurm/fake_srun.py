@@ -3,14 +3,43 @@ step the way Slurm would start it (its ``--export`` names plus ``SLURM_*``, in `
 
 It records each call as JSON in ``$FAKE_SRUN_RECORD`` (a directory) and execs the command, so the
 step's PID is this process's and signals sent to "srun" reach the task, as real srun forwards them.
+
+With ``$FAKE_SRUN_SLOTS`` (a directory), it first waits for one of the job's slots, as a step of a
+lease waits inside its allocation: a slot is a ``flock`` on ``slot.<n>`` (``$FAKE_SRUN_SLOT_COUNT``
+of them), held by the step until it exits. A signal while it waits cancels the step without
+starting it and exits 1, as real srun does ("Cancelled pending job step").
 """
 
+import fcntl
 import json
 import os
+import signal
 import sys
+import time
 
 VALUED = {"--ntasks", "--nodes", "--cpus-per-task", "--mem", "--gres", "--export", "--chdir"}
 FLAGS = {"--exact"}
+
+
+def cancelled(signum: int, _frame: object) -> None:
+    sys.stderr.write(f"fake srun: Cancelled pending job step with signal {signum}\n")
+    os._exit(1)
+
+
+def wait_for_slot(directory: str, count: int) -> None:
+    for number in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, cancelled)
+    while True:
+        for slot in range(count):
+            fd = os.open(os.path.join(directory, f"slot.{slot}"), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            os.set_inheritable(fd, True)
+            return
+        time.sleep(0.05)
 
 
 def main() -> None:
@@ -41,6 +70,9 @@ def main() -> None:
         path = os.path.join(record, f"srun.{os.getpid()}.json")
         with open(path, "w") as handle:
             json.dump({"options": options, "argv": [os.fsencode(a).hex() for a in args]}, handle)
+    slots = os.environ.get("FAKE_SRUN_SLOTS")
+    if slots:
+        wait_for_slot(slots, int(os.environ.get("FAKE_SRUN_SLOT_COUNT", "1")))
     os.chdir(str(options["--chdir"]))
     os.execve(args[0], args, env)
 

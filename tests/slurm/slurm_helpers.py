@@ -82,6 +82,7 @@ class FakeCluster:
         shell: Sequence[str] = ("dash",),
         job: int = 4242,
         end_time: int = 1900000000,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         path = self.root / "job.sh"
         path.write_text(script)
@@ -91,6 +92,7 @@ class FakeCluster:
             "SLURM_CPUS_ON_NODE": "2",
             "FAKE_SRUN_RECORD": str(self.root / "srun"),
             "NOT_FOR_STEPS": "leak",
+            **(env or {}),
         }
         return subprocess.Popen(
             [*shell, str(path)],

@@ -30,7 +30,14 @@ from servatus.errors import (
     Unavailable,
 )
 from servatus.evidence import Evidence, MarkerQuery
-from servatus.plan import Plan, Request, make_plan, plan_to_document
+from servatus.plan import (
+    LeaseHold,
+    Plan,
+    Request,
+    make_lease_plan,
+    make_plan,
+    plan_to_document,
+)
 from servatus.plugins import Hooks, hooks
 from servatus.reconcile import Resolution, resolve
 from servatus.settlement import listed, queries, settle
@@ -197,6 +204,15 @@ def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
         if not state.sealed:
             state = writer.commit(store.Sealed())
     return state, _result(state, created=False, added=0, existing=len(state.tasks))
+
+
+def _refuse_lease(plan: Plan) -> None:
+    """A lease's plan can be made and reviewed, but nothing submits or renders it yet."""
+    if plan.hold is not None:
+        raise ConfigurationError(
+            "this plan holds a lease; submitting, validating and showing the scripts of a lease "
+            "are not built yet (issue 15)"
+        )
 
 
 class Campaign:
@@ -499,8 +515,23 @@ class Campaign:
         self._record(change)
         return made
 
+    def hold(self, profile: Profile, *, slots: int, max_links: int | None = None) -> Plan:
+        """Plan a lease (ADR 0009): ``slots`` copies of the profile's per-Task resources, in
+        ``max_links`` allocations one after the other (1 without it); nothing is recorded or
+        submitted. Submitting a lease is not built yet: :meth:`submit` refuses its plan."""
+        self.refresh()
+        return make_lease_plan(
+            campaign_id=self._state.campaign_id,
+            revision=self._state.revision,
+            profile=profile,
+            hold=LeaseHold(slots=slots, links=1 if max_links is None else max_links),
+            probe=self.probe is not None,
+            now=time.time(),
+        )
+
     def scripts(self, plan: Plan) -> list[str]:
         """The batch script of each planned allocation, exactly as ``submit`` sends it."""
+        _refuse_lease(plan)
         registry = self._hooks()
         launcher = registry.launcher(plan.profile.target.launcher)
         index = self._state.tasks.by_key()
@@ -521,6 +552,7 @@ class Campaign:
         rebuild gives the same plan); Slurm must answer a ping; only then is each intent recorded
         before its ``sbatch``.
         """
+        _refuse_lease(plan)
         if plan.probe and self.probe is None:
             raise PlanRefused(
                 "this plan was made with a result probe; submit it from a Campaign with the probe"

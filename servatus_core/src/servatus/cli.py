@@ -586,6 +586,13 @@ def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> in
     metavar="K",
     help="At most K links per chain, 1 to 32; without --budget, K full links.",
 )
+@click.option(
+    "--hold",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Plan a lease of N slots of the profile's per-Task resources (K leases with "
+    "--max-links K).",
+)
 @click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
 @json_option
 @paused_gc
@@ -600,6 +607,7 @@ def plan_command(
     tasks_per_allocation: int | None,
     budget: int | None,
     max_links: int | None,
+    hold: int | None,
     show_scripts: bool,
     as_json: bool,
 ) -> None:
@@ -608,17 +616,29 @@ def plan_command(
     from servatus.continuation import Continuation  # noqa: PLC0415
     from servatus.plan import plan_to_document  # noqa: PLC0415
 
+    if hold is not None:
+        _refuse_with_hold(
+            retry=bool(retry),
+            retry_failed=retry_failed,
+            only=bool(only),
+            tasks_per_allocation=tasks_per_allocation is not None,
+            budget=budget is not None,
+            show_scripts=show_scripts,
+        )
     profile = load_profile_option(config, profile_name)
     campaign = _campaign(state)
     chained = budget is not None or max_links is not None
-    plan = campaign.plan(
-        profile,
-        retry=retry,
-        retry_failed=retry_failed,
-        only=only or None,
-        tasks_per_allocation=tasks_per_allocation,
-        continuation=Continuation(budget=budget, max_links=max_links) if chained else None,
-    )
+    if hold is not None:
+        plan = campaign.hold(profile, slots=hold, max_links=max_links)
+    else:
+        plan = campaign.plan(
+            profile,
+            retry=retry,
+            retry_failed=retry_failed,
+            only=only or None,
+            tasks_per_allocation=tasks_per_allocation,
+            continuation=Continuation(budget=budget, max_links=max_links) if chained else None,
+        )
     document = plan_to_document(plan)
     warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
@@ -650,6 +670,14 @@ def plan_command(
         for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
             click.echo(script_banner(allocation.allocation_id), err=as_json)
             click.echo(script, nl=False, err=as_json)
+
+
+def _refuse_with_hold(**given: bool) -> None:
+    """A lease plans no Tasks: every option that selects, packs or budgets them is a usage
+    error beside ``--hold`` (and its scripts are not rendered yet)."""
+    wrong = [f"--{name.replace('_', '-')}" for name, value in given.items() if value]
+    if wrong:
+        raise click.UsageError(f"--hold plans a lease, which takes no {', '.join(wrong)}")
 
 
 def _read_plan(path: str) -> Plan:

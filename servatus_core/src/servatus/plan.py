@@ -30,6 +30,7 @@ from servatus.config import (
     profile_to_document,
 )
 from servatus.continuation import (
+    MAX_LINKS,
     Chain,
     Continuation,
     Eligibility,
@@ -462,15 +463,20 @@ def _keyed(salted: hashlib._Hash, index: int, keys: Iterable[str]) -> hashlib._H
     return digest
 
 
-def totals(resources: Resources, allocations: Iterable[Allocation]) -> Totals:
+def totals(
+    resources: Resources, allocations: Iterable[Allocation], *, slots: int | None = None
+) -> Totals:
     """CPU-, GPU- and GiB-hours requested at most: every slot held for its allocation's whole
-    time limit, each chain link at its own (every link holds all of its chain's slots)."""
-    slots: dict[int, int] = {}
+    time limit, each chain link at its own (every link holds all of its chain's slots). A lease
+    holds ``slots`` in each of its allocations, which plan no Tasks."""
+    held: dict[int, int] = {}
     full = resources.time_limit
     for allocation in allocations:
         limit = full if allocation.link is None else allocation.link.time_limit
-        slots[limit] = slots.get(limit, 0) + len(allocation.task_keys)
-    return resource_hours(resources, slots)
+        count = len(allocation.task_keys) if slots is None else slots
+        held[limit] = held.get(limit, 0) + count
+    slots_by_limit = held
+    return resource_hours(resources, slots_by_limit)
 
 
 def resource_hours(resources: Resources, slots: Mapping[int, int]) -> Totals:
@@ -503,6 +509,15 @@ PLAN_SCHEMA: Literal["servatus.plan/4"] = "servatus.plan/4"
 
 
 @attrs.frozen
+class LeaseHold:
+    """What ``--hold N [--max-links K]`` asked for (ADR 0009): ``slots`` copies of the profile's
+    per-Task resources, held by each of ``links`` lease allocations in turn."""
+
+    slots: int
+    links: int = 1
+
+
+@attrs.frozen
 class Plan:
     """A reviewed plan: everything ``submit`` needs to rebuild it and to notice any change.
 
@@ -519,10 +534,12 @@ class Plan:
     allocations: tuple[Allocation, ...]
     created_at: float
     warnings: tuple[str, ...] = ()
+    hold: LeaseHold | None = None
 
     @property
     def totals(self) -> Totals:
-        return totals(self.profile.resources, self.allocations)
+        slots = None if self.hold is None else self.hold.slots
+        return totals(self.profile.resources, self.allocations, slots=slots)
 
     @property
     def extensions(self) -> tuple[Extension, ...]:
@@ -532,7 +549,7 @@ class Plan:
 
     def same_as(self, other: Plan) -> bool:
         """Whether ``other`` plans exactly the same work (creation time and warnings aside)."""
-        fields = ("campaign_id", "revision", "profile", "request", "probe", "decision")
+        fields = ("campaign_id", "revision", "profile", "request", "probe", "decision", "hold")
         same = all(getattr(self, name) == getattr(other, name) for name in fields)
         return same and self.allocations == other.allocations
 
@@ -613,11 +630,28 @@ def _plan_converter() -> cattrs.Converter:
         converter.register_structure_hook(kind, _constructed(kind, converter))
     converter.register_structure_hook(Extension, _every_field_required(Extension, converter))
     converter.register_structure_hook(Decision, _every_field_required(Decision, converter))
-    converter.register_structure_hook(Plan, _every_field_required(Plan, converter, "warnings"))
+    converter.register_structure_hook(LeaseHold, _every_field_required(LeaseHold, converter))
+    converter.register_structure_hook(Plan, _structure_plan(converter))
     converter.register_unstructure_hook(
-        Plan, make_dict_unstructure_fn(Plan, converter, warnings=override(omit=True))
+        Plan,
+        make_dict_unstructure_fn(
+            Plan, converter, warnings=override(omit=True), hold=override(omit_if_default=True)
+        ),
     )
     return converter
+
+
+def _structure_plan(converter: cattrs.Converter) -> Any:
+    """A plan of Tasks without ``hold`` (so every plan saved before leases reads, and saves
+    back, as it was), a lease's plan with it."""
+    tasks = _every_field_required(Plan, converter, "warnings", "hold")
+    lease = _every_field_required(Plan, converter, "warnings")
+
+    def structure(value: Any, _: Any) -> Plan:
+        plan: Plan = (lease if type(value) is dict and "hold" in value else tasks)(value, Plan)
+        return plan
+
+    return structure
 
 
 def _allocation_document(allocation: Allocation) -> dict[str, Any]:
@@ -729,7 +763,7 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
     ]
     if malformed:
         raise StalePlan(f"{where}: not a usable plan (allocation id {malformed[0]!r})")
-    problem = chain_problem(plan)
+    problem = lease_problem(plan) or chain_problem(plan)
     if problem is not None:
         raise StalePlan(f"{where}: not a usable plan ({problem})")
     # Every link of a chain holds the same Tasks: each counts once, in the chain's first link.
@@ -747,6 +781,82 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
     return plan
 
 
+def lease_problem(plan: Plan) -> str | None:
+    """What does not hold together in a lease's plan, or None: it plans no Tasks and no
+    continuation, its ``links`` allocations hold nothing, its slots fit the profile, and its
+    profile has the ``signal_before_end`` a lease requires. A plan of Tasks has no empty
+    allocation."""
+    hold = plan.hold
+    if hold is None:
+        if any(not allocation.task_keys for allocation in plan.allocations):
+            return "an allocation of Tasks holds none"
+        return None
+    problem = hold_problem(plan.profile, hold)
+    if problem is not None:
+        return problem
+    if plan.decision != Decision(selected=(), held=()):
+        return "a lease plans no Tasks"
+    if len(plan.allocations) != hold.links:
+        return f"a lease of {hold.links} links has {len(plan.allocations)} allocations"
+    if any(allocation.task_keys for allocation in plan.allocations):
+        return "a lease's allocations hold no Tasks"
+    return None
+
+
+def hold_problem(profile: Profile, hold: LeaseHold) -> str | None:
+    """Why ``profile`` cannot hold this lease, or None: ``capacity`` and every ceiling apply to
+    its slots as to an allocation of that many Tasks."""
+    if hold.slots < 1 or not 1 <= hold.links <= MAX_LINKS:
+        return f"a lease holds at least 1 slot in 1 to {MAX_LINKS} links"
+    if profile.resources.signal_before_end is None:
+        return (
+            f"profile {profile.name} has no signal_before_end; a lease needs it to tell its "
+            "steps it is ending"
+        )
+    fits = capacity(profile.target, profile.resources)
+    if hold.slots > fits:
+        return (
+            f"--hold {hold.slots}: profile {profile.name} fits at most {fits} "
+            f"{'slot' if fits == 1 else 'slots'} in one allocation"
+        )
+    return None
+
+
+def make_lease_plan(
+    *, campaign_id: str, revision: int, profile: Profile, hold: LeaseHold, probe: bool, now: float
+) -> Plan:
+    """The plan of a lease: ``hold.links`` allocations of ``hold.slots`` slots each, one after
+    the other when there are several, each for the profile's whole time limit; raises
+    :class:`ConfigurationError` for a lease the profile cannot hold."""
+    problem = hold_problem(profile, hold)
+    if problem is not None:
+        raise ConfigurationError(problem)
+    salted = _salted(f"{campaign_id}:{revision}")
+    lease = (f"lease {hold.slots}",)
+    allocations: list[Allocation] = []
+    for position in range(1, hold.links + 1):
+        chained = hold.links > 1
+        allocations.append(
+            Allocation(
+                allocation_id=_allocation_id(salted, 0, lease, link=position if chained else None),
+                task_keys=(),
+                link=Link(position, hold.links, profile.resources.time_limit) if chained else None,
+                after=allocations[-1].allocation_id if allocations else None,
+            )
+        )
+    return Plan(
+        campaign_id=campaign_id,
+        revision=revision,
+        profile=profile,
+        request=Request(),
+        probe=probe,
+        decision=Decision(selected=(), held=()),
+        allocations=tuple(allocations),
+        created_at=now,
+        hold=hold,
+    )
+
+
 def chain_problem(plan: Plan) -> str | None:
     """What does not hold together in the plan's chains, or None: every allocation of a plan
     with a continuation is a chain link and none of one without; a chain's links come in order
@@ -754,7 +864,7 @@ def chain_problem(plan: Plan) -> str | None:
     the same ``task_links``, each 1 to K; no link is longer than the profile's time limit; a
     budget comes with the profile's ``signal_before_end``, as planning requires."""
     continuation = plan.decision.continuation
-    chained = continuation is not None
+    chained = continuation is not None or (plan.hold is not None and plan.hold.links > 1)
     resources = plan.profile.resources
     budgeted = continuation is not None and continuation.budget is not None
     if budgeted and resources.signal_before_end is None:

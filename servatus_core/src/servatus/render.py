@@ -158,6 +158,8 @@ def plan_lines(plan: Plan) -> list[str]:
 
     decision = plan.decision
     lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
+    if plan.hold is not None:
+        return [*lines, *lease_lines(plan), format_totals(plan.totals)]
     if decision.continuation is not None:
         lines += continuation_lines(plan)
     lines.append(
@@ -181,6 +183,26 @@ def plan_lines(plan: Plan) -> list[str]:
         lines.append(f"deferred to the next plan: {plural(len(decision.deferred), 'Task')}")
         lines.append(f"  {' '.join(decision.deferred)}")
     lines.append(format_totals(plan.totals))
+    return lines
+
+
+def lease_lines(plan: Plan) -> list[str]:
+    """A lease's plan: its slot, then each of its allocations with what it holds in all."""
+    from servatus.config import format_duration  # noqa: PLC0415
+
+    assert plan.hold is not None
+    slots, r = plan.hold.slots, plan.profile.resources
+
+    def size(count: int) -> str:
+        parts = [f"{count * r.cpus} CPUs", f"{count * r.memory_mib} MiB"]
+        if r.gpus:
+            parts.append(f"{count * r.gpus} GPUs")
+        return ", ".join([*parts, format_duration(r.time_limit)])
+
+    lines = [f"lease: {plural(slots, 'slot')} of {size(1)}"]
+    for allocation in plan.allocations:
+        link = "" if allocation.link is None else f", {allocation.link.label}"
+        lines.append(f"  {allocation.allocation_id}  {size(slots)}{link}")
     return lines
 
 

@@ -69,3 +69,50 @@ class ScriptSpec:
     def depends_on(self) -> str | None:
         """The allocation id of the previous link of the chain, if any."""
         return self.earlier[-1] if self.earlier else None
+
+
+@attrs.frozen
+class LeaseSpec:
+    """One lease allocation's batch script (ADR 0009): ``slots`` copies of one slot's resources,
+    held for ``time_limit``, running whatever orders appear in its orders directory.
+
+    ``signal_before_end`` is required: it is both the lease's warning to its steps and the grace a
+    stopped step gets between ``SIGUSR1`` and ``SIGTERM``. ``poll_seconds`` is how often the lease
+    looks for orders and stop requests (the spec's 5 s).
+    """
+
+    allocation_id: str
+    target: Target
+    slots: int
+    cpus: int
+    memory_mib: int
+    gpus: int
+    time_limit: int
+    signal_before_end: int
+    inherit: tuple[str, ...] = ()
+    poll_seconds: int = 5
+
+
+@attrs.frozen
+class LeaseOrder:
+    """One step offered to a lease: the step's own allocation id, its Task, and the slot
+    (``cpus``/``memory_mib``/``gpus``) the plan assumed, which the lease checks against its own.
+
+    ``inherit`` names the run-time variables the lease's batch shell gives the step, as for a
+    plain step; ``run_time`` and ``budget`` become ``SERVATUS_RUN_TIME`` and ``SERVATUS_BUDGET``,
+    which the order sets with ``SERVATUS_LINK=1`` and ``SERVATUS_LINKS=1``. ``command`` must be
+    shaped as a chain link's step is (the launcher told to carry those variables too), or a
+    launcher that rebuilds the environment drops them.
+    """
+
+    step_id: str
+    lease_id: str
+    task_key: str
+    command: StepCommand
+    stdin: bytes
+    cpus: int
+    memory_mib: int
+    gpus: int
+    inherit: tuple[str, ...] = ()
+    run_time: int = 0
+    budget: int | None = None

@@ -28,7 +28,7 @@ from servatus.config import MAX_SIGNAL_BEFORE_END
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID, job_name
-from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, LeaseSpec, ScriptSpec, ScriptStep
 from servatus_slurm.markers import allocation_log_pattern, step_log_name
 
 RUNTIME_VARIABLES = {
@@ -118,10 +118,11 @@ def _minutes(seconds: int) -> int:
     return max(1, -(-seconds // 60))
 
 
-def directives(spec: ScriptSpec) -> list[str]:
-    """The ``#SBATCH`` lines: the whole allocation's request and its fixed safety options."""
+def directives(spec: ScriptSpec | LeaseSpec) -> list[str]:
+    """The ``#SBATCH`` lines: the whole allocation's request (one task per step, or per slot of a
+    lease) and its fixed safety options."""
     target = spec.target
-    count = len(spec.steps)
+    count = spec.slots if isinstance(spec, LeaseSpec) else len(spec.steps)
     log_root = _absolute(target.log_root, "log_root")
     if "%" in log_root:
         raise ConfigurationError(f"log_root cannot contain '%': {log_root!r}")

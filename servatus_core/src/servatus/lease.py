@@ -1,0 +1,245 @@
+"""The client's side of a lease's orders and claims (ADR 0009): offering orders and withdrawing
+them, over a :class:`~servatus.transport.Transport`.
+
+Both are one fixed ``sh -c`` each, whatever the number of steps, and their answers are read
+back by pure functions. The claim decides. ``servatus-<step id>.<lease job>.claim`` in the
+lease's orders directory is created by the first ``link(2)`` to reach the file server. Every
+party reads it after its own ``link``, whatever that returned: non-empty means the lease took
+the order, empty means it was withdrawn, unreadable means undecided (ask again later).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from servatus.errors import ConfigurationError
+from servatus.ids import ALLOCATION_ID
+from servatus.transport import Transport
+
+
+def orders_directory(lease_id: str) -> str:
+    """The orders directory's name under ``log_root``: beside the markers, which the marker
+    listing (``-type f``) never descends into."""
+    return f"servatus-{lease_id}.orders"
+
+
+def claim_name(step_id: str, job: int | str) -> str:
+    """The one name whose ``link(2)`` decides an order: taken (non-empty) or withdrawn (empty)."""
+    return f"servatus-{step_id}.{job}.claim"
+
+
+class Verdict(enum.Enum):
+    """What an order's claim says."""
+
+    TAKEN = "taken"
+    WITHDRAWN = "withdrawn"
+    UNDECIDED = "undecided"
+
+
+class Offer(enum.Enum):
+    """What offering one order came to. ``REFUSED`` means no order can ever exist for it."""
+
+    OFFERED = "offered"
+    REFUSED = "refused"
+    WITHDRAWN = "withdrawn"
+    UNDECIDED = "undecided"
+
+
+@attrs.frozen
+class OfferAnswer:
+    """One step's offer outcome; ``reason`` names a refusal (``directory``, ``write``)."""
+
+    outcome: Offer
+    reason: str | None = None
+
+
+_OWNED_DIRECTORY = (
+    'owned() { [ ! -h "$1" ] && [ -n "$(find "$1" -prune -type d -user "$(id -u)" -perm 700 '
+    '2>/dev/null)" ]; }\n'
+)
+"""Only an owner-only directory may hold orders or claims: an order is a command run as the
+user, and nobody else must be able to place one or pre-empt a claim."""
+
+_WITHDRAW_ONE = r"""
+# Link an empty file of our own into the claim, then read the claim whoever linked it.
+withdraw() {
+    v="$d/$1.void.$nonce"
+    if (set -C && : >"$v") 2>/dev/null; then
+        ln "$v" "$d/servatus-$1.$job.claim" 2>/dev/null
+        rm -f "$v"
+    fi
+    case $(wc -c <"$d/servatus-$1.$job.claim" 2>/dev/null) in
+    *[1-9]*) echo "taken $1" ;;
+    *0*) echo "withdrawn $1" ;;
+    *) echo "undecided $1" ;;
+    esac
+}
+""".lstrip("\n")
+
+WITHDRAW_SCRIPT = (
+    "umask 077\n"
+    "d=$1 job=$2 nonce=$3\nshift 3\n" + _OWNED_DIRECTORY + _WITHDRAW_ONE + 'if ! owned "$d"; then\n'
+    '    for s in "$@"; do echo "undecided $s"; done\n'
+    "    exit 0\n"
+    "fi\n"
+    'for s in "$@"; do withdraw "$s"; done\n'
+)
+"""``sh -c WITHDRAW_SCRIPT sh DIR JOB NONCE STEP...``: one ``taken|withdrawn|undecided STEP``
+line per step. A withdrawer never makes the directory: a missing one is undecided."""
+
+OFFER_SCRIPT = (
+    "umask 077\n"
+    "d=$1 job=$2 nonce=$3\nshift 3\n"
+    + _OWNED_DIRECTORY
+    + _WITHDRAW_ONE
+    + r"""
+if ! owned "$d"; then
+    while [ "$#" -gt 1 ]; do echo "refused $1 directory"; shift 2; done
+    exit 0
+fi
+bad=
+set -- "$@" --
+while [ "$1" != -- ]; do
+    if ! (set -C && : >"$d/$1.tmp.$nonce") 2>/dev/null; then bad="$bad $1"; fi
+    set -- "$@" "$1" "$2"
+    shift 2
+done
+shift
+# Split stdin into the temporary files: each order runs from its header to its trailer line.
+awk -v d="$d" -v n="$nonce" -v ids=" $* " '
+    $1 == "#" && $2 == "servatus.order/1" && $3 != "end" && f == "" && index(ids, " " $3 " ") {
+        f = d "/" $3 ".tmp." n
+    }
+    f != "" { print >>f }
+    $1 == "#" && $2 == "servatus.order/1" && $3 == "end" && f != "" { close(f); f = "" }
+' || bad="$bad -"
+while [ "$#" -gt 1 ]; do
+    t="$d/$1.tmp.$nonce"
+    case " $bad " in
+    *" - "* | *" $1 "*) ok= ;;
+    *) ok=$(wc -c <"$t" 2>/dev/null | tr -d ' ') ;;
+    esac
+    if [ "$ok" = "$2" ]; then
+        # A mv that fails may still have renamed (a retransmitted RENAME): the claim decides.
+        if mv -- "$t" "$d/$1" 2>/dev/null; then
+            echo "offered $1"
+        else
+            withdraw "$1" | sed 's/^taken/offered/'
+        fi
+    else
+        rm -f "$t"
+        echo "refused $1 write"
+    fi
+    shift 2
+done
+""".lstrip("\n")
+)
+"""``sh -c OFFER_SCRIPT sh DIR JOB NONCE STEP SIZE...``, the orders concatenated on stdin: one
+``offered|withdrawn|undecided STEP`` or ``refused STEP REASON`` line per step. Every write and
+size check comes before any rename, so a refusal means no order of that step exists."""
+
+_LINE = re.compile(r"(offered|refused|withdrawn|undecided|taken) ([0-9a-f]{24})(?: ([a-z]+))?")
+
+
+def _check_ids(directory: str, job: int, step_ids: Sequence[str]) -> None:
+    if not directory.startswith("/"):
+        raise ConfigurationError(f"the orders directory must be absolute, got {directory!r}")
+    if job < 1:
+        raise ConfigurationError(f"not a job number: {job}")
+    for step in step_ids:
+        if not ALLOCATION_ID.fullmatch(step):
+            raise ConfigurationError(f"not an allocation id: {step!r}")
+    if len(set(step_ids)) != len(step_ids):
+        raise ConfigurationError("a step is named twice")
+
+
+def withdraw_command(directory: str, job: int, step_ids: Sequence[str], nonce: str) -> list[str]:
+    _check_ids(directory, job, step_ids)
+    return ["/bin/sh", "-c", WITHDRAW_SCRIPT, "sh", directory, str(job), nonce, *step_ids]
+
+
+def offer_command(
+    directory: str, job: int, orders: Mapping[str, str], nonce: str
+) -> tuple[list[str], bytes]:
+    """The argv and stdin that offer ``orders`` (step id to rendered order text)."""
+    _check_ids(directory, job, list(orders))
+    words: list[str] = []
+    data = bytearray()
+    for step, text in orders.items():
+        encoded = text.encode("ascii")
+        if not encoded.endswith(b"\n"):
+            raise ConfigurationError(f"the order of step {step} does not end with a newline")
+        words += [step, str(len(encoded))]
+        data += encoded
+    return ["/bin/sh", "-c", OFFER_SCRIPT, "sh", directory, str(job), nonce, *words], bytes(data)
+
+
+def _answers(stdout: bytes, step_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """Each step's answer word; a step with no line, or more than one, gets none (undecided)."""
+    seen: dict[str, list[tuple[str, str | None]]] = {}
+    for line in stdout.decode("ascii", "replace").splitlines():
+        match = _LINE.fullmatch(line)
+        if match is not None:
+            word, step, reason = match.groups()
+            seen.setdefault(step, []).append((word, reason))
+    return {step: seen[step][0] for step in step_ids if step in seen and len(seen[step]) == 1}
+
+
+def read_withdrawals(stdout: bytes, step_ids: Sequence[str]) -> dict[str, Verdict]:
+    """Each step's verdict from a withdraw's output; anything cut short or odd is undecided."""
+    answers = _answers(stdout, step_ids)
+    verdicts = {"taken": Verdict.TAKEN, "withdrawn": Verdict.WITHDRAWN}
+    return {
+        step: verdicts.get(answers[step][0], Verdict.UNDECIDED)
+        if step in answers
+        else Verdict.UNDECIDED
+        for step in step_ids
+    }
+
+
+def read_offers(stdout: bytes, step_ids: Sequence[str]) -> dict[str, OfferAnswer]:
+    """Each step's outcome from an offer's output; a step without a clear line is undecided."""
+    answers = _answers(stdout, step_ids)
+    result = {}
+    for step in step_ids:
+        word, reason = answers.get(step, ("undecided", None))
+        if word == "refused" and reason is not None:
+            result[step] = OfferAnswer(Offer.REFUSED, reason)
+        elif word in ("offered", "withdrawn") and reason is None:
+            result[step] = OfferAnswer(Offer(word))
+        else:
+            result[step] = OfferAnswer(Offer.UNDECIDED)
+    return result
+
+
+def nonce() -> str:
+    """A name part no other writer uses, so ``set -C`` never meets an old file of ours."""
+    return secrets.token_hex(8)
+
+
+def withdraw(
+    transport: Transport, directory: str, job: int, step_ids: Sequence[str]
+) -> dict[str, Verdict]:
+    """Withdraw each step's order from lease job ``job``, and say who won each claim. Raises
+    :class:`~servatus.errors.Unavailable` when no answer came back."""
+    result = transport.run(withdraw_command(directory, job, step_ids, nonce()))
+    if result.returncode != 0 or result.truncated:
+        return dict.fromkeys(step_ids, Verdict.UNDECIDED)
+    return read_withdrawals(result.stdout, step_ids)
+
+
+def offer(
+    transport: Transport, directory: str, job: int, orders: Mapping[str, str]
+) -> dict[str, OfferAnswer]:
+    """Offer each order to lease job ``job``: written under a temporary name, size-checked, then
+    renamed into place. Raises :class:`~servatus.errors.Unavailable` when no answer came back."""
+    argv, data = offer_command(directory, job, orders, nonce())
+    result = transport.run(argv, stdin=data)
+    if result.returncode != 0 or result.truncated:
+        return dict.fromkeys(orders, OfferAnswer(Offer.UNDECIDED))
+    return read_offers(result.stdout, list(orders))
