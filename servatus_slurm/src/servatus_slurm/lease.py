@@ -38,6 +38,7 @@ from servatus_slurm.script import (
     _Words,
     directives,
     sh_quote,
+    slot_options,
 )
 
 ORDER_VERSION = "servatus.order/1"
@@ -270,15 +271,9 @@ exit 0
 def _slot_options(spec: LeaseSpec) -> str:
     """One slot, exactly: explicit ``--gres`` (a step without one takes every GPU of the job),
     never ``--overlap``."""
-    options = [
-        "--ntasks=1",
-        "--nodes=1",
-        "--exact",
-        f"--cpus-per-task={spec.cpus}",
-        f"--mem={spec.memory_mib}M",
-        f"--gres={spec.target.gpu_gres}:{spec.gpus}" if spec.gpus else "--gres=none",
-    ]
-    return " ".join(options)
+    return " ".join(
+        slot_options(spec.target, spec.cpus, spec.memory_mib, spec.gpus, gres_none=True)
+    )
 
 
 def render_lease(spec: LeaseSpec) -> str:

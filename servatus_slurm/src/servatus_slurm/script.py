@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from servatus.config import MAX_SIGNAL_BEFORE_END
+from servatus.config import MAX_SIGNAL_BEFORE_END, Target
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID, job_name
@@ -398,6 +398,26 @@ def _stdin_lines(data: bytes) -> list[str]:
     return ["{", *(f"    printf {printf_format(chunk)}" for chunk in chunks), "} |"]
 
 
+def slot_options(
+    target: Target, cpus: int, memory_mib: int, gpus: int, *, gres_none: bool = False
+) -> list[str]:
+    """An exact one-slot step's ``srun`` options, never ``--overlap``. A step without ``--gres``
+    takes every GPU of its job, so a CPU-only step of a job that may hold GPUs (a lease) says
+    ``gres_none``; in a plain allocation a CPU-only profile's job holds none."""
+    options = [
+        "--ntasks=1",
+        "--nodes=1",
+        "--exact",
+        f"--cpus-per-task={cpus}",
+        f"--mem={memory_mib}M",
+    ]
+    if gpus:
+        options.append(f"--gres={target.gpu_gres}:{gpus}")
+    elif gres_none:
+        options.append("--gres=none")
+    return options
+
+
 def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
     words = _Words()
     argv = step.command.argv
@@ -409,15 +429,7 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
     for name, value in step.command.exported:
         _check_name(name, "exported variable")
         assignments.append(f"{name}={words.word(value, f'variable {name}')}")
-    options = [
-        "--ntasks=1",
-        "--nodes=1",
-        "--exact",
-        f"--cpus-per-task={spec.cpus}",
-        f"--mem={spec.memory_mib}M",
-    ]
-    if spec.gpus:
-        options.append(f"--gres={spec.target.gpu_gres}:{spec.gpus}")
+    options = slot_options(spec.target, spec.cpus, spec.memory_mib, spec.gpus)
     options.append(f"--export={_export_names(spec, step)}")
     options.append(f"--chdir={words.word(work_root, 'work_root')}")
     command = " ".join(words.word(arg, f"argument {i}") for i, arg in enumerate(argv))
