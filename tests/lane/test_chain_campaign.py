@@ -14,8 +14,9 @@ from chainkit import chain_campaign, link_id, link_script, sbatch
 
 from servatus import Campaign, store
 from servatus.config import Profile, target_identity
-from servatus.errors import Unavailable
+from servatus.errors import ConfigurationError, Unavailable
 from servatus.status import Execution, RunTime, StopReason, TaskLink, TaskStatus
+from servatus.tasks import Task
 from servatus.testing import FakeScheduler
 from testkit import run
 
@@ -334,3 +335,23 @@ def test_every_protocol_row_on_every_link_through_the_fake(
         assert k0.link == TaskLink(position, 3, 0)
         retried = campaign.plan(profile, retry_failed=True).decision.selected
         assert retried == (() if row == "exit 0" else ("k0",))
+
+
+def test_logs_of_a_chained_task_reads_its_current_link(tmp_path: Path, profile: Profile) -> None:
+    """The spec: ``logs --task KEY`` reads the step log in the Task's current allocation. For a
+    chain that is a later link once handed on, known only from the markers, not link 1."""
+    from servatus_slurm.markers import step_log_name
+
+    fake = FakeScheduler()
+    campaign, [jobs] = chain_campaign(tmp_path / "s", fake, profile, [(("k0",), 3, [3])])
+    first, second, _ = jobs
+    fake.logs[step_log_name(link_id(1, 1), first, 0)] = b"link one\n"
+    fake.logs[step_log_name(link_id(1, 2), second, 0)] = b"link two\n"
+    fake.finish(first, 75)
+    fake.start(second)
+    assert campaign.logs(tasks=["k0"]).endswith(b"link two\n")
+    plain = Campaign.create(tmp_path / "p", [Task("p0", ["/bin/true"])], connect=fake)
+    asked = fake.count("squeue")
+    with pytest.raises(ConfigurationError, match="no accepted allocation"):
+        plain.logs(tasks=["p0"])
+    assert fake.count("squeue") == asked  # a plain Task's logs still consult nothing

@@ -749,9 +749,15 @@ class Campaign:
         elif allocations:
             wanted = [(a, None) for a in allocations]
         else:
-            current = {
-                t.key: t.allocation_id for t in self._report(self._state, offline=True).tasks
-            }
+            # A chain's current link is known only from its markers (ADR 0006): offline, every
+            # chain reads its link 1. A plain Task's current allocation needs no Slurm.
+            named = set(tasks)
+            chained = any(
+                item.chain is not None and named.intersection(item.task_keys)
+                for item in recorded.values()
+            )
+            report = self._report(self._state, offline=not chained)
+            current = {t.key: t.allocation_id for t in report.tasks}
             for key in tasks:
                 if current.get(key) is None:
                     raise ConfigurationError(f"Task {key} has no accepted allocation yet")
