@@ -33,6 +33,10 @@ LEASE = "feedfacefeedfacefeedface"
 JOB = 4242
 TICKS = os.sysconf("SC_CLK_TCK")
 
+WAITS_ON_POLLS = pytest.mark.slow
+"""Cases that wait out the lease's 5 s polls and step timers in wall-clock time (3 to 10 s each,
+under both shells): run once, in the trials, not under every Python."""
+
 
 def step_id(n: int) -> str:
     return f"{n:024x}"
@@ -247,6 +251,7 @@ def test_an_order_written_before_the_lease_starts_runs_once_it_starts(
     assert not lease.marker(identity, "stop").exists()  # it had ended
 
 
+@WAITS_ON_POLLS
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_an_order_written_later_runs_within_one_poll(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
@@ -263,6 +268,7 @@ def test_an_order_written_later_runs_within_one_poll(
     lease.finish()
 
 
+@WAITS_ON_POLLS
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_two_slots_three_orders_the_third_waits_for_a_free_slot(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
@@ -327,6 +333,7 @@ def test_an_unusable_order_is_withdrawn_by_the_lease(
     assert "not whole or not for this lease's slot" in lease.finish()
 
 
+@WAITS_ON_POLLS
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_a_stop_order_stops_a_running_step_usr1_then_term(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
@@ -357,6 +364,7 @@ def test_a_stop_order_stops_a_running_step_usr1_then_term(
     lease.finish()
 
 
+@WAITS_ON_POLLS
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_a_stop_order_ends_a_waiting_step_without_starting_it(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
@@ -380,6 +388,7 @@ def test_a_stop_order_ends_a_waiting_step_without_starting_it(
     assert not (fake_cluster.out / "waiting.json").exists()
 
 
+@WAITS_ON_POLLS
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_the_pre_limit_signal_stops_taking_orders_and_relays(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
@@ -402,6 +411,7 @@ def test_the_pre_limit_signal_stops_taking_orders_and_relays(
     assert not (fake_cluster.out / "late.json").exists()
 
 
+@WAITS_ON_POLLS
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_an_idle_lease_costs_almost_no_cpu(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
@@ -435,6 +445,7 @@ def test_a_lease_without_its_own_orders_directory_runs_nothing(
     assert not lease.marker(LEASE, "start").exists()
 
 
+@WAITS_ON_POLLS
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_the_pre_limit_relay_ends_a_taken_step_still_waiting_without_starting_it(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
