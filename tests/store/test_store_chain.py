@@ -70,7 +70,6 @@ def test_a_single_intent_record_round_trips_its_link() -> None:
         [1, 2, FIRST, [1], 0],  # link 1 has none
         [3, 2, FIRST, [1], 0],  # position beyond the count
         [1, 33, "", [1], 0],  # beyond MAX_LINKS
-        [1, 2, "", [], 0],  # no slots
         [1, 2, "", [3], 0],  # a Task with more links than its chain
         [1, 2, "", [0], 0],
         [1, 2, "", [1], -1],
@@ -90,6 +89,13 @@ def test_a_malformed_link_is_refused(chain: Any) -> None:
     record["chain"] = chain
     with pytest.raises(TypeError):
         store.decode(json.dumps(record).encode())
+
+
+def test_a_chain_of_tasks_gives_every_slot_its_links() -> None:
+    records = chained_state_records()
+    bad = attrs.evolve(records[-1], chain=store.ChainLink(2, 2, FIRST, (), 600))
+    with pytest.raises(store.Rejected, match="different number of links"):
+        store.fold([*records[:-1], bad])
 
 
 def settled_chain() -> store.CampaignState:

@@ -98,7 +98,7 @@ def test_the_writer_takes_it_over(old_campaign: Path) -> None:
 class LaterIntent(store.Intent):
     """:class:`store.Intent` as a later release may define it: one more field, with a default."""
 
-    lease: int = 0
+    priority: int = 0
 
 
 @attrs.frozen
@@ -117,7 +117,7 @@ def later(monkeypatch: pytest.MonkeyPatch) -> cattrs.Converter:
     """The journal's converter as a later release with those fields would build it."""
     monkeypatch.setitem(store._TAGS, LaterIntent, "intent")
     monkeypatch.setitem(
-        store._COLUMNS, LaterIntent, {**store._COLUMNS[store.Intent], "lease": "seconds"}
+        store._COLUMNS, LaterIntent, {**store._COLUMNS[store.Intent], "priority": "seconds"}
     )
     return store._converter(store._structure_roster)
 
@@ -132,13 +132,15 @@ def test_a_field_with_a_default_needs_no_new_journal_version(
     state = later.structure(document, LaterSnapshot).state
     assert state.settled == ()
     assert [attrs.astuple(i)[:-1] for i in state.intents] == list(map(attrs.astuple, old.intents))
-    assert {i.lease for i in state.intents} == {0}
+    assert {i.priority for i in state.intents} == {0}
     assert (state.receipts, state.resolutions, state.tasks) == (
         old.receipts,
         old.resolutions,
         old.tasks,
     )
-    newer = attrs.evolve(state, intents=(attrs.evolve(state.intents[0], lease=7),), settled=("a",))
+    newer = attrs.evolve(
+        state, intents=(attrs.evolve(state.intents[0], priority=7),), settled=("a",)
+    )
     assert later.structure(later.unstructure(LaterSnapshot(newer)), LaterSnapshot).state == newer
 
 

@@ -535,6 +535,7 @@ class Plan:
     created_at: float
     warnings: tuple[str, ...] = ()
     hold: LeaseHold | None = None
+    within: str | None = None
 
     @property
     def totals(self) -> Totals:
@@ -549,7 +550,9 @@ class Plan:
 
     def same_as(self, other: Plan) -> bool:
         """Whether ``other`` plans exactly the same work (creation time and warnings aside)."""
-        fields = ("campaign_id", "revision", "profile", "request", "probe", "decision", "hold")
+        fields = (
+            "campaign_id", "revision", "profile", "request", "probe", "decision", "hold", "within"
+        )  # fmt: skip
         same = all(getattr(self, name) == getattr(other, name) for name in fields)
         return same and self.allocations == other.allocations
 
@@ -635,20 +638,35 @@ def _plan_converter() -> cattrs.Converter:
     converter.register_unstructure_hook(
         Plan,
         make_dict_unstructure_fn(
-            Plan, converter, warnings=override(omit=True), hold=override(omit_if_default=True)
+            Plan,
+            converter,
+            warnings=override(omit=True),
+            hold=override(omit_if_default=True),
+            within=override(omit_if_default=True),
         ),
     )
     return converter
 
 
+_LEASE_FIELDS = ("hold", "within")
+"""What a lease's plan (``hold``) or a plan of steps in a lease (``within``) holds beyond a plan
+of Tasks; a document holds at most one of them."""
+
+
 def _structure_plan(converter: cattrs.Converter) -> Any:
-    """A plan of Tasks without ``hold`` (so every plan saved before leases reads, and saves
-    back, as it was), a lease's plan with it."""
-    tasks = _every_field_required(Plan, converter, "warnings", "hold")
-    lease = _every_field_required(Plan, converter, "warnings")
+    """A plan of Tasks without ``hold`` or ``within`` (so every plan saved before leases reads,
+    and saves back, as it was), a lease's plan with ``hold``, a plan of steps with ``within``."""
+    shapes = {
+        name: _every_field_required(Plan, converter, "warnings", *set(_LEASE_FIELDS) - {name})
+        for name in _LEASE_FIELDS
+    }
+    tasks = _every_field_required(Plan, converter, "warnings", *_LEASE_FIELDS)
 
     def structure(value: Any, _: Any) -> Plan:
-        plan: Plan = (lease if type(value) is dict and "hold" in value else tasks)(value, Plan)
+        named = [name for name in _LEASE_FIELDS if type(value) is dict and name in value]
+        if len(named) > 1:
+            raise _Unusable("a plan holds a lease or steps in one, not both")
+        plan: Plan = (shapes[named[0]] if named else tasks)(value, Plan)
         return plan
 
     return structure

@@ -164,6 +164,20 @@ class ChainLink(NamedTuple):
     budget: int
 
 
+class LeaseTerms(NamedTuple):
+    """What a lease link holds (ADR 0009): ``slots`` copies of one slot of profile ``profile``'s
+    per-Task resources. Recorded with the lease's intent, so ``plan --lease`` needs no profile:
+    each step gets exactly this slot, and ``signal_before_end`` (seconds) is how long a stopped
+    step gets between ``SIGUSR1`` and ``SIGTERM``."""
+
+    profile: str
+    slots: int
+    cpus: int
+    memory_mib: int
+    gpus: int
+    signal_before_end: int
+
+
 @record("intent")
 @attrs.frozen
 class Intent:
@@ -172,6 +186,11 @@ class Intent:
     ``target`` is the key of a :class:`TargetSeen` recorded before: the Target it goes to, so
     evidence is read from the original target. ``time_limit`` (seconds) bounds the run time of a
     LOST run. ``chain`` places a chain link in its chain; None for a plain allocation.
+
+    A lease link (``lease`` set) holds no Tasks; a lease's links form a chain whose
+    ``task_links`` are empty. A step (``within`` set, the lease link's allocation id) holds one
+    Task, goes to its lease's target with its lease's time limit, and is accepted with its
+    lease's job.
     """
 
     allocation_id: str
@@ -181,6 +200,8 @@ class Intent:
     target: str
     time_limit: int = 0
     chain: ChainLink | None = None
+    lease: LeaseTerms | None = None
+    within: str | None = None
 
 
 @record("receipt")
@@ -502,9 +523,31 @@ def _intent(into: Fold, change: Intent) -> None:
     if change.target not in into.targets:
         raise Rejected(f"intent {change.allocation_id} names an unrecorded target {change.target}")
     unknown = [key for key in change.task_keys if key not in into.keys]
-    if unknown or not change.task_keys:
+    if unknown or not (change.task_keys or change.lease):
         raise Rejected(f"intent {change.allocation_id} names unknown Tasks: {unknown}")
+    problem = _shape_problem(into, change)
+    if problem is not None:
+        raise Rejected(f"intent {change.allocation_id} {problem}")
     into.intents[change.allocation_id] = change
+
+
+def _shape_problem(into: Fold, change: Intent) -> str | None:
+    """Why a lease link, a step or a chain link's intent does not hold together, or None."""
+    chain, lease, within = change.chain, change.lease, change.within
+    if lease is not None and (change.task_keys or within is not None):
+        return "is a lease link, which holds no Tasks"
+    if chain is not None and len(chain.task_links) != len(change.task_keys):
+        return "gives its chain's slots a different number of links"
+    if within is None:
+        return None
+    held = into.intents.get(within)
+    if held is None or held.lease is None:
+        return f"is a step within {within}, which is no recorded lease link"
+    if len(change.task_keys) != 1 or chain is not None:
+        return "is a step, which holds one Task and is no chain link"
+    if change.target != held.target or change.time_limit != held.time_limit:
+        return "is a step, which goes where its lease went"
+    return None
 
 
 @folds(Receipt)
@@ -676,6 +719,8 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "time or none": frozenset({int, float, _NONE}),
     "ends": frozenset({list}),
     "chain or none": frozenset({list, _NONE}),
+    "lease or none": frozenset({list, _NONE}),
+    "allocation or none": frozenset({str, _NONE}),
     "slots": frozenset({list}),
 }
 _COLUMNS: dict[type[Any], dict[str, str]] = {
@@ -687,6 +732,8 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
         "target": "text",
         "time_limit": "seconds",
         "chain": "chain or none",
+        "lease": "lease or none",
+        "within": "allocation or none",
     },
     Receipt: {"allocation_id": "allocation", "job": "job"},
     Resolved: {"allocation_id": "allocation", "job": "job or none"},
@@ -715,6 +762,8 @@ def _in_range(column: str, values: list[Any]) -> bool:
         return True
     if column == "allocation":
         return every_match(ALLOCATION_ID, values)
+    if column == "allocation or none":
+        return every_match(ALLOCATION_ID, [value for value in values if value is not None])
     if column == "time":
         return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < _LATEST
     if column == "time or none":
@@ -745,6 +794,10 @@ def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[st
                     None if link is None else [*link[:3], list(link[3]), link[4]]
                     for link in document[name]
                 ]
+            elif column == "lease or none" and name in document:
+                document[name] = [
+                    None if terms is None else list(terms) for terms in document[name]
+                ]
             elif column == "ends":
                 document[name] = [
                     [None if end is None else [end.exit_code, end.at] for end in ends]
@@ -774,6 +827,8 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
         return _slot_ends(name, values)
     if column == "chain or none":
         return [None if value is None else _chain_link(name, value) for value in values]
+    if column == "lease or none":
+        return [None if value is None else _lease_terms(name, value) for value in values]
     if column == "slots":
         return [_slots(name, value) for value in values]
     if column == "keys":
@@ -802,12 +857,23 @@ def _chain_link(name: str, value: list[Any]) -> ChainLink:
     if (
         not shaped
         or (after and not ALLOCATION_ID.fullmatch(after))
-        or not task_links
         or not all(1 <= links <= of for links in task_links)
         or not 0 <= budget < _LATEST
     ):
         raise _ColumnProblem(f"a value out of range in {name}")
     return ChainLink(position, of, after, tuple(task_links), budget)
+
+
+def _lease_terms(name: str, value: list[Any]) -> LeaseTerms:
+    """``[profile, slots, cpus, memory MiB, gpus, signal_before_end]``, checked as a column."""
+    if len(value) != 6 or type(value[0]) is not str:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    if not set(map(type, value[1:])) <= {int}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    profile, slots, cpus, memory_mib, gpus, signal = value
+    if not profile or min(slots, cpus, memory_mib, signal) < 1 or gpus < 0:
+        raise _ColumnProblem(f"a value out of range in {name}")
+    return LeaseTerms(profile, slots, cpus, memory_mib, gpus, signal)
 
 
 def _slots(name: str, value: list[Any]) -> tuple[int, ...]:

@@ -1,0 +1,99 @@
+"""A lease link and the steps within it, as intents record them (ADR 0009): a lease link holds
+no Tasks and records the slot it holds; a step holds one Task and names its lease link."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+
+from servatus import store
+from servatus.tasks import Task
+
+LOCAL = "0088816cc32dee54"
+LEASE, NEXT = "1e1e1e1e1e1e1e1e1e1e1e1e", "2e2e2e2e2e2e2e2e2e2e2e2e"
+STEP = "5e5e5e5e5e5e5e5e5e5e5e5e"
+TERMS = store.LeaseTerms("l40s", 2, 104, 196608, 1, 600)
+
+
+def lease_records() -> list[object]:
+    return [
+        store.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
+        store.TargetSeen(LOCAL, '{"host":null}'),
+        store.Intent(LEASE, (), "d", 2.0, LOCAL, 3600, store.ChainLink(1, 2, "", (), 0), TERMS),
+        store.Intent(NEXT, (), "d", 2.0, LOCAL, 3600, store.ChainLink(2, 2, LEASE, (), 0), TERMS),
+        store.Receipt(LEASE, 41234),
+        store.Intent(STEP, ("a",), "e", 3.0, LOCAL, 3600, within=LEASE),
+        store.Receipt(STEP, 41234),
+    ]
+
+
+def test_a_lease_and_its_step_round_trip_in_records_and_in_a_snapshot() -> None:
+    state = store.fold(lease_records())
+    for intent in state.intents:
+        assert store.decode(store.encode(intent)) == intent
+    document = json.loads(store.encode(store.Snapshot(state)))
+    columns = document["state"]["intents"]
+    assert columns["lease"] == [list(TERMS), list(TERMS), None]
+    assert columns["within"] == [None, None, LEASE]
+    back = store.decode(json.dumps(document).encode())
+    assert isinstance(back, store.Snapshot)
+    assert back.state.intents == state.intents
+
+
+def test_a_campaign_without_leases_writes_neither_column() -> None:
+    records = lease_records()
+    plain = store.fold([*records[:2], store.Intent("a" * 24, ("a",), "d", 2.0, LOCAL, 60)])
+    columns = json.loads(store.encode(store.Snapshot(plain)))["state"]["intents"]
+    assert "lease" not in columns
+    assert "within" not in columns
+
+
+@pytest.mark.parametrize(
+    ("index", "change", "words"),
+    [
+        (2, {"task_keys": ("a",)}, "holds no Tasks"),
+        (2, {"lease": None}, "unknown Tasks"),
+        (5, {"within": NEXT[::-1]}, "no recorded lease link"),
+        (5, {"task_keys": ("a", "b")}, "holds one Task"),
+        (5, {"chain": store.ChainLink(1, 1, "", (1,), 0)}, "holds one Task"),
+        (5, {"time_limit": 60}, "goes where its lease went"),
+    ],
+)
+def test_a_lease_or_step_that_does_not_hold_together_is_rejected(
+    index: int, change: dict[str, Any], words: str
+) -> None:
+    records = lease_records()
+    records[index] = attrs.evolve(records[index], **change)  # type: ignore[misc]
+    with pytest.raises(store.Rejected, match=words):
+        store.fold(records[: index + 1])
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [
+        ["l40s", 2, 104, 196608, 1],  # short
+        ["", 2, 104, 196608, 1, 600],  # no profile name
+        ["l40s", 0, 104, 196608, 1, 600],  # no slots
+        ["l40s", 2, 104, 196608, -1, 600],
+        ["l40s", 2, 104, 196608, 1, 0],  # a lease needs signal_before_end
+        ["l40s", 2.0, 104, 196608, 1, 600],
+        [2, 2, 104, 196608, 1, 600],
+        "l40s",
+    ],
+)
+def test_malformed_lease_terms_are_refused(terms: Any) -> None:
+    record = json.loads(store.encode(lease_records()[2]))
+    record["lease"] = terms
+    with pytest.raises(TypeError):
+        store.decode(json.dumps(record).encode())
+
+
+def test_a_malformed_within_is_refused() -> None:
+    record = json.loads(store.encode(lease_records()[5]))
+    for within in ("not-an-id", 7, ["x"]):
+        record["within"] = within
+        with pytest.raises(TypeError):
+            store.decode(json.dumps(record).encode())
