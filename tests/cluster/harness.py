@@ -769,7 +769,9 @@ def zombie(pid: int) -> bool:
         return True
 
 
-def start_daemon(root: Path, daemon: str) -> None:
+def start_daemon(root: Path, daemon: str, *, keep_state: bool = False) -> None:
+    """Start one daemon of the cluster; slurmctld starts clean (``-c``) unless ``keep_state``,
+    which reloads its jobs from StateSaveLocation as a restarted controller at a site does."""
     if pid_of(root, daemon) is not None:
         return
     state = live_state(root)
@@ -783,7 +785,7 @@ def start_daemon(root: Path, daemon: str) -> None:
         os.chown(run_dir / "munge", uid, gid)
         argv = [*enter, *as_user(uid, gid), "/usr/sbin/munged"]
     elif daemon == "slurmctld":
-        argv = [*enter, "/usr/sbin/slurmctld", "-c"]
+        argv = [*enter, "/usr/sbin/slurmctld", *(() if keep_state else ("-c",))]
     elif daemon == "slurmd":
         argv = [*enter, "/usr/sbin/slurmd"]
     else:
@@ -1223,6 +1225,20 @@ def start_sshd() -> None:
     if state is None:
         raise HarnessError("the cluster is not up")
     start_daemon(Path(state.root), "sshd")
+
+
+def bounce(daemon: str, down_for: float) -> None:
+    """Stop slurmctld or slurmd, leave it down ``down_for`` seconds, and start it again with the
+    jobs it knew: a controller or node restart at a site, not the clean start of ``up``."""
+    if daemon not in ("slurmctld", "slurmd"):
+        raise HarnessError(f"only slurmctld and slurmd are bounced, not {daemon}")
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    root = Path(state.root)
+    stop_daemon(root, daemon)
+    time.sleep(down_for)
+    start_daemon(root, daemon, keep_state=True)
 
 
 # ---------------------------------------------------------------- command line

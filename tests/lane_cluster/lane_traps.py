@@ -33,6 +33,24 @@ else
 fi
 """
 
+
+def kill_cases(real: str, refused: int) -> str:
+    """The ``case`` arms that SIGKILL the caller around one call of ``real``: ``before`` it
+    (exiting ``refused``, as the command would when it never ran), or ``after`` it answered,
+    keeping the answer in ``answer``."""
+    return f"""\
+before)
+    kill -KILL "$PPID"
+    exit {refused} ;;
+after)
+    answer=$({real} "$@")
+    code=$?
+    printf '%s\\n' "$answer" >"$here/answer"
+    kill -KILL "$PPID"
+    exit "$code" ;;
+"""
+
+
 SSH_WRAPPER = f"""\
 #!/bin/sh
 here=$(dirname "$0")
@@ -47,16 +65,7 @@ case " $wanted " in
 *) mode=pass ;;
 esac
 case $mode in
-before)
-    kill -KILL "$PPID"
-    exit 255 ;;
-after)
-    answer=$({SSH} "$@")
-    code=$?
-    printf '%s\\n' "$answer" >"$here/answer"
-    kill -KILL "$PPID"
-    exit "$code" ;;
-hold-*)
+{kill_cases(SSH, 255)}hold-*)
     : >"$here/held"
     while [ ! -e "$here/go" ]; do sleep 0.1; done
     exec {SSH} "$@" ;;
@@ -72,16 +81,7 @@ case " $* " in
 *) exec /usr/bin/sbatch "$@" ;;
 esac
 {_CHOOSE}case $mode in
-before)
-    kill -KILL "$PPID"
-    exit 1 ;;
-after)
-    answer=$(/usr/bin/sbatch "$@")
-    code=$?
-    printf '%s\\n' "$answer" >"$here/answer"
-    kill -KILL "$PPID"
-    exit "$code" ;;
-esac
+{kill_cases("/usr/bin/sbatch", 1)}esac
 exec /usr/bin/sbatch "$@"
 """
 

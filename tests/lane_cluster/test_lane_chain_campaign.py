@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import pytest
 from lane_helpers import HERE, INNER_PYTHON, Lane, make_lane, wait_until
-from lane_traps import Trap, wrap_sbatch
+from lane_traps import Trap, kill_cases, wrap_sbatch
 
 from cluster.fixture import SlurmCluster
 
@@ -53,7 +53,7 @@ PACKED = {"p0": "exit0", "p1": "exit75,exit0"}
 
 # The SIGKILL at the second ``sbatch --parsable``: link 1 submitted and recorded, then killed
 # at link 2's sbatch ("before") or after it answered ("after"); each arm is consumed by one call.
-COUNTING_SBATCH = """\
+COUNTING_SBATCH = f"""\
 #!/bin/sh
 here=$(dirname "$0")
 case " $* " in
@@ -66,16 +66,7 @@ if [ -e "$here/mode" ]; then
         mode=$(cat "$here/mode")
         rm -f "$here/mode" "$here/calls"
         case $mode in
-        before)
-            kill -KILL "$PPID"
-            exit 1 ;;
-        after)
-            answer=$(/usr/bin/sbatch "$@")
-            code=$?
-            printf '%s\\n' "$answer" >"$here/answer"
-            kill -KILL "$PPID"
-            exit "$code" ;;
-        esac
+{kill_cases("/usr/bin/sbatch", 1)}        esac
     fi
 fi
 exec /usr/bin/sbatch "$@"
