@@ -13,7 +13,8 @@ from __future__ import annotations
 import enum
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -21,11 +22,30 @@ from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID
 from servatus.transport import Transport
 
+if TYPE_CHECKING:
+    from servatus.config import Target
+    from servatus.store import Intent
+
 
 def orders_directory(lease_id: str) -> str:
     """The orders directory's name under ``log_root``: beside the markers, which the marker
     listing (``-type f``) never descends into."""
     return f"servatus-{lease_id}.orders"
+
+
+def orders_path(target: Target, lease_id: str) -> str:
+    """The lease link's orders directory on its Target's filesystem."""
+    return f"{target.log_root.rstrip('/')}/{orders_directory(lease_id)}"
+
+
+def steps_within(intents: Iterable[Intent]) -> dict[str, str]:
+    """Each step's lease link, by the step's id, in recording order."""
+    return {i.allocation_id: i.within for i in intents if i.within is not None}
+
+
+def lease_links(intents: Iterable[Intent]) -> frozenset[str]:
+    """The allocation ids of the campaign's lease links."""
+    return frozenset(i.allocation_id for i in intents if i.lease is not None)
 
 
 def claim_name(step_id: str, job: int | str) -> str:
