@@ -30,7 +30,16 @@ from servatus.errors import (
     Unavailable,
 )
 from servatus.evidence import Evidence, MarkerQuery
-from servatus.lease import Verdict, lease_links, orders_path, steps_within, stop, withdraw
+from servatus.lease import (
+    Verdict,
+    Withdrawal,
+    lease_links,
+    orders_path,
+    steps_within,
+    stop,
+    withdraw,
+    withdraw_orders,
+)
 from servatus.plan import (
     LeaseHold,
     Plan,
@@ -40,7 +49,7 @@ from servatus.plan import (
     plan_to_document,
 )
 from servatus.plugins import Hooks, hooks
-from servatus.reconcile import Resolution, resolve
+from servatus.reconcile import Resolution, resolve, resolve_step
 from servatus.settlement import listed, queries, settle
 from servatus.status import (
     Execution,
@@ -662,10 +671,31 @@ class Campaign:
                 return ()
             now = time.time()
             evidence = self._gather(pending, queries(state, recorded))
-            decisions = resolve(pending, evidence, now=now)
+            within = steps_within(state.intents)
+            decisions = resolve(
+                [s for s in pending if s.allocation_id not in within], evidence, now=now
+            )
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
+                if progress is not None:
+                    progress(decision)
+            # A lease link just decided gives its steps their job in the same run.
+            jobs = {s.allocation_id: s.job for s in recorded if s.job is not None}
+            jobs.update((d.allocation_id, d.job) for d in decisions if d.job is not None)
+            never = {s.allocation_id for s in recorded if s.outcome is Outcome.NOT_SUBMITTED}
+            never.update(d.allocation_id for d in decisions if d.outcome == "not_submitted")
+            for decision in self._resolve_steps(
+                [s for s in pending if s.allocation_id in within],
+                within,
+                jobs,
+                never,
+                evidence,
+                now=now,
+            ):
+                if decision.outcome != "waiting":
+                    writer.add(store.Resolved(decision.allocation_id, decision.job))
+                decisions.append(decision)
                 if progress is not None:
                     progress(decision)
             # The same listings settle what they show final, the allocations just decided
@@ -678,6 +708,52 @@ class Campaign:
                 writer.settle(store.Settled(found, listed(evidence)))
         self.refresh()
         return tuple(decisions)
+
+    def _resolve_steps(
+        self,
+        steps: Sequence[Submission],
+        within: Mapping[str, str],
+        jobs: Mapping[str, int],
+        never: Collection[str],
+        evidence: Mapping[str, Evidence],
+        *,
+        now: float,
+    ) -> list[Resolution]:
+        """Withdraw each unresolved step by its claim, one command per lease link, and decide it
+        by the verdict (:func:`~servatus.reconcile.resolve_step`). A step of a lease link
+        recorded as never submitted was never offered; one of a link still unresolved waits."""
+        grouped: dict[str, list[Submission]] = {}
+        for step in steps:
+            grouped.setdefault(within[step.allocation_id], []).append(step)
+        decisions: list[Resolution] = []
+        connect = self._connector()
+        for lease_id, group in grouped.items():
+            job = jobs.get(lease_id)
+            if job is None:
+                outcome = "not_submitted" if lease_id in never else "waiting"
+                retry = None if lease_id in never else now
+                decisions += [Resolution(s.allocation_id, outcome, retry_at=retry) for s in group]
+                continue
+            target = target_from_identity(group[0].target)
+            withdrawal: Withdrawal | None
+            try:
+                transport = connect(target)
+                try:
+                    withdrawal = withdraw_orders(
+                        transport,
+                        orders_path(target, lease_id),
+                        job,
+                        [s.allocation_id for s in group],
+                    )
+                finally:
+                    transport.close()
+            except Unavailable:
+                withdrawal = None
+            item = evidence.get(group[0].target)
+            decisions += [
+                resolve_step(step, lease_id, job, withdrawal, item, now=now) for step in group
+            ]
+        return decisions
 
     def cancel(
         self,
