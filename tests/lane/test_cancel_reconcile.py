@@ -82,7 +82,11 @@ def test_cli_cancel_prints_and_calls_newest_first(
         argv += ["--task", key]
     capsys.readouterr()
     assert main(argv, connect=fake) == 0
-    assert json.loads(capsys.readouterr().out) == {"cancelled": oldest_first[::-1]}
+    assert json.loads(capsys.readouterr().out) == {
+        "cancelled": oldest_first[::-1],
+        "withdrawn": [],
+        "stopping": [],
+    }
     assert cancelled_names(fake) == [f"servatus-{a}" for a in oldest_first[::-1]]
 
 

@@ -17,7 +17,7 @@ import attrs
 from cattrs.preconf.json import make_converter
 
 from servatus import store
-from servatus.cancel import cancellable, check_names, scancel
+from servatus.cancel import LeaseStep, check_names, plan_cancel, scancel
 from servatus.config import Profile, Target, target_from_identity, target_identity
 from servatus.continuation import Continuation
 from servatus.errors import (
@@ -30,6 +30,16 @@ from servatus.errors import (
     Unavailable,
 )
 from servatus.evidence import Evidence, MarkerQuery
+from servatus.lease import (
+    Verdict,
+    Withdrawal,
+    lease_links,
+    orders_path,
+    steps_within,
+    stop,
+    withdraw,
+    withdraw_orders,
+)
 from servatus.plan import (
     LeaseHold,
     Plan,
@@ -39,7 +49,7 @@ from servatus.plan import (
     plan_to_document,
 )
 from servatus.plugins import Hooks, hooks
-from servatus.reconcile import Resolution, resolve
+from servatus.reconcile import Resolution, resolve, resolve_step
 from servatus.settlement import listed, queries, settle
 from servatus.status import (
     Execution,
@@ -95,9 +105,12 @@ class ShapeCheck:
 
 @attrs.frozen
 class Cancelled:
-    """The allocations ``cancel`` asked Slurm to cancel, newest first."""
+    """What ``cancel`` did: the allocations it asked Slurm to cancel, newest first; the lease
+    steps whose orders it withdrew (they never start); the steps it asked their lease to stop."""
 
     allocations: tuple[str, ...]
+    withdrawn: tuple[str, ...] = ()
+    stopping: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -658,10 +671,31 @@ class Campaign:
                 return ()
             now = time.time()
             evidence = self._gather(pending, queries(state, recorded))
-            decisions = resolve(pending, evidence, now=now)
+            within = steps_within(state.intents)
+            decisions = resolve(
+                [s for s in pending if s.allocation_id not in within], evidence, now=now
+            )
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
+                if progress is not None:
+                    progress(decision)
+            # A lease link just decided gives its steps their job in the same run.
+            jobs = {s.allocation_id: s.job for s in recorded if s.job is not None}
+            jobs.update((d.allocation_id, d.job) for d in decisions if d.job is not None)
+            never = {s.allocation_id for s in recorded if s.outcome is Outcome.NOT_SUBMITTED}
+            never.update(d.allocation_id for d in decisions if d.outcome == "not_submitted")
+            for decision in self._resolve_steps(
+                [s for s in pending if s.allocation_id in within],
+                within,
+                jobs,
+                never,
+                evidence,
+                now=now,
+            ):
+                if decision.outcome != "waiting":
+                    writer.add(store.Resolved(decision.allocation_id, decision.job))
+                decisions.append(decision)
                 if progress is not None:
                     progress(decision)
             # The same listings settle what they show final, the allocations just decided
@@ -675,32 +709,128 @@ class Campaign:
         self.refresh()
         return tuple(decisions)
 
+    def _resolve_steps(
+        self,
+        steps: Sequence[Submission],
+        within: Mapping[str, str],
+        jobs: Mapping[str, int],
+        never: Collection[str],
+        evidence: Mapping[str, Evidence],
+        *,
+        now: float,
+    ) -> list[Resolution]:
+        """Withdraw each unresolved step by its claim, one command per lease link, and decide it
+        by the verdict (:func:`~servatus.reconcile.resolve_step`). A step of a lease link
+        recorded as never submitted was never offered; one of a link still unresolved waits."""
+        grouped: dict[str, list[Submission]] = {}
+        for step in steps:
+            grouped.setdefault(within[step.allocation_id], []).append(step)
+        decisions: list[Resolution] = []
+        connect = self._connector()
+        for lease_id, group in grouped.items():
+            job = jobs.get(lease_id)
+            if job is None:
+                outcome = "not_submitted" if lease_id in never else "waiting"
+                retry = None if lease_id in never else now
+                decisions += [Resolution(s.allocation_id, outcome, retry_at=retry) for s in group]
+                continue
+            target = target_from_identity(group[0].target)
+            withdrawal: Withdrawal | None
+            try:
+                transport = connect(target)
+                try:
+                    withdrawal = withdraw_orders(
+                        transport,
+                        orders_path(target, lease_id),
+                        job,
+                        [s.allocation_id for s in group],
+                    )
+                finally:
+                    transport.close()
+            except Unavailable:
+                withdrawal = None
+            item = evidence.get(group[0].target)
+            decisions += [
+                resolve_step(step, lease_id, job, withdrawal, item, now=now) for step in group
+            ]
+        return decisions
+
     def cancel(
         self,
         *,
         tasks: Iterable[str] = (),
         allocations: Iterable[str] = (),
         progress: Callable[[str], None] | None = None,
+        steps: Callable[[str, str], None] | None = None,
     ) -> Cancelled:
-        """``scancel`` every matching allocation Slurm lists as queued or running, newest first.
+        """``scancel`` every matching allocation Slurm lists as queued or running, newest first;
+        a step in a lease is withdrawn by its claim instead, or, if the lease took it, asked to
+        stop (the lease stays). A lease link first has its untaken orders withdrawn.
 
-        Every allocation is tried; ``progress`` gets each one cancelled, as it is. If any
-        ``scancel`` fails, :class:`Unavailable` names what was and was not cancelled.
+        Everything is tried; ``progress`` gets each allocation cancelled, and ``steps`` each
+        step withdrawn or stopping (``"withdrawn"`` or ``"stopping"``, then its id), as it is.
+        If a ``scancel`` fails or a step's claim cannot be read, :class:`Unavailable` names what
+        was and was not done.
         """
         self.refresh()
         tasks, allocations = tuple(tasks), tuple(allocations)
         if not tasks and not allocations:
             raise ConfigurationError("name at least one --task or --allocation to cancel")
-        recorded = submissions(self._state)
-        keys = self._state.tasks.by_key()
-        check_names(recorded, keys, tasks=tasks, allocations=allocations)
-        report, change, evidence = self._observe(self._state, offline=False)
+        state = self._state
+        recorded = submissions(state)
+        check_names(recorded, state.tasks.by_key(), tasks=tasks, allocations=allocations)
+        report, change, evidence = self._observe(state, offline=False)
         self._record(change)
-        chosen = cancellable(report, recorded, evidence, tasks=tasks, allocations=allocations)
+        chosen = plan_cancel(
+            report,
+            recorded,
+            evidence,
+            tasks=tasks,
+            allocations=allocations,
+            within=steps_within(state.intents),
+            leases=lease_links(state.intents),
+        )
         done: list[str] = []
+        withdrawn: list[str] = []
+        stopping: list[str] = []
         failed: list[str] = []
         connect = self._connector()
-        for submission in chosen:
+
+        def stepped(word: str, step: LeaseStep, into: list[str]) -> None:
+            into.append(step.step_id)
+            if steps is not None:
+                steps(word, step.step_id)
+
+        for (identity, lease_id, job), group in _by_lease((*chosen.stop, *chosen.withdraw)).items():
+            target = target_from_identity(identity)
+            directory = orders_path(target, lease_id)
+            to_stop = {step.step_id for step in chosen.stop}
+            try:
+                transport = connect(target)
+                try:
+                    verdicts = withdraw(transport, directory, job, [s.step_id for s in group])
+                    taken = [
+                        s
+                        for s in group
+                        if verdicts[s.step_id] is Verdict.TAKEN and s.step_id in to_stop
+                    ]
+                    requested = stop(transport, directory, [s.step_id for s in taken])
+                finally:
+                    transport.close()
+            except Unavailable as exc:
+                failed.extend(f"step {s.step_id} ({exc})" for s in group)
+                continue
+            for step in group:
+                verdict = verdicts[step.step_id]
+                if verdict is Verdict.WITHDRAWN:
+                    stepped("withdrawn", step, withdrawn)
+                elif verdict is Verdict.UNDECIDED:
+                    failed.append(f"step {step.step_id} (its claim could not be read)")
+                elif requested.get(step.step_id):
+                    stepped("stopping", step, stopping)
+                elif step.step_id in requested:
+                    failed.append(f"step {step.step_id} (its stop request was not written)")
+        for submission in chosen.scancel:
             target = target_from_identity(submission.target)
             try:
                 transport = connect(target)
@@ -715,10 +845,15 @@ class Campaign:
                 if progress is not None:
                     progress(submission.allocation_id)
         if failed:
+            did = [
+                *done,
+                *(f"withdrew {s}" for s in withdrawn),
+                *(f"stopping {s}" for s in stopping),
+            ]
             raise Unavailable(
-                f"cancelled {', '.join(done) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"
+                f"cancelled {', '.join(did) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"
             )
-        return Cancelled(allocations=tuple(done))
+        return Cancelled(tuple(done), tuple(withdrawn), tuple(stopping))
 
     def logs(
         self,
@@ -809,6 +944,14 @@ class Campaign:
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+def _by_lease(steps: Iterable[LeaseStep]) -> dict[tuple[str, str, int], list[LeaseStep]]:
+    """Steps by the lease link whose claims decide them: one command per link, not per step."""
+    grouped: dict[tuple[str, str, int], list[LeaseStep]] = {}
+    for step in steps:
+        grouped.setdefault((step.target, step.lease_id, step.job), []).append(step)
+    return grouped
 
 
 def _chain_arguments(plan: Plan) -> tuple[int | None, dict[str, int] | None]:

@@ -1,19 +1,27 @@
-"""Cancel: which allocations to ``scancel``, and the ``scancel`` itself.
+"""Cancel: which allocations to ``scancel`` and which lease steps to withdraw or stop, and the
+``scancel`` itself.
 
 Only what Slurm lists as queued or running is cancelled, by job name under ``--me``, so an
 unrelated job that reused a number is never touched. Newest first: a chain's later links go
 before the link they depend on, so none becomes eligible in between (ADR 0005).
+
+A step in a lease is never cancelled by ``scancel``: the lease would go with it. Its order is
+withdrawn by its claim, and a step the lease already took is asked to stop through its orders
+directory (ADR 0009, "Stopping a step"). A lease link is cancelled as any allocation, after the
+orders of it and its later links that nobody took yet are withdrawn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+import attrs
+
 from servatus.config import Target
 from servatus.errors import ConfigurationError, Unavailable
-from servatus.evidence import Evidence
+from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import job_name
-from servatus.status import Execution, Report, Submission, queued_or_running
+from servatus.status import Execution, Outcome, Report, Submission, queued_or_running
 from servatus.submission import command
 from servatus.transport import Transport
 
@@ -34,20 +42,52 @@ def check_names(
         raise ConfigurationError(f"nothing to cancel under: {', '.join(unknown)}")
 
 
-def cancellable(
+@attrs.frozen
+class LeaseStep:
+    """A step decided by its order's claim: its id and Task, the lease link it runs within,
+    that link's job (which names the claim), and its Target's evidence key."""
+
+    step_id: str
+    task_key: str
+    lease_id: str
+    job: int
+    target: str
+
+
+@attrs.frozen
+class Cancellation:
+    """What one ``cancel`` does, in this order: withdraw each of ``stop`` and ``withdraw`` by its
+    claim (a taken one of ``stop`` is then asked to stop; a taken one of ``withdraw`` ends with
+    its lease), then ``scancel`` each of ``scancel``, newest first."""
+
+    stop: tuple[LeaseStep, ...]
+    withdraw: tuple[LeaseStep, ...]
+    scancel: tuple[Submission, ...]
+
+
+def plan_cancel(
     report: Report,
     submissions: Sequence[Submission],
     evidence: Mapping[str, Evidence],
     *,
     tasks: Sequence[str],
     allocations: Sequence[str],
-) -> list[Submission]:
-    """Allocations to ``scancel``, newest first: those matching the request that Slurm lists
-    as queued or running (``evidence``, the listings ``report`` was projected from, says so for
-    a job without a receipt). A job that already ended is not an error, just not cancelled.
+    within: Mapping[str, str],
+    leases: Collection[str],
+) -> Cancellation:
+    """What ``cancel --task``/``--allocation`` does (:class:`Cancellation`).
 
-    A Task's allocations are every link of its chains; a named link brings every later link of
-    its chain. Links are recorded in order, so newest first is the highest position first."""
+    Allocations to ``scancel`` are those matching the request that Slurm lists as queued or
+    running (``evidence``, the listings ``report`` was projected from, says so for a job without
+    a receipt). A job that already ended is not an error, just not cancelled. A Task's
+    allocations are every link of its chains; a named link brings every later link of its
+    chain. Links are recorded in order, so newest first is the highest position first. A lease
+    link (of ``leases``) holds no Task, so whether Slurm lists it under its name decides.
+
+    A step (a key of ``within``, naming its lease link) is never among them. A named step, or a
+    named Task's step, is stopped while its lease link is queued or running and no end of it is
+    visible. A named lease link brings its later links; their steps not yet ended are withdrawn
+    (a taken one just reads ``taken`` and ends with its job)."""
     by_id = {submission.allocation_id: submission for submission in submissions}
     keys = {task.key for task in report.tasks}
     check_names(submissions, keys, tasks=tasks, allocations=allocations)
@@ -59,6 +99,12 @@ def cancellable(
         for entry in item.queue or ()
         if queued_or_running(entry.state)
     }
+    ended = {
+        (marker.allocation_id, marker.job)
+        for item in evidence.values()
+        for marker in item.markers or ()
+        if marker.kind is MarkerKind.END
+    }
     alive = {
         attempt.allocation_id
         for attempt in report.attempts
@@ -69,19 +115,47 @@ def cancellable(
             and (by_id[attempt.allocation_id].target, job_name(attempt.allocation_id)) in live
         )
     }
+    alive.update(
+        lease
+        for lease in leases
+        if lease in by_id and (by_id[lease].target, job_name(lease)) in live
+    )
+
+    def undecided(step_id: str) -> LeaseStep | None:
+        """The step, if its order may still need a decision: not settled, not recorded as never
+        submitted, in a lease link with a job, and not seen ending."""
+        step, lease = by_id[step_id], by_id.get(within[step_id])
+        if step.settled is not None or step.outcome is Outcome.NOT_SUBMITTED:
+            return None
+        if lease is None or lease.job is None or (step_id, lease.job) in ended:
+            return None
+        return LeaseStep(step_id, step.task_keys[0], lease.allocation_id, lease.job, step.target)
+
     wanted_keys = set(tasks)
-    wanted = set(allocations)
+    wanted = {a for a in allocations if a not in within}
     for submission in submissions:  # a link's successors come after it
         chain = submission.chain
         if chain is not None and chain.after in wanted:
             wanted.add(submission.allocation_id)
+    stop: list[LeaseStep] = []
+    withdraw: list[LeaseStep] = []
+    for step_id in within:
+        named = step_id in allocations or wanted_keys & set(by_id[step_id].task_keys)
+        found = undecided(step_id) if named or within[step_id] in wanted else None
+        if found is None:
+            continue
+        if named and found.lease_id in alive:
+            stop.append(found)
+        elif within[step_id] in wanted:
+            withdraw.append(found)
     chosen = [
         submission
         for submission in submissions
         if submission.allocation_id in alive
+        and submission.allocation_id not in within
         and (submission.allocation_id in wanted or wanted_keys & set(submission.task_keys))
     ]
-    return chosen[::-1]
+    return Cancellation(tuple(stop), tuple(withdraw), tuple(chosen[::-1]))
 
 
 def scancel(transport: Transport, target: Target, allocation_id: str) -> None:

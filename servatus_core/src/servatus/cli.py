@@ -804,19 +804,30 @@ def reconcile_command(state: str, as_json: bool) -> None:
 def cancel_command(
     state: str, tasks: tuple[str, ...], allocations: tuple[str, ...], as_json: bool
 ) -> None:
-    """scancel matching allocations that Slurm lists as queued or running, newest first."""
+    """scancel matching allocations that Slurm lists as queued or running, newest first; a step
+    stops inside its lease, and a lease ends with every step in it."""
     if not tasks and not allocations:
         raise click.UsageError("name at least one --task or --allocation to cancel")
     cancelled: list[str] = []  # what Slurm cancelled, also if another scancel failed
+    stepped: dict[str, list[str]] = {"withdrawn": [], "stopping": []}
     if as_json:
-        describe(lambda: {"cancelled": list(cancelled)})
+        describe(lambda: {"cancelled": list(cancelled), **stepped})
     result = _campaign(state).cancel(
-        tasks=tasks, allocations=allocations, progress=cancelled.append
+        tasks=tasks,
+        allocations=allocations,
+        progress=cancelled.append,
+        steps=lambda word, step_id: stepped[word].append(step_id),
     )
     if as_json:
-        emit_json({"cancelled": list(result.allocations)})
+        emit_json(
+            {
+                "cancelled": list(result.allocations),
+                "withdrawn": list(result.withdrawn),
+                "stopping": list(result.stopping),
+            }
+        )
     else:
-        echo(*cancelled_lines(result.allocations))
+        echo(*cancelled_lines(result.allocations, result.withdrawn, result.stopping))
 
 
 @cli.command("logs")

@@ -13,7 +13,8 @@ from __future__ import annotations
 import enum
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -21,11 +22,30 @@ from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID
 from servatus.transport import Transport
 
+if TYPE_CHECKING:
+    from servatus.config import Target
+    from servatus.store import Intent
+
 
 def orders_directory(lease_id: str) -> str:
     """The orders directory's name under ``log_root``: beside the markers, which the marker
     listing (``-type f``) never descends into."""
     return f"servatus-{lease_id}.orders"
+
+
+def orders_path(target: Target, lease_id: str) -> str:
+    """The lease link's orders directory on its Target's filesystem."""
+    return f"{target.log_root.rstrip('/')}/{orders_directory(lease_id)}"
+
+
+def steps_within(intents: Iterable[Intent]) -> dict[str, str]:
+    """Each step's lease link, by the step's id, in recording order."""
+    return {i.allocation_id: i.within for i in intents if i.within is not None}
+
+
+def lease_links(intents: Iterable[Intent]) -> frozenset[str]:
+    """The allocation ids of the campaign's lease links."""
+    return frozenset(i.allocation_id for i in intents if i.lease is not None)
 
 
 def claim_name(step_id: str, job: int | str) -> str:
@@ -66,14 +86,17 @@ _OWNED_DIRECTORY = (
 user, and nobody else must be able to place one or pre-empt a claim."""
 
 _WITHDRAW_ONE = r"""
-# Link an empty file of our own into the claim, then read the claim whoever linked it.
+# Link an empty file of our own into the claim, then read the claim whoever linked it. Only a
+# regular file is a claim: a directory under its name reads as empty, which is no verdict.
 withdraw() {
-    v="$d/$1.void.$nonce"
+    v="$d/$1.void.$nonce" c="$d/servatus-$1.$job.claim"
     if (set -C && : >"$v") 2>/dev/null; then
-        ln "$v" "$d/servatus-$1.$job.claim" 2>/dev/null
+        ln "$v" "$c" 2>/dev/null
         rm -f "$v"
     fi
-    case $(wc -c <"$d/servatus-$1.$job.claim" 2>/dev/null) in
+    z=
+    if [ -f "$c" ] && [ ! -h "$c" ]; then z=$(wc -c <"$c" 2>/dev/null); fi
+    case $z in
     *[1-9]*) echo "taken $1" ;;
     *0*) echo "withdrawn $1" ;;
     *) echo "undecided $1" ;;
@@ -84,13 +107,38 @@ withdraw() {
 WITHDRAW_SCRIPT = (
     "umask 077\n"
     "d=$1 job=$2 nonce=$3\nshift 3\n" + _OWNED_DIRECTORY + _WITHDRAW_ONE + 'if ! owned "$d"; then\n'
-    '    for s in "$@"; do echo "undecided $s"; done\n'
+    '    for s in "$@"; do echo "undecided $s directory"; done\n'
     "    exit 0\n"
     "fi\n"
     'for s in "$@"; do withdraw "$s"; done\n'
 )
 """``sh -c WITHDRAW_SCRIPT sh DIR JOB NONCE STEP...``: one ``taken|withdrawn|undecided STEP``
-line per step. A withdrawer never makes the directory: a missing one is undecided."""
+line per step. A withdrawer never makes the directory: a missing (or foreign) one is
+``undecided STEP directory``, which ``reconcile`` tells apart from an unreadable claim."""
+
+STOP_SCRIPT = (
+    "umask 077\n"
+    "d=$1\nshift\n"
+    + _OWNED_DIRECTORY
+    + r"""
+if ! owned "$d"; then
+    for s in "$@"; do echo "unwritten $s directory"; done
+    exit 0
+fi
+for s in "$@"; do
+    r="$d/$s.stop"
+    # A request already in place (an earlier cancel's) is as good as ours.
+    if (set -C && : >"$r") 2>/dev/null || { [ -f "$r" ] && [ ! -h "$r" ]; }; then
+        echo "stopping $s"
+    else
+        echo "unwritten $s"
+    fi
+done
+""".lstrip("\n")
+)
+"""``sh -c STOP_SCRIPT sh DIR STEP...``: one ``stopping|unwritten STEP`` line per step. The lease
+reads ``<step id>.stop`` in its orders directory at each poll and stops that step, once, if it
+took it and it has not ended (ADR 0009, "Stopping a step")."""
 
 OFFER_SCRIPT = (
     "umask 077\n"
@@ -143,7 +191,9 @@ done
 ``offered|withdrawn|undecided STEP`` or ``refused STEP REASON`` line per step. Every write and
 size check comes before any rename, so a refusal means no order of that step exists."""
 
-_LINE = re.compile(r"(offered|refused|withdrawn|undecided|taken) ([0-9a-f]{24})(?: ([a-z]+))?")
+_LINE = re.compile(
+    r"(offered|refused|withdrawn|undecided|taken|stopping|unwritten) ([0-9a-f]{24})(?: ([a-z]+))?"
+)
 
 
 def _check_ids(directory: str, job: int, step_ids: Sequence[str]) -> None:
@@ -161,6 +211,11 @@ def _check_ids(directory: str, job: int, step_ids: Sequence[str]) -> None:
 def withdraw_command(directory: str, job: int, step_ids: Sequence[str], nonce: str) -> list[str]:
     _check_ids(directory, job, step_ids)
     return ["/bin/sh", "-c", WITHDRAW_SCRIPT, "sh", directory, str(job), nonce, *step_ids]
+
+
+def stop_command(directory: str, step_ids: Sequence[str]) -> list[str]:
+    _check_ids(directory, 1, step_ids)
+    return ["/bin/sh", "-c", STOP_SCRIPT, "sh", directory, *step_ids]
 
 
 def offer_command(
@@ -202,6 +257,21 @@ def read_withdrawals(stdout: bytes, step_ids: Sequence[str]) -> dict[str, Verdic
     }
 
 
+def read_directory_missing(stdout: bytes, step_ids: Sequence[str]) -> bool:
+    """Whether a withdraw found no orders directory of the user's (missing, foreign, a link):
+    every step named, and each ``undecided STEP directory``."""
+    answers = _answers(stdout, step_ids)
+    return bool(step_ids) and all(
+        answers.get(step) == ("undecided", "directory") for step in step_ids
+    )
+
+
+def read_stops(stdout: bytes, step_ids: Sequence[str]) -> dict[str, bool]:
+    """Whether each step's stop request is in place; anything cut short or odd says no."""
+    answers = _answers(stdout, step_ids)
+    return {step: answers.get(step) == ("stopping", None) for step in step_ids}
+
+
 def read_offers(stdout: bytes, step_ids: Sequence[str]) -> dict[str, OfferAnswer]:
     """Each step's outcome from an offer's output; a step without a clear line is undecided."""
     answers = _answers(stdout, step_ids)
@@ -222,15 +292,44 @@ def nonce() -> str:
     return secrets.token_hex(8)
 
 
-def withdraw(
+@attrs.frozen
+class Withdrawal:
+    """What one withdraw came to: each step's verdict, and whether the orders directory was
+    missing (or not the user's), so that nothing could be decided there."""
+
+    verdicts: dict[str, Verdict]
+    no_directory: bool = False
+
+
+def withdraw_orders(
     transport: Transport, directory: str, job: int, step_ids: Sequence[str]
-) -> dict[str, Verdict]:
+) -> Withdrawal:
     """Withdraw each step's order from lease job ``job``, and say who won each claim. Raises
     :class:`~servatus.errors.Unavailable` when no answer came back."""
     result = transport.run(withdraw_command(directory, job, step_ids, nonce()))
     if result.returncode != 0 or result.truncated:
-        return dict.fromkeys(step_ids, Verdict.UNDECIDED)
-    return read_withdrawals(result.stdout, step_ids)
+        return Withdrawal(dict.fromkeys(step_ids, Verdict.UNDECIDED))
+    return Withdrawal(
+        read_withdrawals(result.stdout, step_ids),
+        read_directory_missing(result.stdout, step_ids),
+    )
+
+
+def withdraw(
+    transport: Transport, directory: str, job: int, step_ids: Sequence[str]
+) -> dict[str, Verdict]:
+    """:func:`withdraw_orders`, the verdicts alone."""
+    return withdraw_orders(transport, directory, job, step_ids).verdicts
+
+
+def stop(transport: Transport, directory: str, step_ids: Sequence[str]) -> dict[str, bool]:
+    """Ask the lease to stop each step it took: ``<step id>.stop`` in its orders directory. True
+    where the request is in place. Raises :class:`~servatus.errors.Unavailable` when no answer
+    came back."""
+    result = transport.run(stop_command(directory, step_ids))
+    if result.returncode != 0 or result.truncated:
+        return dict.fromkeys(step_ids, False)
+    return read_stops(result.stdout, step_ids)
 
 
 def offer(

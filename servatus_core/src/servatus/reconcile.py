@@ -6,7 +6,9 @@ lists and what run markers name, and waits while the evidence cannot yet be conc
 
 A chain link is an intent like any other: it is found by its own name or markers, and
 resolving it never submits the links after it. A chain an interruption cut short is simply
-shorter; its Tasks hand on at the new end and read ``STOPPED`` (ADR 0005, ADR 0006).
+shorter; its Tasks hand on at the new end and read ``STOPPED`` (ADR 0005, ADR 0006). So is a
+lease link. A step in a lease is decided at once by its order's claim instead (``resolve_step``,
+ADR 0009 "Recovery").
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import attrs
 
 from servatus.evidence import Evidence
 from servatus.ids import job_name
+from servatus.lease import Verdict, Withdrawal
 from servatus.status import Submission
 
 RECONCILE_AFTER = 15 * 60
@@ -62,6 +65,39 @@ def resolve(
             retry_at = submission.recorded_at + RECONCILE_AFTER
             decisions.append(Resolution(allocation_id, "waiting", retry_at=retry_at))
     return decisions
+
+
+def resolve_step(
+    step: Submission,
+    lease_id: str,
+    lease_job: int,
+    withdrawal: Withdrawal | None,
+    evidence: Evidence | None,
+    *,
+    now: float,
+) -> Resolution:
+    """Decide an unresolved step by its order's claim, which this ``reconcile`` (or an earlier
+    ``cancel``) withdrew: taken is accepted with the lease's job, withdrawn was never submitted.
+    No answer (``withdrawal`` None) or an unreadable claim waits. A missing orders directory
+    waits while Slurm lists the lease link (only the lease's own claims there could show it
+    took the order); once the link is forgotten nothing can take it, and ADR 0003's rule
+    decides: a marker of the step naming the lease's job, else 15 minutes of nothing."""
+    verdict = Verdict.UNDECIDED if withdrawal is None else withdrawal.verdicts[step.allocation_id]
+    if verdict is Verdict.TAKEN:
+        return Resolution(step.allocation_id, "accepted", job=lease_job)
+    if verdict is Verdict.WITHDRAWN:
+        return Resolution(step.allocation_id, "not_submitted")
+    queue = None if evidence is None else evidence.queue
+    if withdrawal is None or not withdrawal.no_directory or queue is None:
+        return Resolution(step.allocation_id, "waiting", retry_at=now)
+    if any(entry.name == job_name(lease_id) for entry in queue):
+        return Resolution(step.allocation_id, "waiting", retry_at=now)
+    markers = evidence.markers if evidence is not None else None
+    if any(m.allocation_id == step.allocation_id and m.job == lease_job for m in markers or ()):
+        return Resolution(step.allocation_id, "accepted", job=lease_job)
+    if now - step.recorded_at >= RECONCILE_AFTER:
+        return Resolution(step.allocation_id, "not_submitted")
+    return Resolution(step.allocation_id, "waiting", retry_at=step.recorded_at + RECONCILE_AFTER)
 
 
 @attrs.frozen

@@ -336,9 +336,17 @@ def reconcile_lines(decisions: Sequence[Resolution]) -> list[str]:
     return lines or ["nothing to reconcile"]
 
 
-def cancelled_lines(allocations: Sequence[str]) -> list[str]:
-    """Each allocation ``cancel`` cancelled, or that none matched."""
-    lines = [f"cancelled allocation {allocation_id}" for allocation_id in allocations]
+def cancelled_lines(
+    allocations: Sequence[str], withdrawn: Sequence[str] = (), stopping: Sequence[str] = ()
+) -> list[str]:
+    """Each lease step ``cancel`` withdrew or asked to stop, each allocation it cancelled, or
+    that none matched."""
+    lines = [f"withdrew step {step_id}: it never starts" for step_id in withdrawn]
+    lines += [
+        f"stopping step {step_id}: its lease stops it at its next poll; the lease stays"
+        for step_id in stopping
+    ]
+    lines += [f"cancelled allocation {allocation_id}" for allocation_id in allocations]
     return lines or ["nothing to cancel: no matching allocation is queued or running"]
 
 
