@@ -57,6 +57,7 @@ from servatus.submission import (
     SubmittedAllocation,
     batch_scripts,
     command,
+    lease_scripts,
     ping,
     script_may_exceed,
     script_problem,
@@ -204,15 +205,6 @@ def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
         if not state.sealed:
             state = writer.commit(store.Sealed())
     return state, _result(state, created=False, added=0, existing=len(state.tasks))
-
-
-def _refuse_lease(plan: Plan) -> None:
-    """A lease's plan can be made and reviewed, but nothing submits or renders it yet."""
-    if plan.hold is not None:
-        raise ConfigurationError(
-            "this plan holds a lease; submitting, validating and showing the scripts of a lease "
-            "are not built yet (issue 15)"
-        )
 
 
 class Campaign:
@@ -530,9 +522,16 @@ class Campaign:
         )
 
     def scripts(self, plan: Plan) -> list[str]:
-        """The batch script of each planned allocation, exactly as ``submit`` sends it."""
-        _refuse_lease(plan)
+        """The batch script of each planned allocation, exactly as ``submit`` sends it (a
+        lease's: each link's lease script)."""
         registry = self._hooks()
+        if plan.within is not None:
+            raise ConfigurationError(
+                "a plan of steps in a lease has no batch scripts: its steps are orders to the "
+                "lease's own"
+            )
+        if plan.hold is not None:
+            return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
         launcher = registry.launcher(plan.profile.target.launcher)
         index = self._state.tasks.by_key()
         unknown = [key for a in plan.allocations for key in a.task_keys if key not in index]
@@ -552,7 +551,6 @@ class Campaign:
         rebuild gives the same plan); Slurm must answer a ping; only then is each intent recorded
         before its ``sbatch``.
         """
-        _refuse_lease(plan)
         if plan.probe and self.probe is None:
             raise PlanRefused(
                 "this plan was made with a result probe; submit it from a Campaign with the probe"
@@ -573,33 +571,78 @@ class Campaign:
             transport = connect(plan.profile.target)
             try:
                 ping(transport, plan.profile.target)
-                rebuilt, change = self._make_plan(
-                    state, plan.profile, plan.request, plan.decision.continuation
-                )
-                if not rebuilt.same_as(plan):
-                    raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
-                if change.allocations or change.listed:  # the listing precedes the intents
-                    writer.settle(change)
-                index = state.tasks.by_key()
-                budget, spent = _chain_arguments(plan)
-                receipts = submit_allocations(
-                    writer,
-                    transport,
-                    self._hooks(),
-                    plan.profile,
-                    plan.allocations,
-                    index,
-                    self._hooks().launcher(plan.profile.target.launcher),
-                    plan_digest=plan_to_document(plan)["digest"],
-                    target_identity=target_identity(plan.profile.target),
-                    progress=progress,
-                    budget=budget,
-                    spent=spent,
-                )
+                submitting = self._submit_lease if plan.hold is not None else self._submit_tasks
+                receipts = submitting(writer, transport, state, plan, progress)
             finally:
                 transport.close()
         self.refresh()
         return Submitted(receipts=receipts)
+
+    def _submit_tasks(
+        self,
+        writer: store.Writer,
+        transport: Transport,
+        state: store.CampaignState,
+        plan: Plan,
+        progress: Progress | None,
+    ) -> tuple[SubmittedAllocation, ...]:
+        """A plan of Tasks, once a rebuild from this state and Slurm's view gives the same."""
+        rebuilt, change = self._make_plan(
+            state, plan.profile, plan.request, plan.decision.continuation
+        )
+        if not rebuilt.same_as(plan):
+            raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
+        if change.allocations or change.listed:  # the listing precedes the intents
+            writer.settle(change)
+        budget, spent = _chain_arguments(plan)
+        return submit_allocations(
+            writer,
+            transport,
+            self._hooks(),
+            plan.profile,
+            plan.allocations,
+            state.tasks.by_key(),
+            self._hooks().launcher(plan.profile.target.launcher),
+            plan_digest=plan_to_document(plan)["digest"],
+            target_identity=target_identity(plan.profile.target),
+            progress=progress,
+            budget=budget,
+            spent=spent,
+        )
+
+    def _submit_lease(
+        self,
+        writer: store.Writer,
+        transport: Transport,
+        state: store.CampaignState,
+        plan: Plan,
+        progress: Progress | None,
+    ) -> tuple[SubmittedAllocation, ...]:
+        """A lease's links, in order, once the plan rebuilds the same from this state."""
+        assert plan.hold is not None
+        rebuilt = make_lease_plan(
+            campaign_id=state.campaign_id,
+            revision=state.revision,
+            profile=plan.profile,
+            hold=plan.hold,
+            probe=plan.probe,
+            now=plan.created_at,
+        )
+        if not rebuilt.same_as(plan):
+            raise StalePlan("the plan no longer matches the campaign; plan again")
+        return submit_allocations(
+            writer,
+            transport,
+            self._hooks(),
+            plan.profile,
+            plan.allocations,
+            {},
+            self._hooks().launcher(plan.profile.target.launcher),
+            plan_digest=plan_to_document(plan)["digest"],
+            target_identity=target_identity(plan.profile.target),
+            progress=progress,
+            lease=plan.hold.slots,
+        )
 
     def validate(
         self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
@@ -610,7 +653,9 @@ class Campaign:
         scripts = self.scripts(plan)
         shapes: dict[int, str] = {}
         for allocation, script in zip(plan.allocations, scripts, strict=True):
-            shapes.setdefault(len(allocation.task_keys), script)
+            # A lease is an allocation of as many Tasks as it holds slots.
+            size = len(allocation.task_keys) if plan.hold is None else plan.hold.slots
+            shapes.setdefault(size, script)
         transport = self._connector()(plan.profile.target)
         checks = []
         try:

@@ -47,6 +47,7 @@ from servatus.render import (
     saved_line,
     script_banner,
     status_lines,
+    submitted_lease_lines,
     submitted_lines,
     terminal_text,
 )
@@ -744,7 +745,8 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     if as_json:
         emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
         return
-    echo(*submitted_lines(result.receipts))
+    lines = submitted_lease_lines if plan.hold is not None else submitted_lines
+    echo(*lines(result.receipts))
 
 
 @cli.command("status")

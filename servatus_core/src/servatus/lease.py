@@ -28,6 +28,11 @@ def orders_directory(lease_id: str) -> str:
     return f"servatus-{lease_id}.orders"
 
 
+def orders_path(log_root: str, lease_id: str) -> str:
+    """The orders directory of lease link ``lease_id`` on the cluster: under ``log_root``."""
+    return f"{log_root.rstrip('/')}/{orders_directory(lease_id)}"
+
+
 def claim_name(step_id: str, job: int | str) -> str:
     """The one name whose ``link(2)`` decides an order: taken (non-empty) or withdrawn (empty)."""
     return f"servatus-{step_id}.{job}.claim"
@@ -89,7 +94,7 @@ WITHDRAW_SCRIPT = (
     "fi\n"
     'for s in "$@"; do withdraw "$s"; done\n'
 )
-"""``sh -c WITHDRAW_SCRIPT sh DIR JOB NONCE STEP...``: one ``taken|withdrawn|undecided STEP``
+"""``sh -c WITHDRAW_SCRIPT withdraw DIR JOB NONCE STEP...``: one ``taken|withdrawn|undecided STEP``
 line per step. A withdrawer never makes the directory: a missing one is undecided."""
 
 OFFER_SCRIPT = (
@@ -139,9 +144,53 @@ while [ "$#" -gt 1 ]; do
 done
 """.lstrip("\n")
 )
-"""``sh -c OFFER_SCRIPT sh DIR JOB NONCE STEP SIZE...``, the orders concatenated on stdin: one
+"""``sh -c OFFER_SCRIPT offer DIR JOB NONCE STEP SIZE...``, the orders concatenated on stdin: one
 ``offered|withdrawn|undecided STEP`` or ``refused STEP REASON`` line per step. Every write and
 size check comes before any rename, so a refusal means no order of that step exists."""
+
+MKDIR_SCRIPT = (
+    "umask 077\n"
+    "d=$1\n"
+    + _OWNED_DIRECTORY
+    + 'if mkdir -m 700 -- "$d" 2>/dev/null; then echo made\n'
+    + 'elif owned "$d"; then echo exists\n'
+    + "else echo refused\n"
+    + "fi\n"
+)
+"""``sh -c MKDIR_SCRIPT mkdir DIR``: makes a lease's orders directory owner-only (``made``),
+accepts one that already is (``exists``), and refuses anything else there, or a ``log_root``
+where it cannot be made (``refused``)."""
+
+
+class Directory(enum.Enum):
+    """What making a lease's orders directory came to."""
+
+    READY = "ready"
+    REFUSED = "refused"
+    UNDECIDED = "undecided"
+
+
+def mkdir_command(directory: str) -> list[str]:
+    if not directory.startswith("/"):
+        raise ConfigurationError(f"the orders directory must be absolute, got {directory!r}")
+    return ["/bin/sh", "-c", MKDIR_SCRIPT, "mkdir", directory]
+
+
+def read_mkdir(stdout: bytes) -> Directory:
+    """The one answer line of :data:`MKDIR_SCRIPT`; anything else is undecided."""
+    words = {"made": Directory.READY, "exists": Directory.READY, "refused": Directory.REFUSED}
+    return words.get(stdout.decode("ascii", "replace").strip(), Directory.UNDECIDED)
+
+
+def make_directory(transport: Transport, directory: str) -> Directory:
+    """Make the orders directory before the lease's ``sbatch``, so that orders can be written
+    while the lease is queued. Raises :class:`~servatus.errors.Unavailable` when no answer came
+    back."""
+    result = transport.run(mkdir_command(directory))
+    if result.returncode != 0 or result.truncated:
+        return Directory.UNDECIDED
+    return read_mkdir(result.stdout)
+
 
 _LINE = re.compile(r"(offered|refused|withdrawn|undecided|taken) ([0-9a-f]{24})(?: ([a-z]+))?")
 
@@ -160,7 +209,7 @@ def _check_ids(directory: str, job: int, step_ids: Sequence[str]) -> None:
 
 def withdraw_command(directory: str, job: int, step_ids: Sequence[str], nonce: str) -> list[str]:
     _check_ids(directory, job, step_ids)
-    return ["/bin/sh", "-c", WITHDRAW_SCRIPT, "sh", directory, str(job), nonce, *step_ids]
+    return ["/bin/sh", "-c", WITHDRAW_SCRIPT, "withdraw", directory, str(job), nonce, *step_ids]
 
 
 def offer_command(
@@ -176,7 +225,8 @@ def offer_command(
             raise ConfigurationError(f"the order of step {step} does not end with a newline")
         words += [step, str(len(encoded))]
         data += encoded
-    return ["/bin/sh", "-c", OFFER_SCRIPT, "sh", directory, str(job), nonce, *words], bytes(data)
+    argv = ["/bin/sh", "-c", OFFER_SCRIPT, "offer", directory, str(job), nonce, *words]
+    return argv, bytes(data)
 
 
 def _answers(stdout: bytes, step_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:

@@ -257,6 +257,11 @@ def accepted_line(index: int, count: int, allocation_id: str, job: int) -> str:
     return f"allocation {index} of {count}: {allocation_id} accepted as job {job}"
 
 
+def submitted_lease_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
+    """Each lease link a ``submit`` sent, in the spec's words."""
+    return [f"submitted lease {receipt.allocation_id}: job {receipt.job}" for receipt in receipts]
+
+
 def submitted_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
     """Each receipt of a ``submit``, or that the plan selected nothing."""
     lines = [

@@ -19,10 +19,11 @@ from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.launcher import Launcher
+from servatus.lease import Directory, make_directory, orders_path
 from servatus.plan import Allocation, earlier_links
 from servatus.plugins import Hooks
-from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
-from servatus.store import ChainLink, Intent, Receipt, Resolved, Writer
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, LeaseSpec, ScriptSpec, ScriptStep
+from servatus.store import ChainLink, Intent, LeaseTerms, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
 
@@ -122,13 +123,54 @@ def script_spec(
 
 
 def chain_link(allocation: Allocation, budget: int | None) -> ChainLink | None:
-    """What an intent records of a link's place in its chain."""
+    """What an intent records of a link's place in its chain (a lease's links hold no Tasks,
+    so their ``task_links`` are empty)."""
     if allocation.link is None:
         return None
     link = allocation.link
     return ChainLink(
         link.position, link.of, allocation.after or "", allocation.task_links, budget or 0
     )
+
+
+def lease_terms(profile: Profile, slots: int) -> LeaseTerms:
+    """What a lease link's intent records of what it holds: enough to plan steps into it
+    without the profile (``plan --lease``)."""
+    resources = profile.resources
+    if resources.signal_before_end is None:
+        raise ConfigurationError(f"profile {profile.name} has no signal_before_end for a lease")
+    return LeaseTerms(
+        profile.name,
+        slots,
+        resources.cpus,
+        resources.memory_mib,
+        resources.gpus,
+        resources.signal_before_end,
+    )
+
+
+def lease_spec(profile: Profile, allocation: Allocation, slots: int) -> LeaseSpec:
+    """What a lease link's batch script must do: hold ``slots`` of the profile's per-Task
+    resources for the link's time limit, exporting the job's run-time variables to its steps."""
+    terms = lease_terms(profile, slots)
+    return LeaseSpec(
+        allocation_id=allocation.allocation_id,
+        target=profile.target,
+        slots=slots,
+        cpus=terms.cpus,
+        memory_mib=terms.memory_mib,
+        gpus=terms.gpus,
+        time_limit=allocation.time_limit(profile.resources),
+        signal_before_end=terms.signal_before_end,
+        inherit=RUNTIME_VARIABLES,
+    )
+
+
+def lease_scripts(
+    hooks: Hooks, profile: Profile, allocations: Sequence[Allocation], slots: int
+) -> list[str]:
+    """Every lease link's batch script, as ``submit`` sends it."""
+    return [hooks.lease_script(lease_spec(profile, a, slots)) for a in allocations]
 
 
 STEP_ROOM = 8192
@@ -360,6 +402,7 @@ def submit_allocations(
     progress: Progress | None = None,
     budget: int | None = None,
     spent: Mapping[str, int] | None = None,
+    lease: int | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
     """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced).
 
@@ -367,6 +410,11 @@ def submit_allocations(
     :class:`ShapeRejected`; no answer, an answer that is not a job number, or a failure that
     says Slurm was lost mid-request leaves the intent unresolved and stops with
     :class:`SubmissionInterrupted` (exit 3).
+
+    With ``lease`` (its number of slots) the allocations are a lease's links (ADR 0009): each
+    intent records the :class:`LeaseTerms`, the link's orders directory is made between its
+    intent and its ``sbatch`` (a refusal there is one as ``sbatch``'s would be), and a later link
+    waits for the one before it with ``afterany``.
     """
     known = set()
     for allocation in allocations:
@@ -376,16 +424,21 @@ def submit_allocations(
                 "submission does not send before it; nothing was submitted"
             )
         known.add(allocation.allocation_id)
-    scripts = batch_scripts(
-        hooks, profile, allocations, tasks, launcher, budget=budget, spent=spent
-    )
+    if lease is None:
+        scripts = batch_scripts(
+            hooks, profile, allocations, tasks, launcher, budget=budget, spent=spent
+        )
+        terms = None
+    else:
+        scripts = lease_scripts(hooks, profile, allocations, lease)
+        terms = lease_terms(profile, lease)
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
     accepted: list[SubmittedAllocation] = []
     jobs: dict[str, int] = {}
     target = ""
     for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
         done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
-        argv = [*sbatch, *dependency(allocation, jobs)]
+        argv = [*sbatch, *dependency(allocation, jobs, after="afterany" if terms else "afterok")]
         try:
             # The Target is recorded once per campaign, before its first intent.
             target = target or writer.target(target_identity)
@@ -398,12 +451,15 @@ def submit_allocations(
                     target=target,
                     time_limit=allocation.time_limit(profile.resources),
                     chain=chain_link(allocation, budget),
+                    lease=terms,
                 )
             )
         except Unavailable as exc:
             raise Unavailable(
                 f"{exc}; {done}; allocation {allocation.allocation_id} was not sent"
             ) from exc
+        if terms is not None:
+            _orders_directory(writer, transport, profile.target, allocation, done)
         try:
             result = transport.run(argv, stdin=script.encode("utf-8", "surrogateescape"))
         except Unavailable as exc:
@@ -449,12 +505,43 @@ def submit_allocations(
     return tuple(accepted)
 
 
-def dependency(allocation: Allocation, jobs: Mapping[str, int]) -> list[str]:
+def _orders_directory(
+    writer: Writer, transport: Transport, target: Target, allocation: Allocation, done: str
+) -> None:
+    """Make a lease link's orders directory, after its intent and before its ``sbatch``: a
+    refusal records the link as not submitted (nothing was sent), no answer leaves it
+    unresolved."""
+    directory = orders_path(target.log_root, allocation.allocation_id)
+    lease = allocation.allocation_id
+    try:
+        made = make_directory(transport, directory)
+    except Unavailable as exc:
+        raise _interrupted(
+            f"no answer while making the orders directory of lease {lease} ({exc}); {done}"
+        ) from exc
+    if made is Directory.UNDECIDED:
+        raise _interrupted(
+            f"making the orders directory of lease {lease} gave no clear answer; {done}"
+        )
+    if made is Directory.REFUSED:
+        writer.add(Resolved(allocation_id=lease, job=None))
+        raise ShapeRejected(
+            f"lease {lease} was not sent: {directory} cannot be made, or exists and is not an "
+            f"owner-only directory of yours (mode 0700); {done}"
+        )
+
+
+def dependency(
+    allocation: Allocation, jobs: Mapping[str, int], *, after: str = "afterok"
+) -> list[str]:
     """The ``sbatch`` options that chain a link to the job of the link before it, accepted
     earlier in the same submission. ``afterok`` on the command line (the job number exists only
     now): a predecessor that fails, times out or is cancelled takes this link, and through it
     the rest of the chain, away before Slurm allocates it; ``--kill-on-invalid-dep=yes`` makes
-    that so whatever the site's ``DependencyParameters`` say (ADR 0005)."""
+    that so whatever the site's ``DependencyParameters`` say (ADR 0005).
+
+    A lease's links use ``afterany`` alone (ADR 0009): each starts when the one before it
+    ended, however it ended (a lease that reaches its limit ends ``TIMEOUT``)."""
     if allocation.after is None:
         return []
     job = jobs.get(allocation.after)
@@ -463,6 +550,8 @@ def dependency(allocation: Allocation, jobs: Mapping[str, int]) -> list[str]:
             f"chain link {allocation.allocation_id} follows {allocation.after}, which was not "
             "accepted in this submission"
         )
+    if after == "afterany":
+        return [f"--dependency=afterany:{job}"]
     return [f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes"]
 
 
