@@ -13,12 +13,15 @@ from __future__ import annotations
 import enum
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from servatus.errors import ConfigurationError
+from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import ALLOCATION_ID
+from servatus.status import queued_or_running
+from servatus.store import Intent
 from servatus.transport import Transport
 
 
@@ -36,6 +39,56 @@ def orders_path(log_root: str, lease_id: str) -> str:
 def claim_name(step_id: str, job: int | str) -> str:
     """The one name whose ``link(2)`` decides an order: taken (non-empty) or withdrawn (empty)."""
     return f"servatus-{step_id}.{job}.claim"
+
+
+def lease_links(intents: Iterable[Intent], lease_id: str) -> list[Intent]:
+    """Every link of the lease that ``lease_id`` names (any of its links' ids), in chain order,
+    from the campaign's intents; :class:`ConfigurationError` when it names no lease."""
+    leases = {intent.allocation_id: intent for intent in intents if intent.lease is not None}
+    named = leases.get(lease_id)
+    if named is None:
+        raise ConfigurationError(f"no lease {lease_id} in this campaign")
+    first = named
+    while first.chain is not None and first.chain.after in leases:
+        first = leases[first.chain.after]
+    after = {
+        intent.chain.after: intent
+        for intent in leases.values()
+        if intent.chain is not None and intent.chain.after
+    }
+    links = [first]
+    while links[-1].allocation_id in after:
+        links.append(after[links[-1].allocation_id])
+    return links
+
+
+def current_link(links: Sequence[tuple[str, int | None]], evidence: Evidence) -> str | None:
+    """The link of a lease that can take steps now (ADR 0009, "Which link `--lease ID`
+    targets"), from its ``links`` (allocation id and job number, in chain order) and one reading
+    of their Target: the first that Slurm lists in a state that has not ended, and whose
+    ``limit`` marker the listing does not show. None when there is none, or when either listing
+    is missing (nothing can be said without both)."""
+    if evidence.queue is None or evidence.markers is None:
+        return None
+    live = {(entry.job, entry.name) for entry in evidence.queue if queued_or_running(entry.state)}
+    limited = {
+        (marker.allocation_id, marker.job)
+        for marker in evidence.markers
+        if marker.kind is MarkerKind.LIMIT
+    }
+    for allocation_id, job in links:
+        if job is None or (job, f"servatus-{allocation_id}") not in live:
+            continue
+        if (allocation_id, job) not in limited:
+            return allocation_id
+    return None
+
+
+def no_current_link(lease_id: str) -> str:
+    """The one-line refusal of a plan into a lease none of whose links can take steps."""
+    return (
+        f"lease {lease_id}: no link can take steps (every link ended or had its pre-limit signal)"
+    )
 
 
 class Verdict(enum.Enum):

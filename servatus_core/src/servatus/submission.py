@@ -19,10 +19,17 @@ from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.launcher import Launcher
-from servatus.lease import Directory, make_directory, orders_path
+from servatus.lease import Directory, Offer, make_directory, offer, orders_path
 from servatus.plan import Allocation, earlier_links
 from servatus.plugins import Hooks
-from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, LeaseSpec, ScriptSpec, ScriptStep
+from servatus.script import (
+    BUDGET_VARIABLE,
+    CHAIN_VARIABLES,
+    LeaseOrder,
+    LeaseSpec,
+    ScriptSpec,
+    ScriptStep,
+)
 from servatus.store import ChainLink, Intent, LeaseTerms, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
@@ -529,6 +536,135 @@ def _orders_directory(
             f"lease {lease} was not sent: {directory} cannot be made, or exists and is not an "
             f"owner-only directory of yours (mode 0700); {done}"
         )
+
+
+def step_orders(
+    hooks: Hooks,
+    profile: Profile,
+    within: str,
+    allocations: Sequence[Allocation],
+    tasks: Mapping[str, Task],
+    launcher: Launcher,
+    *,
+    run_times: Mapping[str, int],
+    budget: int | None = None,
+) -> dict[str, str]:
+    """Each step's order into lease link ``within``, by step id, as ``submit`` offers it: the
+    Task's command shaped as a chain link's step is (the launcher carries ``SERVATUS_LINK``,
+    ``SERVATUS_LINKS``, ``SERVATUS_RUN_TIME`` and, with a budget, ``SERVATUS_BUDGET``), in the
+    slot the profile (the lease's) holds. Raises :class:`ConfigurationError` for an order that
+    cannot be sent (over ``max_script_bytes``, say)."""
+    resources = profile.resources
+    carried = (*RUNTIME_VARIABLES, *CHAIN_VARIABLES, *([BUDGET_VARIABLE] if budget else []))
+    orders = {}
+    for allocation in allocations:
+        (key,) = allocation.task_keys
+        task = tasks[key]
+        env = step_environment(task, allocation.allocation_id, 0)
+        step = launcher.command(
+            profile.target, task.args, env, inherit=carried, gpus=resources.gpus
+        )
+        order = LeaseOrder(
+            step_id=allocation.allocation_id,
+            lease_id=within,
+            task_key=key,
+            command=step,
+            stdin=task.stdin,
+            cpus=resources.cpus,
+            memory_mib=resources.memory_mib,
+            gpus=resources.gpus,
+            inherit=RUNTIME_VARIABLES,
+            run_time=run_times.get(key, 0),
+            budget=budget,
+        )
+        orders[allocation.allocation_id] = hooks.lease_order(order, profile.target)
+    return orders
+
+
+def submit_steps(
+    writer: Writer,
+    transport: Transport,
+    lease: Intent,
+    job: int,
+    directory: str,
+    allocations: Sequence[Allocation],
+    orders: Mapping[str, str],
+    *,
+    plan_digest: str,
+    progress: Progress | None = None,
+) -> tuple[SubmittedAllocation, ...]:
+    """Offer steps to a lease link (ADR 0009): every step's intent in one synced write, then
+    one offer of all their orders into its orders directory, then, in one synced write, a
+    receipt with the lease's job for each one offered and ``Resolved(job=None)`` for each one
+    refused or withdrawn (no order of it can ever run).
+
+    A step with no clear answer stays unresolved (:class:`SubmissionInterrupted`, exit 3:
+    ``reconcile`` decides it by its claim). Otherwise a refusal for a full filesystem is
+    :class:`Unavailable` (exit 75), any other :class:`ShapeRejected` (exit 1)."""
+    now = time.time()
+    intents = [
+        Intent(
+            allocation_id=allocation.allocation_id,
+            task_keys=allocation.task_keys,
+            plan_digest=plan_digest,
+            created_at=now,
+            target=lease.target,
+            time_limit=lease.time_limit,
+            within=lease.allocation_id,
+        )
+        for allocation in allocations
+    ]
+    writer.add_all(intents)  # every intent is durable before any order can exist
+    count = f"of {len(allocations)} steps"
+    try:
+        answers = offer(transport, directory, job, orders)
+    except Unavailable as exc:
+        raise _interrupted(
+            f"no answer from the offer to lease {lease.allocation_id} ({exc}); none {count} "
+            "is known to be offered"
+        ) from exc
+    outcomes: list[Receipt | Resolved] = []
+    accepted: list[SubmittedAllocation] = []
+    refused: list[str] = []
+    undecided: list[str] = []
+    full = False
+    for allocation in allocations:
+        step = allocation.allocation_id
+        answer = answers[step]
+        if answer.outcome is Offer.OFFERED:
+            outcomes.append(Receipt(allocation_id=step, job=job))
+            accepted.append(SubmittedAllocation(step, job, allocation.task_keys))
+        elif answer.outcome is Offer.UNDECIDED:
+            undecided.append(step)
+        else:
+            outcomes.append(Resolved(allocation_id=step, job=None))
+            why = "withdrawn" if answer.reason is None else answer.reason
+            refused.append(f"{step} ({', '.join(allocation.task_keys)}: {why})")
+            full = full or answer.reason == "write"
+    try:
+        writer.add_all(outcomes)
+    except Unavailable as exc:
+        raise _interrupted(
+            f"the offer to lease {lease.allocation_id} was answered, but its outcome could not "
+            f"be recorded ({exc})"
+        ) from exc
+    if progress is not None:
+        for index, receipt in enumerate(accepted, 1):
+            progress(index, len(allocations), receipt.allocation_id, receipt.job)
+    if undecided:
+        raise _interrupted(
+            f"the offer to lease {lease.allocation_id} gave no clear answer for "
+            f"{len(undecided)} {count} ({', '.join(undecided)}); {len(accepted)} were offered"
+        )
+    if refused:
+        what = (
+            f"the lease's orders directory {directory} refused {len(refused)} {count}: "
+            f"{'; '.join(refused)}; {len(accepted)} were offered"
+        )
+        if full:
+            raise Unavailable(f"{what} (its filesystem is full: free space, then start again)")
+        raise ShapeRejected(what)
+    return tuple(accepted)
 
 
 def dependency(
