@@ -1,6 +1,6 @@
 """``plan --hold N [--max-links K]`` through the CLI against FakeScheduler (ADR 0009): the spec's
 ``lease:`` lines, the saved plan/4 document and what reads it back, capacity and ceilings, and
-every combination the spec forbids. Nothing submits a lease yet: submit and validate refuse it."""
+every combination the spec forbids. Submitting one is in ``test_lease_submit.py``."""
 
 from __future__ import annotations
 
@@ -110,18 +110,6 @@ def test_hold_beyond_capacity_or_without_signal_before_end_is_bad_input(
     assert "profile bare has no signal_before_end; a lease needs it" in err
     code, out, err = run(["plan", state, "--hold", "0"], FakeScheduler(), capsys)
     assert code == 2 and "Invalid value for '--hold'" in err
-
-
-def test_submit_and_validate_refuse_a_lease_plan_for_now(
-    project: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    state, fake = create(project, "a"), FakeScheduler()
-    assert run(["plan", state, "--hold", "2", "--output", "lease.json"], fake, capsys)[0] == 0
-    for command in ("submit", "validate"):
-        code, out, err = run([command, state, "lease.json"], fake, capsys)
-        assert (code, out) == (1, ""), err
-        assert "this plan holds a lease" in err and "not built yet" in err
-    assert fake.calls == []
 
 
 def test_a_lease_plan_that_was_tampered_with_is_not_usable(

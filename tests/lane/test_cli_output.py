@@ -360,6 +360,7 @@ def test_every_json_command_prints_a_document_whatever_the_exit(
         "reconcile": ([state], 75),
         "cancel": ([state, "--task", "zz"], 1),
         "doctor": (["--config", str(tmp_path / "none.toml")], 1),
+        "start": ([state, str(tmp_path / "other.jsonl"), "--lease", "0" * 24], 1),
     }
     json_commands = {
         name

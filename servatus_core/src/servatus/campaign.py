@@ -18,7 +18,7 @@ from cattrs.preconf.json import make_converter
 
 from servatus import store
 from servatus.cancel import LeaseStep, check_names, plan_cancel, scancel
-from servatus.config import Profile, Target, target_from_identity, target_identity
+from servatus.config import Profile, Resources, Target, target_from_identity, target_identity
 from servatus.continuation import Continuation
 from servatus.errors import (
     Busy,
@@ -33,7 +33,10 @@ from servatus.evidence import Evidence, MarkerQuery
 from servatus.lease import (
     Verdict,
     Withdrawal,
+    current_link,
+    lease_link_ids,
     lease_links,
+    no_current_link,
     orders_path,
     steps_within,
     stop,
@@ -46,6 +49,7 @@ from servatus.plan import (
     Request,
     make_lease_plan,
     make_plan,
+    make_step_plan,
     plan_to_document,
 )
 from servatus.plugins import Hooks, hooks
@@ -67,11 +71,14 @@ from servatus.submission import (
     SubmittedAllocation,
     batch_scripts,
     command,
+    lease_scripts,
     ping,
     script_may_exceed,
     script_problem,
     script_room,
+    step_orders,
     submit_allocations,
+    submit_steps,
     unanswered,
 )
 from servatus.tasks import Roster, Task, bulk, check_unique
@@ -92,6 +99,18 @@ class Submitted:
     """What ``submit`` did: one receipt per accepted allocation, in submission order."""
 
     receipts: tuple[SubmittedAllocation, ...]
+
+
+@attrs.frozen
+class _Steps:
+    """A plan of steps into a lease link, with what submitting it needs: what the reading
+    settled, the link's intent and job, and each step's order."""
+
+    plan: Plan
+    change: store.Settled
+    link: store.Intent
+    job: int
+    orders: dict[str, str]
 
 
 @attrs.frozen
@@ -217,15 +236,6 @@ def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
         if not state.sealed:
             state = writer.commit(store.Sealed())
     return state, _result(state, created=False, added=0, existing=len(state.tasks))
-
-
-def _refuse_lease(plan: Plan) -> None:
-    """A lease's plan can be made and reviewed, but nothing submits or renders it yet."""
-    if plan.hold is not None:
-        raise ConfigurationError(
-            "this plan holds a lease; submitting, validating and showing the scripts of a lease "
-            "are not built yet (issue 15)"
-        )
 
 
 class Campaign:
@@ -502,8 +512,9 @@ class Campaign:
 
     def plan(
         self,
-        profile: Profile,
+        profile: Profile | None = None,
         *,
+        lease: str | None = None,
         retry: Iterable[str] = (),
         retry_failed: bool = False,
         only: Iterable[str] | None = None,
@@ -514,6 +525,10 @@ class Campaign:
 
         With a ``continuation`` (a lifetime budget per Task, a number of links, or both) each
         allocation becomes a chain of links; a budget needs the profile's ``signal_before_end``.
+
+        With ``lease`` (any link id of a submitted lease) and no profile, the selected Tasks are
+        one-slot steps in the lease's current link, in the slot its intent recorded; a
+        continuation may then carry only a budget (``SERVATUS_BUDGET``, Tasks held ``SPENT``).
         """
         self.refresh()
         if tasks_per_allocation is not None and tasks_per_allocation < 1:
@@ -522,11 +537,96 @@ class Campaign:
             retry=tuple(dict.fromkeys(retry)),
             retry_failed=retry_failed,
             only=None if only is None else tuple(dict.fromkeys(only)),
-            tasks_per_allocation=tasks_per_allocation,
+            tasks_per_allocation=tasks_per_allocation if lease is None else None,
         )
+        if lease is not None:
+            if profile is not None:
+                raise ConfigurationError("a plan into a lease takes no profile: it is the lease's")
+            if tasks_per_allocation is not None:
+                raise ConfigurationError("a step in a lease holds one Task; no packing applies")
+            if continuation is not None and continuation.max_links is not None:
+                raise ConfigurationError("a step runs in the lease link it was started in")
+            budget = None if continuation is None else continuation.budget
+            steps = self._make_step_plan(self._state, lease, request, budget)
+            self._record(steps.change)
+            return steps.plan
+        if profile is None:
+            raise ConfigurationError("plan needs a profile, or a lease to start steps in")
         made, change = self._make_plan(self._state, profile, request, continuation)
         self._record(change)
         return made
+
+    def _make_step_plan(
+        self, state: store.CampaignState, lease_id: str, request: Request, budget: int | None
+    ) -> _Steps:
+        """A plan of steps into the current link of the lease ``lease_id`` names, from one
+        Slurm reading, with each step's order rendered (an order ``submit`` could not send is
+        refused here)."""
+        links = lease_links(state.intents, lease_id)
+        recorded = submissions(state)
+        jobs = {item.allocation_id: item.job for item in recorded if item.job is not None}
+        identity = state.target_identities()[links[0].target]
+        report, change, evidence = self._observe(state, offline=False)
+        reading = evidence.get(identity, Evidence(None, None))
+        current = current_link(
+            [(i.allocation_id, jobs.get(i.allocation_id)) for i in links], reading
+        )
+        if current is None:
+            raise ConfigurationError(no_current_link(lease_id))
+        link = next(intent for intent in links if intent.allocation_id == current)
+        terms = link.lease
+        assert terms is not None
+        target = target_from_identity(identity)
+        profile = Profile(
+            terms.profile,
+            target,
+            Resources(
+                cpus=terms.cpus,
+                memory_mib=terms.memory_mib,
+                time_limit=link.time_limit,
+                gpus=terms.gpus,
+                signal_before_end=terms.signal_before_end,
+            ),
+        )
+        steps = {intent.allocation_id for intent in state.intents if intent.within is not None}
+        stepped = {task.key for task in report.tasks if task.allocation_id in steps}
+        valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
+        made = make_step_plan(
+            campaign_id=state.campaign_id,
+            revision=state.revision,
+            salt=str(len(state.intents)),
+            within=current,
+            keys=state.tasks.keys,
+            profile=profile,
+            request=request,
+            report=report,
+            stepped=stepped,
+            valid=valid,
+            probe=self.probe is not None,
+            now=time.time(),
+            budget=budget,
+        )
+        launcher = self._hooks().launcher(target.launcher)
+        problems = []
+        for key in made.decision.selected:
+            try:
+                launcher.check(target, state.tasks.args(key))
+            except ConfigurationError as exc:
+                problems.append(f"{key}: {exc}")
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        measured = {task.key: task.run_time.total for task in report.tasks if task.run_time}
+        orders = step_orders(
+            self._hooks(),
+            profile,
+            current,
+            made.allocations,
+            state.tasks.by_key(),
+            launcher,
+            run_times={**measured, **made.decision.spent},
+            budget=budget,
+        )
+        return _Steps(made, change, link, jobs[current], orders)
 
     def hold(self, profile: Profile, *, slots: int, max_links: int | None = None) -> Plan:
         """Plan a lease (ADR 0009): ``slots`` copies of the profile's per-Task resources, in
@@ -543,9 +643,16 @@ class Campaign:
         )
 
     def scripts(self, plan: Plan) -> list[str]:
-        """The batch script of each planned allocation, exactly as ``submit`` sends it."""
-        _refuse_lease(plan)
+        """The batch script of each planned allocation, exactly as ``submit`` sends it (a
+        lease's: each link's lease script)."""
         registry = self._hooks()
+        if plan.within is not None:
+            raise ConfigurationError(
+                "a plan of steps in a lease has no batch scripts: its steps are orders to the "
+                "lease's own"
+            )
+        if plan.hold is not None:
+            return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
         launcher = registry.launcher(plan.profile.target.launcher)
         index = self._state.tasks.by_key()
         unknown = [key for a in plan.allocations for key in a.task_keys if key not in index]
@@ -565,7 +672,6 @@ class Campaign:
         rebuild gives the same plan); Slurm must answer a ping; only then is each intent recorded
         before its ``sbatch``.
         """
-        _refuse_lease(plan)
         if plan.probe and self.probe is None:
             raise PlanRefused(
                 "this plan was made with a result probe; submit it from a Campaign with the probe"
@@ -586,33 +692,146 @@ class Campaign:
             transport = connect(plan.profile.target)
             try:
                 ping(transport, plan.profile.target)
-                rebuilt, change = self._make_plan(
-                    state, plan.profile, plan.request, plan.decision.continuation
+                submitting = (
+                    self._submit_lease
+                    if plan.hold is not None
+                    else self._submit_steps
+                    if plan.within is not None
+                    else self._submit_tasks
                 )
-                if not rebuilt.same_as(plan):
-                    raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
-                if change.allocations or change.listed:  # the listing precedes the intents
-                    writer.settle(change)
-                index = state.tasks.by_key()
-                budget, spent = _chain_arguments(plan)
-                receipts = submit_allocations(
-                    writer,
-                    transport,
-                    self._hooks(),
-                    plan.profile,
-                    plan.allocations,
-                    index,
-                    self._hooks().launcher(plan.profile.target.launcher),
-                    plan_digest=plan_to_document(plan)["digest"],
-                    target_identity=target_identity(plan.profile.target),
-                    progress=progress,
-                    budget=budget,
-                    spent=spent,
-                )
+                receipts = submitting(writer, transport, state, plan, progress)
             finally:
                 transport.close()
         self.refresh()
         return Submitted(receipts=receipts)
+
+    def _submit_tasks(
+        self,
+        writer: store.Writer,
+        transport: Transport,
+        state: store.CampaignState,
+        plan: Plan,
+        progress: Progress | None,
+    ) -> tuple[SubmittedAllocation, ...]:
+        """A plan of Tasks, once a rebuild from this state and Slurm's view gives the same."""
+        rebuilt, change = self._make_plan(
+            state, plan.profile, plan.request, plan.decision.continuation
+        )
+        if not rebuilt.same_as(plan):
+            raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
+        if change.allocations or change.listed:  # the listing precedes the intents
+            writer.settle(change)
+        budget, spent = _chain_arguments(plan)
+        return submit_allocations(
+            writer,
+            transport,
+            self._hooks(),
+            plan.profile,
+            plan.allocations,
+            state.tasks.by_key(),
+            self._hooks().launcher(plan.profile.target.launcher),
+            plan_digest=plan_to_document(plan)["digest"],
+            target_identity=target_identity(plan.profile.target),
+            progress=progress,
+            budget=budget,
+            spent=spent,
+        )
+
+    def _submit_steps(
+        self,
+        writer: store.Writer,
+        transport: Transport,
+        state: store.CampaignState,
+        plan: Plan,
+        progress: Progress | None,
+    ) -> tuple[SubmittedAllocation, ...]:
+        """Steps into a lease link, once a rebuild from this state and one Slurm reading gives
+        the same plan (the same current link among them)."""
+        assert plan.within is not None
+        budget = None if plan.decision.continuation is None else plan.decision.continuation.budget
+        steps = self._make_step_plan(state, plan.within, plan.request, budget)
+        if not steps.plan.same_as(plan):
+            raise StalePlan(
+                "the plan no longer matches the campaign, the lease and Slurm; plan again"
+            )
+        if steps.change.allocations or steps.change.listed:
+            writer.settle(steps.change)
+        directory = orders_path(plan.profile.target.log_root, plan.within)
+        receipts = submit_steps(
+            writer,
+            transport,
+            steps.link,
+            steps.job,
+            directory,
+            plan.allocations,
+            steps.orders,
+            plan_digest=plan_to_document(plan)["digest"],
+            progress=progress,
+        )
+        return receipts
+
+    def start(
+        self,
+        tasks: Iterable[Task],
+        *,
+        lease: str,
+        retry: Iterable[str] = (),
+        retry_failed: bool = False,
+        budget: str | int | None = None,
+        progress: Progress | None = None,
+    ) -> Submitted:
+        """Register ``tasks`` as :meth:`ensure` would (a changed Task under an existing key is
+        refused, and nothing is recorded), then plan exactly their keys into the lease and
+        submit them: ``servatus start``."""
+        batch = check_unique(tasks)
+        self.refresh()
+        lease_links(self._state.intents, lease)  # an unknown lease registers nothing
+        new, _ = _split(self._state, batch)
+        if new:
+            self.append(new)
+        continuation = None if budget is None else Continuation(budget=budget)
+        made = self.plan(
+            lease=lease,
+            only=[task.key for task in batch],
+            retry=retry,
+            retry_failed=retry_failed,
+            continuation=continuation,
+        )
+        return self.submit(made, progress=progress)
+
+    def _submit_lease(
+        self,
+        writer: store.Writer,
+        transport: Transport,
+        state: store.CampaignState,
+        plan: Plan,
+        progress: Progress | None,
+    ) -> tuple[SubmittedAllocation, ...]:
+        """A lease's links, in order, once the plan rebuilds the same from this state."""
+        assert plan.hold is not None
+        rebuilt = make_lease_plan(
+            campaign_id=state.campaign_id,
+            revision=state.revision,
+            profile=plan.profile,
+            hold=plan.hold,
+            probe=plan.probe,
+            now=plan.created_at,
+        )
+        if not rebuilt.same_as(plan):
+            raise StalePlan("the plan no longer matches the campaign; plan again")
+        return submit_allocations(
+            writer,
+            transport,
+            self._hooks(),
+            plan.profile,
+            plan.allocations,
+            {},
+            self._hooks().launcher(plan.profile.target.launcher),
+            plan_digest=plan_to_document(plan)["digest"],
+            target_identity=target_identity(plan.profile.target),
+            progress=progress,
+            lease=plan.hold.slots,
+        )
 
     def validate(
         self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
@@ -623,7 +842,9 @@ class Campaign:
         scripts = self.scripts(plan)
         shapes: dict[int, str] = {}
         for allocation, script in zip(plan.allocations, scripts, strict=True):
-            shapes.setdefault(len(allocation.task_keys), script)
+            # A lease is an allocation of as many Tasks as it holds slots.
+            size = len(allocation.task_keys) if plan.hold is None else plan.hold.slots
+            shapes.setdefault(size, script)
         transport = self._connector()(plan.profile.target)
         checks = []
         try:
@@ -741,7 +962,7 @@ class Campaign:
                 try:
                     withdrawal = withdraw_orders(
                         transport,
-                        orders_path(target, lease_id),
+                        orders_path(target.log_root, lease_id),
                         job,
                         [s.allocation_id for s in group],
                     )
@@ -788,7 +1009,7 @@ class Campaign:
             tasks=tasks,
             allocations=allocations,
             within=steps_within(state.intents),
-            leases=lease_links(state.intents),
+            leases=lease_link_ids(state.intents),
         )
         done: list[str] = []
         withdrawn: list[str] = []
@@ -803,7 +1024,7 @@ class Campaign:
 
         for (identity, lease_id, job), group in _by_lease((*chosen.stop, *chosen.withdraw)).items():
             target = target_from_identity(identity)
-            directory = orders_path(target, lease_id)
+            directory = orders_path(target.log_root, lease_id)
             to_stop = {step.step_id for step in chosen.stop}
             try:
                 transport = connect(target)

@@ -47,6 +47,7 @@ from servatus.render import (
     saved_line,
     script_banner,
     status_lines,
+    submitted_lease_lines,
     submitted_lines,
     terminal_text,
 )
@@ -593,6 +594,12 @@ def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> in
     help="Plan a lease of N slots of the profile's per-Task resources (K leases with "
     "--max-links K).",
 )
+@click.option(
+    "--lease",
+    metavar="ID",
+    help="Plan the selected Tasks as one-slot steps in this lease's current link (any of its "
+    "links' ids); no --profile or --config.",
+)
 @click.option("--show-scripts", is_flag=True, help="Print the batch scripts (sensitive).")
 @json_option
 @paused_gc
@@ -608,13 +615,12 @@ def plan_command(
     budget: int | None,
     max_links: int | None,
     hold: int | None,
+    lease: str | None,
     show_scripts: bool,
     as_json: bool,
 ) -> None:
     """Show selected, held and deferred Tasks and what the plan requests at most."""
-    from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.continuation import Continuation  # noqa: PLC0415
-    from servatus.plan import plan_to_document  # noqa: PLC0415
 
     if hold is not None:
         _refuse_with_hold(
@@ -625,6 +631,25 @@ def plan_command(
             budget=budget is not None,
             show_scripts=show_scripts,
         )
+    if lease is not None:
+        _refuse_with_lease(
+            profile=profile_name is not None,
+            config=config is not None,
+            hold=hold is not None,
+            tasks_per_allocation=tasks_per_allocation is not None,
+            max_links=max_links is not None,
+            show_scripts=show_scripts,
+        )
+        campaign = _campaign(state)
+        plan = campaign.plan(
+            lease=lease,
+            retry=retry,
+            retry_failed=retry_failed,
+            only=only or None,
+            continuation=None if budget is None else Continuation(budget=budget),
+        )
+        _show_plan(state, plan, output, as_json)
+        return
     profile = load_profile_option(config, profile_name)
     campaign = _campaign(state)
     chained = budget is not None or max_links is not None
@@ -639,6 +664,18 @@ def plan_command(
             tasks_per_allocation=tasks_per_allocation,
             continuation=Continuation(budget=budget, max_links=max_links) if chained else None,
         )
+    _show_plan(state, plan, output, as_json)
+    if show_scripts:
+        for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
+            click.echo(script_banner(allocation.allocation_id), err=as_json)
+            click.echo(script, nl=False, err=as_json)
+
+
+def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> None:
+    """What ``plan`` prints and saves, whatever it planned."""
+    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.plan import plan_to_document  # noqa: PLC0415
+
     document = plan_to_document(plan)
     warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
@@ -666,10 +703,14 @@ def plan_command(
         echo(*plan_lines(plan))
         if output:
             echo(saved_line(state, output))
-    if show_scripts:
-        for allocation, script in zip(plan.allocations, campaign.scripts(plan), strict=True):
-            click.echo(script_banner(allocation.allocation_id), err=as_json)
-            click.echo(script, nl=False, err=as_json)
+
+
+def _refuse_with_lease(**given: bool) -> None:
+    """Steps in a lease take the lease's slot: an option that names a profile, packs Tasks,
+    chains links or renders batch scripts is a usage error beside ``--lease``."""
+    wrong = [f"--{name.replace('_', '-')}" for name, value in given.items() if value]
+    if wrong:
+        raise click.UsageError(f"--lease plans steps in a lease, which takes no {', '.join(wrong)}")
 
 
 def _refuse_with_hold(**given: bool) -> None:
@@ -743,6 +784,58 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     result = _campaign(state).submit(plan, progress=progress)
     if as_json:
         emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
+        return
+    lines = submitted_lease_lines if plan.hold is not None else submitted_lines
+    echo(*lines(result.receipts))
+
+
+@cli.command("start")
+@click.argument("state", callback=_not_empty)
+@click.argument("tasks_file", metavar="TASKS.jsonl")
+@click.option("--lease", required=True, metavar="ID", help="The lease to start the Tasks in.")
+@click.option("--retry", "retry", multiple=True, metavar="KEY", help="Start this Task again.")
+@click.option("--retry-failed", is_flag=True, help="Start every failed or stopped Task again.")
+@click.option(
+    "--budget",
+    callback=_budget,
+    metavar="DURATION",
+    help="Lifetime run time per Task, [D-]HH:MM:SS (SERVATUS_BUDGET; a spent Task is held).",
+)
+@json_option
+def start_command(
+    state: str,
+    tasks_file: str,
+    lease: str,
+    retry: tuple[str, ...],
+    retry_failed: bool,
+    budget: int | None,
+    as_json: bool,
+) -> None:
+    """Register the file's new Tasks and start its keys as steps in the lease. Exit 3 if
+    interrupted."""
+    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.submission import SubmittedAllocation  # noqa: PLC0415
+    from servatus.tasks import read_jsonl  # noqa: PLC0415
+
+    tasks = read_jsonl(tasks_file)
+    keys = {task.key for task in tasks}
+    accepted: list[SubmittedAllocation] = []  # what was offered, also if start stops
+
+    def progress(index: int, count: int, step: str, job: int) -> None:
+        del index, count
+        accepted.append(SubmittedAllocation(step, job, ()))
+
+    if as_json:
+        describe(lambda: {"receipts": [to_document(receipt) for receipt in accepted]})
+    result = _campaign(state).start(
+        tasks, lease=lease, retry=retry, retry_failed=retry_failed, budget=budget,
+        progress=progress,
+    )  # fmt: skip
+    if as_json:
+        emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
+        return
+    if not result.receipts:
+        echo(f"nothing to start: none of the {plural(len(keys), 'Task')} is selected; see plan")
         return
     echo(*submitted_lines(result.receipts))
 

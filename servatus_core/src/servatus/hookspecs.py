@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from servatus.config import Target
     from servatus.evidence import EvidenceReader
     from servatus.launcher import Launcher
-    from servatus.script import ScriptSpec
+    from servatus.script import LeaseOrder, LeaseSpec, ScriptSpec
     from servatus.transport import TransportFactory
 
 PROJECT = "servatus"
@@ -56,6 +57,24 @@ def servatus_batch_script(spec: ScriptSpec) -> str | None:
 
     Stops at the first non-None result. The script must write the run markers that the
     evidence reader parses.
+    """
+
+
+@hookspec(firstresult=True)
+def servatus_lease_script(spec: LeaseSpec) -> str | None:
+    """Render one lease allocation's POSIX ``sh`` batch script (ADR 0009), ``#SBATCH`` options
+    included: it takes the orders that appear in its orders directory and runs each as a step.
+
+    Stops at the first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def servatus_lease_order(order: LeaseOrder, target: Target) -> str | None:
+    """Render one step's order for a lease (ADR 0009): the text the lease's batch script
+    reads, in the format that script expects.
+
+    Stops at the first non-None result.
     """
 
 

@@ -14,17 +14,15 @@ import enum
 import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import attrs
 
 from servatus.errors import ConfigurationError
+from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import ALLOCATION_ID
+from servatus.status import queued_or_running
+from servatus.store import Intent
 from servatus.transport import Transport
-
-if TYPE_CHECKING:
-    from servatus.config import Target
-    from servatus.store import Intent
 
 
 def orders_directory(lease_id: str) -> str:
@@ -33,9 +31,9 @@ def orders_directory(lease_id: str) -> str:
     return f"servatus-{lease_id}.orders"
 
 
-def orders_path(target: Target, lease_id: str) -> str:
-    """The lease link's orders directory on its Target's filesystem."""
-    return f"{target.log_root.rstrip('/')}/{orders_directory(lease_id)}"
+def orders_path(log_root: str, lease_id: str) -> str:
+    """The orders directory of lease link ``lease_id`` on the cluster: under ``log_root``."""
+    return f"{log_root.rstrip('/')}/{orders_directory(lease_id)}"
 
 
 def steps_within(intents: Iterable[Intent]) -> dict[str, str]:
@@ -43,7 +41,7 @@ def steps_within(intents: Iterable[Intent]) -> dict[str, str]:
     return {i.allocation_id: i.within for i in intents if i.within is not None}
 
 
-def lease_links(intents: Iterable[Intent]) -> frozenset[str]:
+def lease_link_ids(intents: Iterable[Intent]) -> frozenset[str]:
     """The allocation ids of the campaign's lease links."""
     return frozenset(i.allocation_id for i in intents if i.lease is not None)
 
@@ -51,6 +49,56 @@ def lease_links(intents: Iterable[Intent]) -> frozenset[str]:
 def claim_name(step_id: str, job: int | str) -> str:
     """The one name whose ``link(2)`` decides an order: taken (non-empty) or withdrawn (empty)."""
     return f"servatus-{step_id}.{job}.claim"
+
+
+def lease_links(intents: Iterable[Intent], lease_id: str) -> list[Intent]:
+    """Every link of the lease that ``lease_id`` names (any of its links' ids), in chain order,
+    from the campaign's intents; :class:`ConfigurationError` when it names no lease."""
+    leases = {intent.allocation_id: intent for intent in intents if intent.lease is not None}
+    named = leases.get(lease_id)
+    if named is None:
+        raise ConfigurationError(f"no lease {lease_id} in this campaign")
+    first = named
+    while first.chain is not None and first.chain.after in leases:
+        first = leases[first.chain.after]
+    after = {
+        intent.chain.after: intent
+        for intent in leases.values()
+        if intent.chain is not None and intent.chain.after
+    }
+    links = [first]
+    while links[-1].allocation_id in after:
+        links.append(after[links[-1].allocation_id])
+    return links
+
+
+def current_link(links: Sequence[tuple[str, int | None]], evidence: Evidence) -> str | None:
+    """The link of a lease that can take steps now (ADR 0009, "Which link `--lease ID`
+    targets"), from its ``links`` (allocation id and job number, in chain order) and one reading
+    of their Target: the first that Slurm lists in a state that has not ended, and whose
+    ``limit`` marker the listing does not show. None when there is none, or when either listing
+    is missing (nothing can be said without both)."""
+    if evidence.queue is None or evidence.markers is None:
+        return None
+    live = {(entry.job, entry.name) for entry in evidence.queue if queued_or_running(entry.state)}
+    limited = {
+        (marker.allocation_id, marker.job)
+        for marker in evidence.markers
+        if marker.kind is MarkerKind.LIMIT
+    }
+    for allocation_id, job in links:
+        if job is None or (job, f"servatus-{allocation_id}") not in live:
+            continue
+        if (allocation_id, job) not in limited:
+            return allocation_id
+    return None
+
+
+def no_current_link(lease_id: str) -> str:
+    """The one-line refusal of a plan into a lease none of whose links can take steps."""
+    return (
+        f"lease {lease_id}: no link can take steps (every link ended or had its pre-limit signal)"
+    )
 
 
 class Verdict(enum.Enum):
@@ -112,7 +160,7 @@ WITHDRAW_SCRIPT = (
     "fi\n"
     'for s in "$@"; do withdraw "$s"; done\n'
 )
-"""``sh -c WITHDRAW_SCRIPT sh DIR JOB NONCE STEP...``: one ``taken|withdrawn|undecided STEP``
+"""``sh -c WITHDRAW_SCRIPT withdraw DIR JOB NONCE STEP...``: one ``taken|withdrawn|undecided STEP``
 line per step. A withdrawer never makes the directory: a missing (or foreign) one is
 ``undecided STEP directory``, which ``reconcile`` tells apart from an unreadable claim."""
 
@@ -136,7 +184,7 @@ for s in "$@"; do
 done
 """.lstrip("\n")
 )
-"""``sh -c STOP_SCRIPT sh DIR STEP...``: one ``stopping|unwritten STEP`` line per step. The lease
+"""``sh -c STOP_SCRIPT stop DIR STEP...``: one ``stopping|unwritten STEP`` line per step. The lease
 reads ``<step id>.stop`` in its orders directory at each poll and stops that step, once, if it
 took it and it has not ended (ADR 0009, "Stopping a step")."""
 
@@ -187,9 +235,53 @@ while [ "$#" -gt 1 ]; do
 done
 """.lstrip("\n")
 )
-"""``sh -c OFFER_SCRIPT sh DIR JOB NONCE STEP SIZE...``, the orders concatenated on stdin: one
+"""``sh -c OFFER_SCRIPT offer DIR JOB NONCE STEP SIZE...``, the orders concatenated on stdin: one
 ``offered|withdrawn|undecided STEP`` or ``refused STEP REASON`` line per step. Every write and
 size check comes before any rename, so a refusal means no order of that step exists."""
+
+MKDIR_SCRIPT = (
+    "umask 077\n"
+    "d=$1\n"
+    + _OWNED_DIRECTORY
+    + 'if mkdir -m 700 -- "$d" 2>/dev/null; then echo made\n'
+    + 'elif owned "$d"; then echo exists\n'
+    + "else echo refused\n"
+    + "fi\n"
+)
+"""``sh -c MKDIR_SCRIPT mkdir DIR``: makes a lease's orders directory owner-only (``made``),
+accepts one that already is (``exists``), and refuses anything else there, or a ``log_root``
+where it cannot be made (``refused``)."""
+
+
+class Directory(enum.Enum):
+    """What making a lease's orders directory came to."""
+
+    READY = "ready"
+    REFUSED = "refused"
+    UNDECIDED = "undecided"
+
+
+def mkdir_command(directory: str) -> list[str]:
+    if not directory.startswith("/"):
+        raise ConfigurationError(f"the orders directory must be absolute, got {directory!r}")
+    return ["/bin/sh", "-c", MKDIR_SCRIPT, "mkdir", directory]
+
+
+def read_mkdir(stdout: bytes) -> Directory:
+    """The one answer line of :data:`MKDIR_SCRIPT`; anything else is undecided."""
+    words = {"made": Directory.READY, "exists": Directory.READY, "refused": Directory.REFUSED}
+    return words.get(stdout.decode("ascii", "replace").strip(), Directory.UNDECIDED)
+
+
+def make_directory(transport: Transport, directory: str) -> Directory:
+    """Make the orders directory before the lease's ``sbatch``, so that orders can be written
+    while the lease is queued. Raises :class:`~servatus.errors.Unavailable` when no answer came
+    back."""
+    result = transport.run(mkdir_command(directory))
+    if result.returncode != 0 or result.truncated:
+        return Directory.UNDECIDED
+    return read_mkdir(result.stdout)
+
 
 _LINE = re.compile(
     r"(offered|refused|withdrawn|undecided|taken|stopping|unwritten) ([0-9a-f]{24})(?: ([a-z]+))?"
@@ -210,12 +302,12 @@ def _check_ids(directory: str, job: int, step_ids: Sequence[str]) -> None:
 
 def withdraw_command(directory: str, job: int, step_ids: Sequence[str], nonce: str) -> list[str]:
     _check_ids(directory, job, step_ids)
-    return ["/bin/sh", "-c", WITHDRAW_SCRIPT, "sh", directory, str(job), nonce, *step_ids]
+    return ["/bin/sh", "-c", WITHDRAW_SCRIPT, "withdraw", directory, str(job), nonce, *step_ids]
 
 
 def stop_command(directory: str, step_ids: Sequence[str]) -> list[str]:
     _check_ids(directory, 1, step_ids)
-    return ["/bin/sh", "-c", STOP_SCRIPT, "sh", directory, *step_ids]
+    return ["/bin/sh", "-c", STOP_SCRIPT, "stop", directory, *step_ids]
 
 
 def offer_command(
@@ -231,7 +323,8 @@ def offer_command(
             raise ConfigurationError(f"the order of step {step} does not end with a newline")
         words += [step, str(len(encoded))]
         data += encoded
-    return ["/bin/sh", "-c", OFFER_SCRIPT, "sh", directory, str(job), nonce, *words], bytes(data)
+    argv = ["/bin/sh", "-c", OFFER_SCRIPT, "offer", directory, str(job), nonce, *words]
+    return argv, bytes(data)
 
 
 def _answers(stdout: bytes, step_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:

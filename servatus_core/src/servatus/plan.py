@@ -539,6 +539,9 @@ class Plan:
 
     @property
     def totals(self) -> Totals:
+        """What the plan requests at most; steps use slots their lease already holds."""
+        if self.within is not None:
+            return Totals(cpu_hours=0.0, gpu_hours=0.0, memory_gib_hours=0.0)
         slots = None if self.hold is None else self.hold.slots
         return totals(self.profile.resources, self.allocations, slots=slots)
 
@@ -805,6 +808,12 @@ def lease_problem(plan: Plan) -> str | None:
     profile has the ``signal_before_end`` a lease requires. A plan of Tasks has no empty
     allocation."""
     hold = plan.hold
+    if plan.within is not None:
+        if not ALLOCATION_ID.fullmatch(plan.within):
+            return f"it plans steps within {plan.within!r}, which is no allocation id"
+        if any(len(a.task_keys) != 1 or a.link is not None for a in plan.allocations):
+            return "a step in a lease holds exactly one Task and is no chain link"
+        return None
     if hold is None:
         if any(not allocation.task_keys for allocation in plan.allocations):
             return "an allocation of Tasks holds none"
@@ -875,6 +884,79 @@ def make_lease_plan(
     )
 
 
+_STEP_WORK = frozenset({Execution.QUEUED, Execution.RUNNING, Execution.ENDING})
+"""What a step does while its Task is held ``ACTIVE``: waiting in its lease, or running."""
+
+
+def _step_work(work: Work) -> TaskWork:
+    """A step's work as planning reads it: still going only while it waits or runs, not for as
+    long as Slurm lists its lease, so a Task whose step ended can be started again at once."""
+    return TaskWork(
+        execution=work.execution,
+        accepted=work.accepted,
+        unresolved=work.unresolved,
+        listed=work.listed and work.execution in _STEP_WORK,
+        run_time=work.run_time,
+        detail=work.detail,
+        link=work.link,
+    )
+
+
+def _ongoing(work: Work | None) -> bool:
+    return work is not None and work.execution in _STEP_WORK
+
+
+def make_step_plan(
+    *,
+    campaign_id: str,
+    revision: int,
+    salt: str,
+    within: str,
+    keys: Sequence[str],
+    profile: Profile,
+    request: Request,
+    report: Report,
+    stepped: Collection[str],
+    valid: Collection[str],
+    probe: bool,
+    now: float,
+    budget: int | None = None,
+) -> Plan:
+    """The selected Tasks as one-slot steps into lease link ``within`` (``plan --lease``),
+    reproducible for the same inputs. ``profile`` is the lease's, rebuilt from its intent;
+    ``stepped`` the keys whose current work is a step, which hold ``ACTIVE`` only while the
+    step waits or runs; ``salt`` (the campaign's state, including how many intents it
+    recorded) makes each step's id new for every submission. A ``budget`` holds ``SPENT`` as
+    for a chain, and becomes each step's ``SERVATUS_BUDGET``."""
+    continuation = None if budget is None else Continuation(budget=budget)
+    limits = None if continuation is None else limits_for(continuation, profile)
+    work = {
+        key: _step_work(item) if key in stepped else item
+        for key, item in work_from_report(report).items()
+    }
+    decision = decide(keys, work, request, valid=valid, continuation=continuation, limits=limits)
+    held = tuple(
+        (key, Hold.ACTIVE if hold is Hold.SUBMITTED and _ongoing(work.get(key)) else hold)
+        for key, hold in decision.held
+    )
+    salted = _salted(f"{campaign_id}:{revision}:{salt}:within {within}")
+    allocations = tuple(
+        Allocation(_allocation_id(salted, 0, (key,)), (key,)) for key in decision.selected
+    )
+    return Plan(
+        campaign_id=campaign_id,
+        revision=revision,
+        profile=profile,
+        request=request,
+        probe=probe,
+        decision=attrs.evolve(decision, held=held),
+        allocations=allocations,
+        created_at=now,
+        warnings=report.warnings,
+        within=within,
+    )
+
+
 def chain_problem(plan: Plan) -> str | None:
     """What does not hold together in the plan's chains, or None: every allocation of a plan
     with a continuation is a chain link and none of one without; a chain's links come in order
@@ -882,7 +964,10 @@ def chain_problem(plan: Plan) -> str | None:
     the same ``task_links``, each 1 to K; no link is longer than the profile's time limit; a
     budget comes with the profile's ``signal_before_end``, as planning requires."""
     continuation = plan.decision.continuation
-    chained = continuation is not None or (plan.hold is not None and plan.hold.links > 1)
+    # Steps in a lease carry a budget (SERVATUS_BUDGET, SPENT) but run in the lease's link.
+    chained = (continuation is not None and plan.within is None) or (
+        plan.hold is not None and plan.hold.links > 1
+    )
     resources = plan.profile.resources
     budgeted = continuation is not None and continuation.budget is not None
     if budgeted and resources.signal_before_end is None:

@@ -21,9 +21,10 @@ from servatus import hookspecs
 from servatus.errors import ConfigurationError, PluginError
 
 if TYPE_CHECKING:
+    from servatus.config import Target
     from servatus.evidence import EvidenceReader
     from servatus.launcher import Launcher
-    from servatus.script import ScriptSpec
+    from servatus.script import LeaseOrder, LeaseSpec, ScriptSpec
     from servatus.transport import TransportFactory
 
 GROUP = hookspecs.PROJECT
@@ -149,6 +150,18 @@ class Hooks:
         if script is None:
             raise PluginError("no plugin renders batch scripts; install servatus[slurm]")
         return script
+
+    def lease_script(self, spec: LeaseSpec) -> str:
+        script: str | None = self.pm.hook.servatus_lease_script(spec=spec)
+        if script is None:
+            raise PluginError("no plugin renders lease scripts; install servatus[slurm]")
+        return script
+
+    def lease_order(self, order: LeaseOrder, target: Target) -> str:
+        text: str | None = self.pm.hook.servatus_lease_order(order=order, target=target)
+        if text is None:
+            raise PluginError("no plugin renders lease orders; install servatus[slurm]")
+        return text
 
     def evidence_reader(self) -> EvidenceReader:
         reader: EvidenceReader | None = self.pm.hook.servatus_evidence_reader()

@@ -160,6 +160,8 @@ def plan_lines(plan: Plan) -> list[str]:
     lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
     if plan.hold is not None:
         return [*lines, *lease_lines(plan), format_totals(plan.totals)]
+    if plan.within is not None:
+        return [*lines, *step_lines(plan)]
     if decision.continuation is not None:
         lines += continuation_lines(plan)
     lines.append(
@@ -203,6 +205,25 @@ def lease_lines(plan: Plan) -> list[str]:
     for allocation in plan.allocations:
         link = "" if allocation.link is None else f", {allocation.link.label}"
         lines.append(f"  {allocation.allocation_id}  {size(slots)}{link}")
+    return lines
+
+
+def step_lines(plan: Plan) -> list[str]:
+    """A plan of steps in a lease: each step with its Task, then held Tasks. A step uses a slot
+    the lease already holds, so the totals line says that instead of hours."""
+    from servatus.continuation import format_continuation  # noqa: PLC0415
+
+    decision = plan.decision
+    lines = [] if decision.continuation is None else [format_continuation(decision.continuation)]
+    lines.append(
+        f"selected: {plural(len(decision.selected), 'Task')} as steps in lease {plan.within}"
+    )
+    lines += [f"  {a.allocation_id}  {' '.join(a.task_keys)}" for a in plan.allocations]
+    if decision.held:
+        lines.append(f"held: {plural(len(decision.held), 'Task')}")
+        width = max(len(key) for key, _ in decision.held)
+        lines += [f"  {key.ljust(width)}  {hold.value}" for key, hold in decision.held]
+    lines.append("requests nothing beyond the lease: each step uses one of its slots")
     return lines
 
 
@@ -255,6 +276,11 @@ def check_line(check: ShapeCheck) -> str:
 def accepted_line(index: int, count: int, allocation_id: str, job: int) -> str:
     """``submit``'s progress on a terminal, after each allocation Slurm accepted."""
     return f"allocation {index} of {count}: {allocation_id} accepted as job {job}"
+
+
+def submitted_lease_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
+    """Each lease link a ``submit`` sent, in the spec's words."""
+    return [f"submitted lease {receipt.allocation_id}: job {receipt.job}" for receipt in receipts]
 
 
 def submitted_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:

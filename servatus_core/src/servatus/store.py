@@ -35,7 +35,7 @@ import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -1319,6 +1319,34 @@ class Writer:
                 self.compact()
             except ServatusError:
                 self._compaction_failed = True
+
+    def add_all(self, changes: Sequence[object]) -> None:
+        """Append several records with one write and one fsync, so that all are durable before
+        anything that depends on them is done (a crash in the write keeps a prefix of them,
+        each whole). A change the fold rejects refuses them all, and this writer then refuses
+        further changes (its fold took the ones before it)."""
+        self._usable()
+        if self._fold is None:
+            raise ConfigurationError(f"no campaign at {str(self.path)!r}")
+        if not changes:
+            return
+        data = b"".join(frame(encode(change)) for change in changes)
+        for change in changes:
+            try:
+                self._fold.apply(change)
+            except Rejected as exc:
+                self._broken = True
+                raise TaskConflict(str(exc)) from None
+        try:
+            write_all(self._journal, data, self._end)
+            sync(self._journal)
+        except OSError as exc:
+            self._broken = True
+            with suppress(OSError):
+                os.ftruncate(self._journal, self._end)
+            raise from_os_error(exc, f"cannot write {self.name!r}") from None
+        self._end += len(data)
+        self._records += len(changes)
 
     def settle(self, change: Settled) -> int:
         """Record ``change`` less what is settled already (another command may have recorded it

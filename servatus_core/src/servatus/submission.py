@@ -19,10 +19,18 @@ from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.launcher import Launcher
+from servatus.lease import Directory, Offer, make_directory, offer, orders_path
 from servatus.plan import Allocation, earlier_links
 from servatus.plugins import Hooks
-from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
-from servatus.store import ChainLink, Intent, Receipt, Resolved, Writer
+from servatus.script import (
+    BUDGET_VARIABLE,
+    CHAIN_VARIABLES,
+    LeaseOrder,
+    LeaseSpec,
+    ScriptSpec,
+    ScriptStep,
+)
+from servatus.store import ChainLink, Intent, LeaseTerms, Receipt, Resolved, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
 
@@ -122,13 +130,54 @@ def script_spec(
 
 
 def chain_link(allocation: Allocation, budget: int | None) -> ChainLink | None:
-    """What an intent records of a link's place in its chain."""
+    """What an intent records of a link's place in its chain (a lease's links hold no Tasks,
+    so their ``task_links`` are empty)."""
     if allocation.link is None:
         return None
     link = allocation.link
     return ChainLink(
         link.position, link.of, allocation.after or "", allocation.task_links, budget or 0
     )
+
+
+def lease_terms(profile: Profile, slots: int) -> LeaseTerms:
+    """What a lease link's intent records of what it holds: enough to plan steps into it
+    without the profile (``plan --lease``)."""
+    resources = profile.resources
+    if resources.signal_before_end is None:
+        raise ConfigurationError(f"profile {profile.name} has no signal_before_end for a lease")
+    return LeaseTerms(
+        profile.name,
+        slots,
+        resources.cpus,
+        resources.memory_mib,
+        resources.gpus,
+        resources.signal_before_end,
+    )
+
+
+def lease_spec(profile: Profile, allocation: Allocation, slots: int) -> LeaseSpec:
+    """What a lease link's batch script must do: hold ``slots`` of the profile's per-Task
+    resources for the link's time limit, exporting the job's run-time variables to its steps."""
+    terms = lease_terms(profile, slots)
+    return LeaseSpec(
+        allocation_id=allocation.allocation_id,
+        target=profile.target,
+        slots=slots,
+        cpus=terms.cpus,
+        memory_mib=terms.memory_mib,
+        gpus=terms.gpus,
+        time_limit=allocation.time_limit(profile.resources),
+        signal_before_end=terms.signal_before_end,
+        inherit=RUNTIME_VARIABLES,
+    )
+
+
+def lease_scripts(
+    hooks: Hooks, profile: Profile, allocations: Sequence[Allocation], slots: int
+) -> list[str]:
+    """Every lease link's batch script, as ``submit`` sends it."""
+    return [hooks.lease_script(lease_spec(profile, a, slots)) for a in allocations]
 
 
 STEP_ROOM = 8192
@@ -360,6 +409,7 @@ def submit_allocations(
     progress: Progress | None = None,
     budget: int | None = None,
     spent: Mapping[str, int] | None = None,
+    lease: int | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
     """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced).
 
@@ -367,6 +417,11 @@ def submit_allocations(
     :class:`ShapeRejected`; no answer, an answer that is not a job number, or a failure that
     says Slurm was lost mid-request leaves the intent unresolved and stops with
     :class:`SubmissionInterrupted` (exit 3).
+
+    With ``lease`` (its number of slots) the allocations are a lease's links (ADR 0009): each
+    intent records the :class:`LeaseTerms`, the link's orders directory is made between its
+    intent and its ``sbatch`` (a refusal there is one as ``sbatch``'s would be), and a later link
+    waits for the one before it with ``afterany``.
     """
     known = set()
     for allocation in allocations:
@@ -376,16 +431,21 @@ def submit_allocations(
                 "submission does not send before it; nothing was submitted"
             )
         known.add(allocation.allocation_id)
-    scripts = batch_scripts(
-        hooks, profile, allocations, tasks, launcher, budget=budget, spent=spent
-    )
+    if lease is None:
+        scripts = batch_scripts(
+            hooks, profile, allocations, tasks, launcher, budget=budget, spent=spent
+        )
+        terms = None
+    else:
+        scripts = lease_scripts(hooks, profile, allocations, lease)
+        terms = lease_terms(profile, lease)
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
     accepted: list[SubmittedAllocation] = []
     jobs: dict[str, int] = {}
     target = ""
     for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
         done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
-        argv = [*sbatch, *dependency(allocation, jobs)]
+        argv = [*sbatch, *dependency(allocation, jobs, after="afterany" if terms else "afterok")]
         try:
             # The Target is recorded once per campaign, before its first intent.
             target = target or writer.target(target_identity)
@@ -398,12 +458,15 @@ def submit_allocations(
                     target=target,
                     time_limit=allocation.time_limit(profile.resources),
                     chain=chain_link(allocation, budget),
+                    lease=terms,
                 )
             )
         except Unavailable as exc:
             raise Unavailable(
                 f"{exc}; {done}; allocation {allocation.allocation_id} was not sent"
             ) from exc
+        if terms is not None:
+            _orders_directory(writer, transport, profile.target, allocation, done)
         try:
             result = transport.run(argv, stdin=script.encode("utf-8", "surrogateescape"))
         except Unavailable as exc:
@@ -449,12 +512,172 @@ def submit_allocations(
     return tuple(accepted)
 
 
-def dependency(allocation: Allocation, jobs: Mapping[str, int]) -> list[str]:
+def _orders_directory(
+    writer: Writer, transport: Transport, target: Target, allocation: Allocation, done: str
+) -> None:
+    """Make a lease link's orders directory, after its intent and before its ``sbatch``: a
+    refusal records the link as not submitted (nothing was sent), no answer leaves it
+    unresolved."""
+    directory = orders_path(target.log_root, allocation.allocation_id)
+    lease = allocation.allocation_id
+    try:
+        made = make_directory(transport, directory)
+    except Unavailable as exc:
+        raise _interrupted(
+            f"no answer while making the orders directory of lease {lease} ({exc}); {done}"
+        ) from exc
+    if made is Directory.UNDECIDED:
+        raise _interrupted(
+            f"making the orders directory of lease {lease} gave no clear answer; {done}"
+        )
+    if made is Directory.REFUSED:
+        writer.add(Resolved(allocation_id=lease, job=None))
+        raise ShapeRejected(
+            f"lease {lease} was not sent: {directory} cannot be made, or exists and is not an "
+            f"owner-only directory of yours (mode 0700); {done}"
+        )
+
+
+def step_orders(
+    hooks: Hooks,
+    profile: Profile,
+    within: str,
+    allocations: Sequence[Allocation],
+    tasks: Mapping[str, Task],
+    launcher: Launcher,
+    *,
+    run_times: Mapping[str, int],
+    budget: int | None = None,
+) -> dict[str, str]:
+    """Each step's order into lease link ``within``, by step id, as ``submit`` offers it: the
+    Task's command shaped as a chain link's step is (the launcher carries ``SERVATUS_LINK``,
+    ``SERVATUS_LINKS``, ``SERVATUS_RUN_TIME`` and, with a budget, ``SERVATUS_BUDGET``), in the
+    slot the profile (the lease's) holds. Raises :class:`ConfigurationError` for an order that
+    cannot be sent (over ``max_script_bytes``, say)."""
+    resources = profile.resources
+    carried = (*RUNTIME_VARIABLES, *CHAIN_VARIABLES, *([BUDGET_VARIABLE] if budget else []))
+    orders = {}
+    for allocation in allocations:
+        (key,) = allocation.task_keys
+        task = tasks[key]
+        env = step_environment(task, allocation.allocation_id, 0)
+        step = launcher.command(
+            profile.target, task.args, env, inherit=carried, gpus=resources.gpus
+        )
+        order = LeaseOrder(
+            step_id=allocation.allocation_id,
+            lease_id=within,
+            task_key=key,
+            command=step,
+            stdin=task.stdin,
+            cpus=resources.cpus,
+            memory_mib=resources.memory_mib,
+            gpus=resources.gpus,
+            inherit=RUNTIME_VARIABLES,
+            run_time=run_times.get(key, 0),
+            budget=budget,
+        )
+        orders[allocation.allocation_id] = hooks.lease_order(order, profile.target)
+    return orders
+
+
+def submit_steps(
+    writer: Writer,
+    transport: Transport,
+    lease: Intent,
+    job: int,
+    directory: str,
+    allocations: Sequence[Allocation],
+    orders: Mapping[str, str],
+    *,
+    plan_digest: str,
+    progress: Progress | None = None,
+) -> tuple[SubmittedAllocation, ...]:
+    """Offer steps to a lease link (ADR 0009): every step's intent in one synced write, then
+    one offer of all their orders into its orders directory, then, in one synced write, a
+    receipt with the lease's job for each one offered and ``Resolved(job=None)`` for each one
+    refused or withdrawn (no order of it can ever run).
+
+    A step with no clear answer stays unresolved (:class:`SubmissionInterrupted`, exit 3:
+    ``reconcile`` decides it by its claim). Otherwise a refusal for a full filesystem is
+    :class:`Unavailable` (exit 75), any other :class:`ShapeRejected` (exit 1)."""
+    now = time.time()
+    intents = [
+        Intent(
+            allocation_id=allocation.allocation_id,
+            task_keys=allocation.task_keys,
+            plan_digest=plan_digest,
+            created_at=now,
+            target=lease.target,
+            time_limit=lease.time_limit,
+            within=lease.allocation_id,
+        )
+        for allocation in allocations
+    ]
+    writer.add_all(intents)  # every intent is durable before any order can exist
+    count = f"of {len(allocations)} steps"
+    try:
+        answers = offer(transport, directory, job, orders)
+    except Unavailable as exc:
+        raise _interrupted(
+            f"no answer from the offer to lease {lease.allocation_id} ({exc}); none {count} "
+            "is known to be offered"
+        ) from exc
+    outcomes: list[Receipt | Resolved] = []
+    accepted: list[SubmittedAllocation] = []
+    refused: list[str] = []
+    undecided: list[str] = []
+    full = False
+    for allocation in allocations:
+        step = allocation.allocation_id
+        answer = answers[step]
+        if answer.outcome is Offer.OFFERED:
+            outcomes.append(Receipt(allocation_id=step, job=job))
+            accepted.append(SubmittedAllocation(step, job, allocation.task_keys))
+        elif answer.outcome is Offer.UNDECIDED:
+            undecided.append(step)
+        else:
+            outcomes.append(Resolved(allocation_id=step, job=None))
+            why = "withdrawn" if answer.reason is None else answer.reason
+            refused.append(f"{step} ({', '.join(allocation.task_keys)}: {why})")
+            full = full or answer.reason == "write"
+    try:
+        writer.add_all(outcomes)
+    except Unavailable as exc:
+        raise _interrupted(
+            f"the offer to lease {lease.allocation_id} was answered, but its outcome could not "
+            f"be recorded ({exc})"
+        ) from exc
+    if progress is not None:
+        for index, receipt in enumerate(accepted, 1):
+            progress(index, len(allocations), receipt.allocation_id, receipt.job)
+    if undecided:
+        raise _interrupted(
+            f"the offer to lease {lease.allocation_id} gave no clear answer for "
+            f"{len(undecided)} {count} ({', '.join(undecided)}); {len(accepted)} were offered"
+        )
+    if refused:
+        what = (
+            f"the lease's orders directory {directory} refused {len(refused)} {count}: "
+            f"{'; '.join(refused)}; {len(accepted)} were offered"
+        )
+        if full:
+            raise Unavailable(f"{what} (its filesystem is full: free space, then start again)")
+        raise ShapeRejected(what)
+    return tuple(accepted)
+
+
+def dependency(
+    allocation: Allocation, jobs: Mapping[str, int], *, after: str = "afterok"
+) -> list[str]:
     """The ``sbatch`` options that chain a link to the job of the link before it, accepted
     earlier in the same submission. ``afterok`` on the command line (the job number exists only
     now): a predecessor that fails, times out or is cancelled takes this link, and through it
     the rest of the chain, away before Slurm allocates it; ``--kill-on-invalid-dep=yes`` makes
-    that so whatever the site's ``DependencyParameters`` say (ADR 0005)."""
+    that so whatever the site's ``DependencyParameters`` say (ADR 0005).
+
+    A lease's links use ``afterany`` alone (ADR 0009): each starts when the one before it
+    ended, however it ended (a lease that reaches its limit ends ``TIMEOUT``)."""
     if allocation.after is None:
         return []
     job = jobs.get(allocation.after)
@@ -463,6 +686,8 @@ def dependency(allocation: Allocation, jobs: Mapping[str, int]) -> list[str]:
             f"chain link {allocation.allocation_id} follows {allocation.after}, which was not "
             "accepted in this submission"
         )
+    if after == "afterany":
+        return [f"--dependency=afterany:{job}"]
     return [f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes"]
 
 

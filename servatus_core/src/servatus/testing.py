@@ -33,6 +33,32 @@ script run them, so a chain application can be tested without a cluster:
   pre-limit signal is the batch shell's own early stop (143 for each step still running, no
   stop marker, handoffs, then ``COMPLETED``); without the signal, and on a chain's last link, it
   is Slurm's ``TIMEOUT``, and ``TIMEOUT`` removes the rest of the chain.
+
+Leases (``docs/adr/0009-leases.md``) are modelled as the lease's batch script runs them, so a
+lease application can be tested without a cluster:
+
+* ``sbatch`` of a lease script (one with a ``servatus_lease=`` line) makes a lease job of
+  ``--ntasks`` slots. ``--dependency=afterany:J`` (a later lease link) waits until J ended, however
+  it ended; ``afterany`` on a job the fake does not list starts at once, as Slurm's does.
+* ``submit`` makes the lease's orders directory first (its ``mkdir`` command): made, or accepted
+  when it already is one of the fake's; a path in :attr:`FakeScheduler.foreign_directories`, or
+  under a ``log_root`` in :attr:`~FakeScheduler.missing_directories`, is refused. A lease that
+  starts without its directory ends ``FAILED`` before its start marker and runs nothing.
+* The offer's ``sh -c`` (``DIR JOB NONCE STEP SIZE...``, the orders on stdin) keeps each order
+  whole (``refused STEP directory`` without the directory, ``refused STEP write`` for a directory
+  in :attr:`~FakeScheduler.full_directories`). While its lease job is ``RUNNING`` and has not had
+  its pre-limit signal, the lease takes each order at once: its claim holds the order's bytes, and
+  the step starts (its ``step-start`` marker) if a slot is free, else it waits (``QUEUED``) and
+  starts when a slot frees, the longest-waiting first (Slurm picks on a real cluster). An order
+  that is not whole, or names another lease or slot, is withdrawn by the lease (an empty claim).
+* The withdraw's ``sh -c`` makes an empty claim unless the lease took the order first, and
+  answers by the claim's size, as the real one does. Claims are listed by the marker ``find`` as
+  ``servatus-<step>.<job>.claim`` rows whose size is the verdict.
+* :meth:`~FakeScheduler.finish_step` ends a step by its id (``end.0.<exit>``; a step still
+  waiting ends without ever starting) and frees its slot. The lease's pre-limit signal
+  (:meth:`~FakeScheduler.signal_limit`) writes each started step's ``limit`` marker, ends each
+  waiting one unstarted (exit 1) and takes no more orders; ``scancel`` and the time limit write
+  each unended step's ``stop`` and end it 143 (1 if it never started).
 """
 
 from __future__ import annotations
@@ -56,6 +82,10 @@ _LINK = re.compile(r"^servatus_link='?([0-9]+)'?$", re.MULTILINE)
 _LINKS = re.compile(r"^servatus_links='?([0-9]+)'?$", re.MULTILINE)
 _AFTER = re.compile(r"^servatus_after='?([0-9a-f]+)'?$", re.MULTILINE)
 _SLOT_LINKS = re.compile(r"^# slot ([0-9]+) links ([0-9]+)$", re.MULTILINE)
+_LEASE = re.compile(r"^servatus_lease=([0-9a-f]{24})$", re.MULTILINE)
+_LEASE_LOG = re.compile(r"^servatus_log='?([^'\n]+)'?$", re.MULTILINE)
+_LEASE_SLOT = re.compile(r"^servatus_slot=([0-9]+/[0-9]+/[0-9]+)$", re.MULTILINE)
+_ORDER_HEADER = re.compile(rb"# servatus.order/1 ([0-9a-f]{24}) lease=([0-9a-f]{24}) slot=(\S+)\n")
 _ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL"})
 DEPENDENCY_PROBLEM = "sbatch: error: Batch job submission failed: Job dependency problem\n"
 """What ``sbatch`` says (exit 1) for ``afterok`` on a job Slurm does not know: ESLURM_DEPENDENCY."""
@@ -85,6 +115,10 @@ class FakeJob:
     """The slots a later link did not run: its predecessor handed them nothing."""
     allocated: bool = False
     """Whether the job ever started (a removed chain link never does)."""
+    after_any: bool = False
+    """Whether it waits with ``afterany`` (a lease's later link) rather than ``afterok``."""
+    lease: FakeLease | None = None
+    """What a lease job holds: its orders directory and its steps."""
 
     @property
     def name(self) -> str:
@@ -94,6 +128,19 @@ class FakeJob:
     def waiting(self) -> bool:
         """Pending on a dependency not satisfied yet (or never to be, without the kill flag)."""
         return self.after is not None
+
+
+@attrs.define
+class FakeLease:
+    """A lease job's side of its orders: the directory it reads, its slot (as an order's header
+    names it), the steps it took in order, and which of them run, wait, or ended."""
+
+    directory: str
+    slot: str
+    taken: list[str] = attrs.Factory(list)
+    running: list[str] = attrs.Factory(list)
+    waiting: list[str] = attrs.Factory(list)
+    ended: dict[str, int] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -131,6 +178,15 @@ class FakeScheduler:
         self.logs: dict[str, bytes] = {}
         self.missing_directories: set[str] = set()
         self.read_only_directories: set[str] = set()
+        self.foreign_directories: set[str] = set()
+        """Paths where a lease's orders directory would be, held by something ``mkdir`` must
+        refuse (another user's directory, one not 0700, a file)."""
+        self.full_directories: set[str] = set()
+        """Orders directories whose filesystem is full: every offer into one is refused."""
+        self.orders: dict[str, dict[str, bytes]] = {}
+        """Each orders directory the fake made, with the orders offered and not yet taken."""
+        self.claims: dict[str, tuple[float, bytes]] = {}
+        """Each claim by name (``servatus-<step>.<job>.claim``): when it was made, what it holds."""
         self._next_job = first_job
         self._faults: dict[str, _Fault] = {}
         self._dependents: dict[int, list[FakeJob]] = {}
@@ -182,9 +238,15 @@ class FakeScheduler:
                 if job is None:
                     continue
                 raise ValueError(f"job {item.job} waits for afterok:{item.after}")
+            if item.lease is not None and item.lease.directory not in self.orders:
+                item.allocated = True
+                self._ends(item, "FAILED")  # no owner-only orders directory: runs nothing
+                continue
             item.state = "RUNNING"
             item.allocated = True
             self._mark(item, MarkerKind.START)
+            if item.lease is not None:
+                self._take(item)
             if item.link > 1:
                 handed = self._handed(item.after_id)
                 item.skipped = frozenset(range(item.slots)) - handed
@@ -200,6 +262,14 @@ class FakeScheduler:
         item = self._job(job)
         if item.state == "PENDING":
             self.start(job)
+        if item.lease is not None:  # a lease's slots are its steps'
+            if item.state == "RUNNING":
+                for step, code in zip(list(item.lease.running), exit_codes or (), strict=False):
+                    self.finish_step(step, code)
+                for step in [*item.lease.running, *item.lease.waiting]:
+                    self._lease_step_ends(item, step, 0 if step in item.lease.running else 1)
+                self._ends(item, "COMPLETED")
+            return
         if item.link and item.state != "RUNNING":
             return  # removed, or handed nothing and ended at its start: no step to end
         codes = exit_codes or (0,) * item.slots
@@ -217,7 +287,35 @@ class FakeScheduler:
     def signal_limit(self, job: int) -> None:
         """The pre-limit signal reached a running job: its limit marker. How each step answers
         (exit on it, or run on into the limit) is :meth:`end_step` or :meth:`time_out`."""
-        self._mark(self._job(job), MarkerKind.LIMIT)
+        item = self._job(job)
+        self._mark(item, MarkerKind.LIMIT)
+        if item.lease is not None and item.state == "RUNNING":
+            for step in item.lease.running:
+                self._mark_step(item, step, MarkerKind.LIMIT)
+            for step in list(item.lease.waiting):  # the relay cancels a waiting srun
+                self._lease_step_ends(item, step, 1)
+
+    def finish_step(self, step_id: str, exit_code: int = 0) -> None:
+        """A lease's step returns ``exit_code`` (its ``end.0.<exit>``; one still waiting for a
+        slot ends without starting) and frees its slot for a waiting step; the lease runs on."""
+        for item in self.jobs:
+            lease = item.lease
+            if lease is not None and step_id in (*lease.running, *lease.waiting):
+                self._lease_step_ends(item, step_id, exit_code)
+                self._take(item)
+                return
+        raise KeyError(f"FakeScheduler has no running or waiting step {step_id}")
+
+    def steps(self, job: int) -> dict[str, str]:
+        """Each step a lease job took, in order, and where it is: ``RUNNING``, ``QUEUED`` (waiting
+        for a slot), or ``ENDED <exit>``."""
+        lease = self._job(job).lease
+        if lease is None:
+            raise ValueError(f"job {job} is no lease")
+        where = {step: "RUNNING" for step in lease.running}
+        where.update({step: "QUEUED" for step in lease.waiting})
+        where.update({step: f"ENDED {code}" for step, code in lease.ended.items()})
+        return {step: where[step] for step in lease.taken}
 
     def time_out(self, job: int) -> None:
         """The job hit its time limit, as on a real cluster: the stop marker, then 143 for each
@@ -290,16 +388,22 @@ class FakeScheduler:
         if name is None:
             return CommandResult(argv, 1, b"", b"sbatch: error: no job name\n")
         after: int | None = None
+        after_any = False
         for word in argv:
             if word.startswith("--dependency="):
                 kind, _, number = word.split("=", 1)[1].partition(":")
-                if kind != "afterok" or not number.isdigit():
-                    message = f"sbatch: error: FakeScheduler models afterok only, not {word}\n"
+                if kind not in ("afterok", "afterany") or not number.isdigit():
+                    message = (
+                        f"sbatch: error: FakeScheduler models afterok and afterany only, not "
+                        f"{word}\n"
+                    )
                     return CommandResult(argv, 1, b"", message.encode())
-                after = int(number)
+                after, after_any = int(number), kind == "afterany"
                 known = self._numbered.get(after)
                 if known is None or not known.listed:
-                    return CommandResult(argv, 1, b"", DEPENDENCY_PROBLEM.encode())
+                    if not after_any:
+                        return CommandResult(argv, 1, b"", DEPENDENCY_PROBLEM.encode())
+                    after = None  # afterany on a job Slurm forgot: met at once
         if "--test-only" in argv:
             message = f"sbatch: Job {self._next_job} to start at now using 1 processors\n"
             return CommandResult(argv, 0, b"", message.encode())
@@ -317,6 +421,8 @@ class FakeScheduler:
             links=int(links[1]) if links else 0,
             after_id=before[1] if before else "",
             slot_links={int(s): int(n) for s, n in _SLOT_LINKS.findall(script)},
+            after_any=after_any,
+            lease=_lease_of(script),
         )
         self._next_job += 1
         self.jobs.append(job)
@@ -377,6 +483,11 @@ class FakeScheduler:
             for name, at in sorted(self.markers.items())
             if listed(name) and (after is None or at > after)
         ]
+        rows += [
+            f"{name} {at:.10f} {len(data)}\n"
+            for name, (at, data) in sorted(self.claims.items())
+            if listed(name) and (after is None or at > after)
+        ]
         now = self.clock()
         if after is None or now > after:
             rows += [
@@ -385,6 +496,57 @@ class FakeScheduler:
                 if listed(name)
             ]
         return CommandResult(argv, 0, "".join(rows).encode(), b"")
+
+    def _cmd_mkdir(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        """``sh -c MKDIR_SCRIPT mkdir DIR``: a lease's orders directory."""
+        directory = argv[4]
+        if directory in self.orders:
+            answer = "exists"
+        elif directory in self.foreign_directories or (
+            os.path.dirname(directory) in self.missing_directories
+        ):
+            answer = "refused"
+        else:
+            self.orders[directory] = {}
+            answer = "made"
+        return CommandResult(argv, 0, f"{answer}\n".encode(), b"")
+
+    def _cmd_offer(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        """``sh -c OFFER_SCRIPT offer DIR JOB NONCE STEP SIZE...``, the orders on stdin."""
+        directory, job = argv[4], int(argv[5])
+        words = argv[7:]
+        pairs = list(zip(words[::2], map(int, words[1::2]), strict=True))
+        lines = []
+        if directory not in self.orders:
+            lines = [f"refused {step} directory" for step, _ in pairs]
+        else:
+            offset = 0
+            for step, size in pairs:
+                data = stdin[offset : offset + size]
+                offset += size
+                if directory in self.full_directories or len(data) != size:
+                    lines.append(f"refused {step} write")
+                else:
+                    self.orders[directory][step] = data
+                    lines.append(f"offered {step}")
+        known = self._numbered.get(job)
+        if known is not None and known.lease is not None:
+            self._take(known)
+        return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
+
+    def _cmd_withdraw(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        """``sh -c WITHDRAW_SCRIPT withdraw DIR JOB NONCE STEP...``: an empty claim unless the
+        lease took the order first; the answer is the claim's size, whoever made it."""
+        directory, job = argv[4], argv[5]
+        lines = []
+        for step in argv[7:]:
+            if directory not in self.orders:
+                lines.append(f"undecided {step}")
+                continue
+            name = f"servatus-{step}.{job}.claim"
+            self.claims.setdefault(name, (self.clock(), b""))
+            lines.append(f"{'taken' if self.claims[name][1] else 'withdrawn'} {step}")
+        return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
 
     def _cmd_tail(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         name = os.path.basename(argv[-1])
@@ -424,7 +586,12 @@ class FakeScheduler:
         """``scancel`` or the time limit: a running job's batch shell marks the stop, then each
         step still running returns 143 (``SIGTERM``) after it, as the real cluster shows (a
         chain link's watcher hands the slot on if the pre-limit signal came first)."""
-        if job.state == "RUNNING":
+        if job.state == "RUNNING" and job.lease is not None:
+            self._mark(job, MarkerKind.STOP)
+            for step in [*job.lease.running, *job.lease.waiting]:
+                self._mark_step(job, step, MarkerKind.STOP)
+                self._lease_step_ends(job, step, 143 if step in job.lease.running else 1)
+        elif job.state == "RUNNING":
             self._mark(job, MarkerKind.STOP)
             for slot in range(job.slots):
                 if slot not in job.skipped and not self._ended(job, slot):
@@ -459,7 +626,7 @@ class FakeScheduler:
     def _dependency_ended(self, job: FakeJob, state: str) -> None:
         """``afterok`` is met by ``COMPLETED`` only; otherwise a job that says
         ``--kill-on-invalid-dep=yes`` is cancelled unallocated, and the cancel cascades."""
-        if state == "COMPLETED":
+        if state == "COMPLETED" or job.after_any:
             job.after = None
         elif job.kill_on_invalid_dep:
             self._ends(job, "CANCELLED")
@@ -476,6 +643,52 @@ class FakeScheduler:
             for slot in range(item.slots)
             if marker_name(allocation_id, item.job, MarkerKind.HANDOFF, slot=slot) in markers
         }
+
+    def _take(self, job: FakeJob) -> None:
+        """A running lease's poll: claim every order it has not decided (withdrawing one that is
+        not whole or not for it), then start waiting steps while slots are free."""
+        lease = job.lease
+        if lease is None or job.state != "RUNNING":
+            return
+        pending = self.orders.get(lease.directory, {})
+        if not self._limited(job):
+            for step, data in list(pending.items()):
+                name = f"servatus-{step}.{job.job}.claim"
+                if name not in self.claims:
+                    whole = _order_fits(data, step, job.allocation_id, lease.slot)
+                    self.claims[name] = (self.clock(), data if whole else b"")
+                del pending[step]
+                if self.claims[name][1] and step not in lease.taken:
+                    lease.taken.append(step)
+                    lease.waiting.append(step)
+        while lease.waiting and len(lease.running) < job.slots:
+            step = lease.waiting.pop(0)
+            lease.running.append(step)
+            self._mark_step(job, step, MarkerKind.STEP_START)
+            self.logs.setdefault(f"servatus-{step}-{job.job}.0.out", b"")
+
+    def _lease_step_ends(self, job: FakeJob, step: str, exit_code: int) -> None:
+        assert job.lease is not None
+        for place in (job.lease.running, job.lease.waiting):
+            if step in place:
+                place.remove(step)
+        job.lease.ended[step] = exit_code
+        self._mark_step(job, step, MarkerKind.END, slot=0, exit_code=exit_code)
+
+    def _mark_step(
+        self,
+        job: FakeJob,
+        step: str,
+        kind: MarkerKind,
+        *,
+        slot: int | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the plugin is optional
+
+        self.markers[marker_name(step, job.job, kind, slot=slot, exit_code=exit_code)] = (
+            self.clock()
+        )
 
     def _limited(self, job: FakeJob) -> bool:
         return f"servatus-{job.allocation_id}.{job.job}.limit" in self.markers
@@ -498,9 +711,32 @@ class FakeScheduler:
         self.markers[name] = self.clock()
 
 
-CONTROL_NAMES = ("ping", "sbatch", "squeue", "scancel", "scontrol", "find", "tail", "sh")
+CONTROL_NAMES = (
+    "ping", "sbatch", "squeue", "scancel", "scontrol", "find", "tail", "sh",
+    "mkdir", "offer", "withdraw",
+)  # fmt: skip
 """What a control may name: each command the fake answers, by basename (``sh`` is doctor's
-directory probe), and ``ping``, the ``sbatch --version`` check."""
+directory probe), and ``ping``, the ``sbatch --version`` check. A lease's ``sh -c`` commands are
+named by their ``$0``: ``mkdir`` (its orders directory), ``offer`` and ``withdraw``."""
+
+
+def _lease_of(script: str) -> FakeLease | None:
+    """What a lease script says of its orders: where they are, and the slot they must name."""
+    lease, log_root, slot = (p.search(script) for p in (_LEASE, _LEASE_LOG, _LEASE_SLOT))
+    if lease is None or log_root is None or slot is None:
+        return None
+    return FakeLease(f"{log_root[1].rstrip('/')}/servatus-{lease[1]}.orders", slot[1])
+
+
+def _order_fits(data: bytes, step: str, lease: str, slot: str) -> bool:
+    """Whether an order is whole (its header and trailer) and for this lease and slot."""
+    header = _ORDER_HEADER.match(data)
+    trailer = f"# servatus.order/1 end {step}\n".encode()
+    return (
+        header is not None
+        and header.groups() == (step.encode(), lease.encode(), slot.encode())
+        and data.endswith(trailer)
+    )
 
 
 def _program(control: str) -> str:
@@ -527,4 +763,4 @@ def _control_name(argv: Sequence[str]) -> str:
     return base
 
 
-__all__ = ["FakeJob", "FakeScheduler"]
+__all__ = ["FakeJob", "FakeLease", "FakeScheduler"]

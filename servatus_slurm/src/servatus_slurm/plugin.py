@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 
 from servatus.hookspecs import hookimpl
 from servatus_slurm.evidence import SlurmEvidenceReader
+from servatus_slurm.lease import render_lease, render_order
 from servatus_slurm.script import render
 from servatus_slurm.transport import LocalTransportFactory, SshTransportFactory
 
 if TYPE_CHECKING:
+    from servatus.config import Target
     from servatus.evidence import EvidenceReader
-    from servatus.script import ScriptSpec
+    from servatus.script import LeaseOrder, LeaseSpec, ScriptSpec
     from servatus.transport import TransportFactory
 
 
@@ -27,6 +29,16 @@ def servatus_transports() -> list[TransportFactory]:
 @hookimpl
 def servatus_batch_script(spec: ScriptSpec) -> str | None:
     return render(spec)
+
+
+@hookimpl
+def servatus_lease_script(spec: LeaseSpec) -> str | None:
+    return render_lease(spec)
+
+
+@hookimpl
+def servatus_lease_order(order: LeaseOrder, target: Target) -> str | None:
+    return render_order(order, target)
 
 
 @hookimpl
