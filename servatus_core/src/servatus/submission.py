@@ -22,7 +22,7 @@ from servatus.launcher import Launcher
 from servatus.plan import Allocation, earlier_links
 from servatus.plugins import Hooks
 from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
-from servatus.store import ChainLink, Intent, Receipt, Resolved, Writer
+from servatus.store import ChainLink, Intent, Receipt, Resolved, TaskResources, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
 
@@ -380,6 +380,8 @@ def submit_allocations(
         hooks, profile, allocations, tasks, launcher, budget=budget, spent=spent
     )
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
+    asked = profile.resources
+    slot = TaskResources(asked.cpus, asked.memory_mib, asked.gpus)
     accepted: list[SubmittedAllocation] = []
     jobs: dict[str, int] = {}
     target = ""
@@ -398,6 +400,7 @@ def submit_allocations(
                     target=target,
                     time_limit=allocation.time_limit(profile.resources),
                     chain=chain_link(allocation, budget),
+                    resources=slot,
                 )
             )
         except Unavailable as exc:
