@@ -228,7 +228,8 @@ def _summary(document: Mapping[str, Any]) -> str:
     leases = document["leases"]
     if leases:
         rows = "".join(
-            f"<tr><td>{_e(lease['allocation'])}</td><td class=n>{lease['slots']}</td>"
+            f'<tr><td title="{_e(lease["allocation"])}">{_e(lease["allocation"][:8])}</td>'
+            f"<td class=n>{lease['slots']}</td>"
             f"<td class=n>{_hours(lease['held_slot_hours'])}</td>"
             f"<td class=n>{_hours(lease['busy_slot_hours'])}</td>"
             f"<td class=n>{_hours(lease['idle_slot_hours'])}</td></tr>"
@@ -249,16 +250,16 @@ def _legend() -> str:
         for name, colour in COLOURS.items()
     )
     spans = "".join(
-        f'<li data-span="{span}"><svg width=28 height=12><rect class="seg {span}" x=1 y=1 '
-        f'width=26 height=10 fill="#607d8b"/></svg>{_e(_SPAN_WORDS[span])}</li>'
+        f'<li data-span="{span}"><svg width="28" height="12"><rect class="seg {span}" x="1" '
+        f'y="1" width="26" height="10" fill="#607d8b"/></svg>{_e(_SPAN_WORDS[span])}</li>'
         for span in _SPANS
     )
     marks = (
-        '<li data-point="limit"><svg width=28 height=12><path class=limit d="M14 0 L14 12"/>'
-        "</svg>pre-limit signal</li>"
-        '<li data-lease="idle"><svg width=28 height=12><rect class=held x=1 y=1 width=26 '
-        "height=10/><rect class=busy x=1 y=6 width=14 height=5/></svg>lease: held slots "
-        "(pale) and busy slots (dark): the gap is idle</li>"
+        '<li data-point="limit"><svg width="28" height="12"><path class="limit" '
+        'd="M14 0 L14 12"/></svg>pre-limit signal</li>'
+        '<li data-lease="idle"><svg width="28" height="12"><rect class="held" x="1" y="1" '
+        'width="26" height="10"/><rect class="busy" x="1" y="6" width="14" height="5"/></svg>'
+        "lease: held slots (pale), busy slots (dark); the pale rest is idle</li>"
     )
     return (
         f"<div id=legend><ul class=executions>{executions}</ul>"

@@ -77,5 +77,5 @@ let pending=false;
 tl.addEventListener('scroll',()=>{if(!pending){pending=true;requestAnimationFrame(()=>{pending=false;draw();});}});
 window.addEventListener('resize',draw);filter.addEventListener('input',apply);
 tl.setAttribute('data-lanes',n);apply();
-document.body.setAttribute('data-drawn','1');
+document.body.setAttribute('data-render-ms',performance.now().toFixed(0));
 })();
