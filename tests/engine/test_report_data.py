@@ -178,3 +178,17 @@ def test_a_distribution_of_nothing_and_of_values() -> None:
     value = distribution([float(v) for v in range(1, 11)], bins=5)
     assert (value.count, value.minimum, value.median, value.p90, value.maximum) == (10, 1, 5, 9, 10)
     assert sum(b[2] for b in value.bins) == 10
+
+
+def test_a_lease_without_a_receipt_is_unresolved_and_one_never_submitted_draws_nothing() -> None:
+    records = [r for r in fold_records(lease_state()) if not isinstance(r, store.Receipt)]
+    pending = build(store.fold(records), Report((), (), (), True), now=T + 50).leases[0]
+    assert [(s.span, s.open) for s in pending.segments] == [(Span.UNRESOLVED, True)]
+    projected = Report((), (attempt(LEASE, None, None, Execution.UNRESOLVED, None),), (), True)
+    assert [s.span for s in build(lease_state(), projected, now=T).leases[0].segments] == [
+        Span.UNRESOLVED
+    ]
+    never = build(
+        store.fold([*records, store.Resolved(LEASE, None)]), Report((), (), (), True), now=T
+    ).leases[0]
+    assert (never.segments, never.held_slot_hours) == ((), 0)

@@ -424,7 +424,8 @@ def lease_lane(
         job = _recorded_job(state, allocation_id)
         settled = {s.allocation_id: s for s in state.settlements}.get(allocation_id)
         observation = None if settled is None else settled.observation
-        word = "ACCEPTED" if job is not None else "UNRESOLVED"
+        resolved = any(item.allocation_id == allocation_id for item in state.resolutions)
+        word = "ACCEPTED" if job is not None else "NOT_SUBMITTED" if resolved else "UNRESOLVED"
         listed = None
     link = None if intent.chain is None else intent.chain.position
 
@@ -434,7 +435,9 @@ def lease_lane(
     asked = intent.created_at
     segments: tuple[Segment, ...]
     running: tuple[float, float] | None = None
-    if job is None and attempt is None:
+    if word == "NOT_SUBMITTED":
+        segments = ()
+    elif word == "UNRESOLVED":
         segments = (segment(Span.UNRESOLVED, asked, now, True),)
     elif observation is None:
         segments = (segment(Span.UNOBSERVED, asked, now, True),)
