@@ -23,6 +23,7 @@ BENCHMARKS = (
     ("bench_lane.py", "--per-allocation", "8"),
     ("bench_plan_budget.py",),
     ("bench_status_chains.py",),
+    ("bench_report.py",),
     ("bench_publish.py",),
 )
 CLUSTER = "bench_submit_cluster.py"

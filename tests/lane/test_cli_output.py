@@ -357,6 +357,7 @@ def test_every_json_command_prints_a_document_whatever_the_exit(
         "validate": ([state, plan], 1),
         "submit": ([state, str(tmp_path / "none.json")], 1),
         "status": ([state], 75),
+        "report": ([state], 75),
         "reconcile": ([state], 75),
         "cancel": ([state, "--task", "zz"], 1),
         "doctor": (["--config", str(tmp_path / "none.toml")], 1),
@@ -373,7 +374,7 @@ def test_every_json_command_prints_a_document_whatever_the_exit(
         fake = FakeScheduler()
         if name == "validate":
             fake.fail("sbatch", times=5, stderr="sbatch: error: Invalid partition")
-        if name == "status":
+        if name in ("status", "report"):
             fake.unavailable("squeue")
         got, out, err = run([name, *args, "--json"], fake, capsys)
         assert got == code, (name, err)

@@ -97,3 +97,41 @@ def test_a_malformed_within_is_refused() -> None:
         record["within"] = within
         with pytest.raises(TypeError):
             store.decode(json.dumps(record).encode())
+
+
+def test_a_plain_intent_records_each_tasks_resources_and_an_old_one_reads_none() -> None:
+    records = lease_records()
+    asked = store.TaskResources(2, 4096, 1)
+    plain = store.Intent("a" * 24, ("a", "b"), "d", 2.0, LOCAL, 60, resources=asked)
+    old = store.Intent("b" * 24, ("a",), "d", 2.0, LOCAL, 60)
+    state = store.fold([*records[:2], plain, old])
+    assert store.decode(store.encode(plain)) == plain
+    written_before = json.loads(store.encode(old))
+    del written_before["resources"]  # a journal written before resources were recorded
+    assert store.decode(json.dumps(written_before).encode()) == old
+    columns = json.loads(store.encode(store.Snapshot(state)))["state"]["intents"]
+    assert columns["resources"] == [[2, 4096, 1], None]
+    back = store.decode(store.encode(store.Snapshot(state)))
+    assert isinstance(back, store.Snapshot)
+    assert [i.resources for i in back.state.intents] == [asked, None]
+
+
+@pytest.mark.parametrize(
+    "resources", [[2, 4096], [0, 4096, 0], [2, 4096, -1], [2.0, 4096, 0], "2/4096/0"]
+)
+def test_malformed_task_resources_are_refused(resources: Any) -> None:
+    record = json.loads(
+        store.encode(store.Intent("a" * 24, ("a",), "d", 2.0, LOCAL, 60, resources=None))
+    )
+    record["resources"] = resources
+    with pytest.raises(TypeError):
+        store.decode(json.dumps(record).encode())
+
+
+@pytest.mark.parametrize("index", [2, 5])
+def test_a_lease_link_or_step_records_no_task_resources(index: int) -> None:
+    records = lease_records()
+    changed = attrs.evolve(records[index], resources=store.TaskResources(1, 1, 0))  # type: ignore[misc]
+    records[index] = changed
+    with pytest.raises(store.Rejected, match="slot is"):
+        store.fold(records[: index + 1])

@@ -87,6 +87,7 @@ from servatus.transport import Connect, Transport
 if TYPE_CHECKING:
     from servatus.doctor import Diagnosis
     from servatus.launcher import Launcher
+    from servatus.report import ReportData
 
 Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
@@ -437,6 +438,14 @@ class Campaign:
         report, change, _ = self._observe(self._state, offline=offline)
         self._record(change)
         return report
+
+    def report(self, *, offline: bool = False) -> ReportData:
+        """The picture's data (:mod:`servatus.report`): what :meth:`status` reads (the same two
+        listings, recording what settled the same way) with the times between."""
+        from servatus.report import build  # noqa: PLC0415 - loaded only for a report
+
+        projected = self.status(offline=offline)
+        return build(self._state, projected, now=time.time())
 
     def valid_keys(self, tasks: Sequence[Task] | None = None) -> frozenset[str]:
         """The keys the probe reports valid (none without a probe)."""

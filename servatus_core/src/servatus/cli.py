@@ -520,7 +520,7 @@ def _campaign(state: str) -> Campaign:
     return Campaign.open(state, connect=context.connect if context else None)
 
 
-def write_output(path: str, data: bytes, *, replace: bool) -> None:
+def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved plan") -> None:
     """What every ``--output FILE`` writes goes through here: owner-only, created (or, with
     ``replace``, replaced by a rename), and never into a campaign's directory, whose journal,
     lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
@@ -542,7 +542,7 @@ def write_output(path: str, data: bytes, *, replace: bool) -> None:
         (replace_private if replace else create_private)(path, data)
     except OSError as exc:
         if isinstance(exc, FileExistsError) and not replace:
-            raise ConfigurationError(f"{path} exists; a saved plan is never overwritten") from None
+            raise ConfigurationError(f"{path} exists; {what} is never overwritten") from None
         raise from_os_error(exc, f"cannot write {path}") from None
 
 
@@ -858,6 +858,41 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
         emit_json({**document, "warnings": with_warnings(document["warnings"])})
         return
     echo(*status_lines(report))
+
+
+@cli.command("report")
+@click.argument("state", callback=_not_empty)
+@click.option(
+    "--output",
+    callback=_not_empty,
+    metavar="FILE",
+    help="Write the page here (0600, never overwrites) [default: stdout, never a terminal].",
+)
+@click.option("--offline", is_flag=True, help="Skip Slurm: draw only what is recorded.")
+@json_option
+@paused_gc
+def report_command(state: str, output: str | None, offline: bool, as_json: bool) -> None:
+    """A timeline of every Task and what the campaign cost, in one HTML file that needs no
+    network; --json prints the data behind it."""
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+    from servatus.report import report_to_document  # noqa: PLC0415
+    from servatus.report_html import render  # noqa: PLC0415
+
+    if output is None and not as_json and sys.stdout.isatty():
+        raise ConfigurationError(
+            "a report is an HTML page and never goes to a terminal; use --output FILE or a pipe"
+        )
+    campaign = _campaign(state)
+    document = report_to_document(campaign.report(offline=offline))
+    if campaign.record_warning is not None:
+        click.echo(f"servatus: warning: {campaign.record_warning}", err=True)
+    if output is not None:
+        write_output(output, render(document).encode(), replace=False, what="a report")
+    if as_json:
+        emit_json({**document, "warnings": with_warnings(document["warnings"])})
+    elif output is None:
+        sys.stdout.write(render(document))
+        sys.stdout.flush()
 
 
 @cli.command("reconcile")

@@ -178,6 +178,16 @@ class LeaseTerms(NamedTuple):
     signal_before_end: int
 
 
+class TaskResources(NamedTuple):
+    """What one Task of a plain or chained allocation asked for: the profile's per-Task
+    ``cpus``, ``memory_mib`` and ``gpus`` when it was submitted, so a report can count the
+    CPU-, GPU- and GiB-hours it requested and used long after the profile changed."""
+
+    cpus: int
+    memory_mib: int
+    gpus: int
+
+
 @record("intent")
 @attrs.frozen
 class Intent:
@@ -190,7 +200,9 @@ class Intent:
     A lease link (``lease`` set) holds no Tasks; a lease's links form a chain whose
     ``task_links`` are empty. A step (``within`` set, the lease link's allocation id) holds one
     Task, goes to its lease's target with its lease's time limit, and is accepted with its
-    lease's job.
+    lease's job. ``resources`` is each Task's slot of a plain or chained allocation (None for
+    a lease link and a step, whose slot is the lease's terms, and in a journal written before
+    it was recorded).
     """
 
     allocation_id: str
@@ -202,6 +214,7 @@ class Intent:
     chain: ChainLink | None = None
     lease: LeaseTerms | None = None
     within: str | None = None
+    resources: TaskResources | None = None
 
 
 @record("receipt")
@@ -536,6 +549,8 @@ def _shape_problem(into: Fold, change: Intent) -> str | None:
     chain, lease, within = change.chain, change.lease, change.within
     if lease is not None and (change.task_keys or within is not None):
         return "is a lease link, which holds no Tasks"
+    if lease is not None and change.resources is not None:
+        return "is a lease link, whose slot is its lease terms"
     if chain is not None and len(chain.task_links) != len(change.task_keys):
         return "gives its chain's slots a different number of links"
     if within is None:
@@ -545,6 +560,8 @@ def _shape_problem(into: Fold, change: Intent) -> str | None:
         return f"is a step within {within}, which is no recorded lease link"
     if len(change.task_keys) != 1 or chain is not None:
         return "is a step, which holds one Task and is no chain link"
+    if change.resources is not None:
+        return "is a step, whose slot is its lease's"
     if change.target != held.target or change.time_limit != held.time_limit:
         return "is a step, which goes where its lease went"
     return None
@@ -720,6 +737,7 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "ends": frozenset({list}),
     "chain or none": frozenset({list, _NONE}),
     "lease or none": frozenset({list, _NONE}),
+    "resources or none": frozenset({list, _NONE}),
     "allocation or none": frozenset({str, _NONE}),
     "slots": frozenset({list}),
 }
@@ -734,6 +752,7 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
         "chain": "chain or none",
         "lease": "lease or none",
         "within": "allocation or none",
+        "resources": "resources or none",
     },
     Receipt: {"allocation_id": "allocation", "job": "job"},
     Resolved: {"allocation_id": "allocation", "job": "job or none"},
@@ -794,7 +813,7 @@ def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[st
                     None if link is None else [*link[:3], list(link[3]), link[4]]
                     for link in document[name]
                 ]
-            elif column == "lease or none" and name in document:
+            elif column in {"lease or none", "resources or none"} and name in document:
                 document[name] = [
                     None if terms is None else list(terms) for terms in document[name]
                 ]
@@ -829,6 +848,8 @@ def _column(column: str, name: str, values: list[Any]) -> list[Any]:
         return [None if value is None else _chain_link(name, value) for value in values]
     if column == "lease or none":
         return [None if value is None else _lease_terms(name, value) for value in values]
+    if column == "resources or none":
+        return [None if value is None else _task_resources(name, value) for value in values]
     if column == "slots":
         return [_slots(name, value) for value in values]
     if column == "keys":
@@ -874,6 +895,16 @@ def _lease_terms(name: str, value: list[Any]) -> LeaseTerms:
     if not profile or min(slots, cpus, memory_mib, signal) < 1 or gpus < 0:
         raise _ColumnProblem(f"a value out of range in {name}")
     return LeaseTerms(profile, slots, cpus, memory_mib, gpus, signal)
+
+
+def _task_resources(name: str, value: list[Any]) -> TaskResources:
+    """``[cpus, memory MiB, gpus]``, checked as a column."""
+    if len(value) != 3 or not set(map(type, value)) <= {int}:
+        raise _ColumnProblem(f"a wrong type in {name}")
+    cpus, memory_mib, gpus = value
+    if min(cpus, memory_mib) < 1 or gpus < 0:
+        raise _ColumnProblem(f"a value out of range in {name}")
+    return TaskResources(cpus, memory_mib, gpus)
 
 
 def _slots(name: str, value: list[Any]) -> tuple[int, ...]:

@@ -30,7 +30,7 @@ from servatus.script import (
     ScriptSpec,
     ScriptStep,
 )
-from servatus.store import ChainLink, Intent, LeaseTerms, Receipt, Resolved, Writer
+from servatus.store import ChainLink, Intent, LeaseTerms, Receipt, Resolved, TaskResources, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
 
@@ -440,6 +440,8 @@ def submit_allocations(
         scripts = lease_scripts(hooks, profile, allocations, lease)
         terms = lease_terms(profile, lease)
     sbatch = [command(profile.target, "sbatch"), "--parsable"]
+    asked = profile.resources
+    slot = TaskResources(asked.cpus, asked.memory_mib, asked.gpus)
     accepted: list[SubmittedAllocation] = []
     jobs: dict[str, int] = {}
     target = ""
@@ -459,6 +461,7 @@ def submit_allocations(
                     time_limit=allocation.time_limit(profile.resources),
                     chain=chain_link(allocation, budget),
                     lease=terms,
+                    resources=None if terms is not None else slot,
                 )
             )
         except Unavailable as exc:

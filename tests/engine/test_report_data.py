@@ -1,0 +1,194 @@
+"""The report's data layer over constructed values: lease links and their steps (ADR 0009),
+chain links, and the spans status cannot observe."""
+
+from __future__ import annotations
+
+import pytest
+
+from reportkit import (
+    LEASE,
+    LINK1,
+    LINK2,
+    LOCAL,
+    PLAIN,
+    STEP_A,
+    STEP_B,
+    STEP_C,
+    T,
+    attempt,
+    lease_report,
+    lease_state,
+    task,
+)
+from servatus import store
+from servatus.evidence import Observation, SlotEnd
+from servatus.report import (
+    Span,
+    build,
+    distribution,
+    occupancy,
+    report_to_document,
+)
+from servatus.status import Execution, Report, RunTime, StopReason, TaskLink
+from servatus.tasks import Task
+
+
+def test_lease_steps_are_drawn_within_their_lease_with_its_idle_slot_time() -> None:
+    data = build(lease_state(), lease_report(lease_attempt=True), now=T + 2000)
+    (lease,) = data.leases
+    assert (lease.allocation_id, lease.job, lease.slots) == (LEASE, 41, 2)
+    assert [(s.span, s.start, s.end) for s in lease.segments] == [
+        (Span.QUEUED, T, T + 100), (Span.RUNNING, T + 100, T + 1100),
+    ]  # fmt: skip
+    assert lease.steps == (STEP_A, STEP_B, STEP_C)
+    # a and b from 200, b ends at 400 and c starts at 300: 2 busy until 600, then c alone
+    assert lease.busy == ((T + 200, 2), (T + 600, 1), (T + 1100, 0))
+    assert lease.held_slot_hours == pytest.approx(2 * 1000 / 3600)
+    busy = (400 * 2 + 500 * 1) / 3600  # b and c overlap a: never more than 2 slots
+    assert lease.busy_slot_hours == pytest.approx(busy)
+    assert lease.idle_slot_hours == pytest.approx(2 * 1000 / 3600 - busy)
+    assert [p.at for p in lease.points] == [T + 1000]
+    lanes = {lane.key: lane for lane in data.lanes}
+    running = lanes["c"].segments[1]
+    assert (running.within, running.job, running.execution) == (LEASE, 41, "STOPPED (time limit)")
+    assert [p.at for p in lanes["c"].points] == [T + 1000]
+    # the lease's whole allocation is what was requested and used, its steps not again
+    assert data.summary.requested.cpu == pytest.approx(3600 * 2 * 4 / 3600)
+    assert data.summary.used.cpu == pytest.approx(1000 * 2 * 4 / 3600)
+    assert data.summary.used.gpu == pytest.approx(1000 * 2 / 3600)
+    assert data.summary.unknown_resources == 0
+    document = report_to_document(data)
+    assert document["leases"][0]["idle_slot_hours"] == pytest.approx(lease.idle_slot_hours)
+
+
+def test_a_lease_reads_from_its_settlement_before_status_projects_leases() -> None:
+    state = lease_state()
+    settled = store.Settlement(LEASE, 41, T + 100, T + 1100, T + 1000, ())
+    state = store.fold([*fold_records(state), store.Settled((settled,))])
+    data = build(state, lease_report(lease_attempt=False), now=T + 2000)
+    (lease,) = data.leases
+    assert [s.span for s in lease.segments] == [Span.QUEUED, Span.RUNNING]
+    assert lease.held_slot_hours == pytest.approx(2 * 1000 / 3600)
+
+
+def fold_records(state: store.CampaignState) -> list[object]:
+    return [
+        store.Created(state.campaign_id, state.created_at, state.sealed, state.tasks),
+        *state.targets, *state.intents, *state.receipts, *state.resolutions,
+    ]  # fmt: skip
+
+
+def test_a_lease_still_queued_and_one_lost_read_as_what_they_are() -> None:
+    state = lease_state()
+    queued = build(
+        state,
+        Report((), (attempt(LEASE, None, 41, Execution.QUEUED, Observation()),), (), True),
+        now=T + 50,
+    ).leases[0]
+    assert [(s.span, s.end, s.open) for s in queued.segments] == [(Span.QUEUED, T + 50, True)]
+    assert queued.held_slot_hours == 0
+    lost = build(
+        state,
+        Report((), (attempt(LEASE, None, 41, Execution.LOST, Observation(T + 100)),), (), True),
+        now=T + 9000,
+    ).leases[0]
+    assert [(s.span, s.end) for s in lost.segments] == [
+        (Span.QUEUED, T + 100), (Span.LOST, T + 3700),
+    ]  # fmt: skip
+
+
+def chain_state() -> store.CampaignState:
+    slot = store.TaskResources(2, 1024, 1)
+    return store.fold(
+        [
+            store.Created("c2", T, False, (Task("a", ["x"]), Task("u", ["y"]), Task("o", ["z"]))),
+            store.TargetSeen(LOCAL, '{"host":null}'),
+            store.Intent(LINK1, ("a",), "d", T, LOCAL, 600, link_of(1, ""), resources=slot),
+            store.Receipt(LINK1, 7),
+            store.Intent(LINK2, ("a",), "d", T, LOCAL, 600, link_of(2, LINK1), resources=slot),
+            store.Receipt(LINK2, 8),
+            store.Intent(PLAIN, ("u",), "d", T + 5, LOCAL, 600),
+            store.Intent("0d" * 12, ("o",), "d", T + 5, LOCAL, 600),
+            store.Receipt("0d" * 12, 9),
+        ]
+    )  # fmt: skip
+
+
+def test_chain_links_are_numbered_and_unresolved_and_unobserved_spans_drawn_as_such() -> None:
+    first = link_of(1, "")
+    second = link_of(2, LINK1)
+    attempts = (
+        attempt(LINK1, "a", 7, Execution.STOPPED,
+                Observation(T + 10, None, None, (SlotEnd(75, T + 610),), (0,)), 600, link=first,
+                exit_code=75, detail=StopReason.YIELDED),
+        attempt(LINK2, "a", 8, Execution.RUNNING, Observation(T + 620, None, None, (None,)), 100,
+                link=second),
+        attempt(PLAIN, "u", None, Execution.UNRESOLVED, None),
+        attempt("0d" * 12, "o", 9, Execution.ACCEPTED, None),
+    )  # fmt: skip
+    attempts = (
+        attempts[0],
+        attempts[1]._replace(run_time=RunTime(100, complete=False)),
+        *attempts[2:],
+    )
+    tasks = (
+        task("a", Execution.RUNNING, LINK2, 8, run_time=RunTime(700, False),
+             link=TaskLink(2, 2, 900)),
+        task("u", Execution.UNRESOLVED, PLAIN, None),
+        task("o", Execution.ACCEPTED, "0d" * 12, 9),
+    )  # fmt: skip
+    data = build(chain_state(), Report(tasks, attempts, (), True), now=T + 720)
+    lanes = {lane.key: lane for lane in data.lanes}
+    spans = [(s.span, s.link, s.start, s.end, s.open) for s in lanes["a"].segments]
+    assert spans == [
+        (Span.QUEUED, 1, T, T + 10, False),
+        (Span.RUNNING, 1, T + 10, T + 610, False),
+        (Span.QUEUED, 2, T, T + 620, False),
+        (Span.RUNNING, 2, T + 620, T + 720, True),
+    ]
+    assert [(s.span, s.open) for s in lanes["u"].segments] == [(Span.UNRESOLVED, True)]
+    assert [(s.span, s.end) for s in lanes["o"].segments] == [(Span.UNOBSERVED, T + 720)]
+    (chain,) = data.summary.chains
+    assert (chain.key, chain.run_time, chain.complete, chain.budget) == ("a", 700, False, 900)
+    assert data.summary.used.cpu == pytest.approx(700 * 2 / 3600)
+    assert data.summary.requested.gpu == pytest.approx(1200 / 3600)
+    assert data.summary.unknown_resources == 1  # job 9's intent predates recorded resources
+    assert data.summary.run_time.count == 1  # the running link's time is still growing
+
+
+def link_of(position: int, after: str) -> store.ChainLink:
+    return store.ChainLink(position, 2, after, (2,), 900)
+
+
+def test_occupancy_caps_at_the_slots_and_clips_to_the_lease() -> None:
+    spans = [(0.0, 10.0), (5.0, 20.0), (6.0, 8.0), (30.0, 50.0)]
+    assert occupancy(spans, 2, (2.0, 40.0)) == (
+        (2.0, 1),
+        (5.0, 2),
+        (10.0, 1),
+        (20.0, 0),
+        (30.0, 1),
+        (40.0, 0),
+    )
+    assert occupancy(spans, 2, None) == ()
+
+
+def test_a_distribution_of_nothing_and_of_values() -> None:
+    assert distribution([]).count == 0
+    value = distribution([float(v) for v in range(1, 11)], bins=5)
+    assert (value.count, value.minimum, value.median, value.p90, value.maximum) == (10, 1, 5, 9, 10)
+    assert sum(b[2] for b in value.bins) == 10
+
+
+def test_a_lease_without_a_receipt_is_unresolved_and_one_never_submitted_draws_nothing() -> None:
+    records = [r for r in fold_records(lease_state()) if not isinstance(r, store.Receipt)]
+    pending = build(store.fold(records), Report((), (), (), True), now=T + 50).leases[0]
+    assert [(s.span, s.open) for s in pending.segments] == [(Span.UNRESOLVED, True)]
+    projected = Report((), (attempt(LEASE, None, None, Execution.UNRESOLVED, None),), (), True)
+    assert [s.span for s in build(lease_state(), projected, now=T).leases[0].segments] == [
+        Span.UNRESOLVED
+    ]
+    never = build(
+        store.fold([*records, store.Resolved(LEASE, None)]), Report((), (), (), True), now=T
+    ).leases[0]
+    assert (never.segments, never.held_slot_hours) == ((), 0)

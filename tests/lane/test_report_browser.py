@@ -1,0 +1,159 @@
+"""The report page in a real browser: Debian's Chromium, headless, with no network, reads one
+lane per Task, one segment per observed span and the legend, and takes a screenshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from browserkit import CHROMIUM, dump_dom, screenshot
+from reportkit import T, lease_report, lease_state
+from servatus import Campaign, Task
+from servatus.config import Profile
+from servatus.report import build, report_to_document
+from servatus.report_html import render
+from servatus.testing import FakeScheduler
+from testkit import run
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)",
+)
+
+
+class Drawn(HTMLParser):
+    """What the page drew: per Task lane (by key) its segments' spans, per lease lane its
+    segments, and the legend's entries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lanes: dict[str, list[str]] = {}
+        self.leases: dict[str, list[str]] = {}
+        self.legend: list[str] = []
+        self.render_ms: int | None = None
+        self._in: list[str] = []  # the group each open element belongs to
+        self._group: tuple[str, str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        classes = (found.get("class") or "").split()
+        if tag == "body" and found.get("data-render-ms"):
+            self.render_ms = int(found["data-render-ms"] or 0)
+        if tag == "g" and "lane" in classes:
+            self._group = ("lane", found["data-key"] or "")
+            self.lanes[self._group[1]] = []
+        elif tag == "g" and "lease" in classes:
+            self._group = ("lease", found["data-allocation"] or "")
+            self.leases[self._group[1]] = []
+        elif tag == "rect" and "seg" in classes and self._group is not None:
+            kind, name = self._group
+            (self.lanes if kind == "lane" else self.leases)[name].append(found["data-span"] or "")
+        elif tag == "li" and len(self._in) and self._in[-1] == "legend":
+            key = found.get("data-execution") or found.get("data-span") or found.get(
+                "data-point") or found.get("data-lease")  # fmt: skip
+            self.legend.append(key or "")
+        if tag == "div":
+            self._in.append(found.get("id") or "")
+        if tag == "ul" and self._in and self._in[-1] == "legend":
+            self._in.append("legend")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "g":
+            self._group = None
+        if tag in ("div", "ul") and self._in:
+            self._in.pop()
+
+
+def read(page: Path) -> Drawn:
+    dom, _ = dump_dom(page)
+    drawn = Drawn()
+    drawn.feed(dom)
+    return drawn
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = time.time()
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def a_campaign(
+    tmp_path: Path, profile: Profile, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Campaign, FakeScheduler]:
+    """Five Tasks: two succeed, one fails and is retried and succeeds, two are LOST (their node
+    vanished), one is still running; the pre-limit signal reached the first allocation. One
+    clock for intents and markers, as on a cluster whose clocks agree."""
+    clock = Clock()
+    monkeypatch.setattr(time, "time", clock)
+    fake = FakeScheduler(clock=clock)
+    keys = [Task(f"task-{i}", ["/usr/bin/python3", "train.py"]) for i in range(5)]
+    campaign = Campaign.ensure(tmp_path / "state", keys, connect=fake)
+    campaign.submit(campaign.plan(profile))  # 1000: task-0, task-1; 1001: 2, 3; 1002: 4
+    clock.at += 40
+    fake.start()
+    clock.at += 200
+    fake.signal_limit(1000)
+    clock.at += 20
+    fake.finish(1000, 0, 1)
+    fake.vanish(1001)
+    fake.purge()
+    campaign.status()
+    campaign.submit(campaign.plan(profile, retry=["task-1"]))
+    clock.at += 30
+    fake.start(1003)
+    clock.at += 90
+    fake.finish(1003, 0)
+    clock.at += 30
+    return campaign, fake
+
+
+def test_the_browser_draws_one_lane_per_task_one_segment_per_span_and_the_legend(
+    tmp_path: Path,
+    profile: Profile,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    campaign, fake = a_campaign(tmp_path, profile, monkeypatch)
+    page, data = tmp_path / "report.html", tmp_path / "report.json"
+    code, out, err = run(
+        ["report", str(campaign.path), "--json", "--output", str(page)], fake, capsys
+    )
+    assert (code, err) == (0, "")
+    document = json.loads(out)
+    drawn = read(page)
+    expected = {lane["key"]: [s["span"] for s in lane["segments"]] for lane in document["lanes"]}
+    assert drawn.lanes == expected
+    assert set(drawn.lanes) == {f"task-{i}" for i in range(5)}
+    assert expected["task-1"] == ["queued", "running", "queued", "running"]
+    assert "lost" in expected["task-2"]
+    assert expected["task-4"] == ["queued", "running"]
+    assert set(drawn.legend) >= {
+        "SUCCEEDED", "FAILED", "LOST", "RUNNING", "queued", "running", "lost", "unresolved",
+        "unobserved", "limit", "idle",
+    }  # fmt: skip
+    assert drawn.render_ms is not None
+    data.write_text(out)
+    shots = os.environ.get("SERVATUS_REPORT_SCREENSHOTS")  # how docs/report*.png were made
+    screenshot(page, Path(shots, "report.png") if shots else tmp_path / "report.png")
+
+
+def test_the_browser_draws_a_lease_with_its_steps(tmp_path: Path) -> None:
+    document = report_to_document(
+        build(lease_state(), lease_report(lease_attempt=True), now=T + 1500)
+    )
+    page = tmp_path / "lease.html"
+    page.write_text(render(document))
+    drawn = read(page)
+    (lease,) = document["leases"]
+    assert drawn.leases == {lease["allocation"]: ["queued", "running"]}
+    assert drawn.lanes == {"a": ["queued", "running"], "b": ["queued", "running"],
+                           "c": ["queued", "running"]}  # fmt: skip
+    shots = os.environ.get("SERVATUS_REPORT_SCREENSHOTS")
+    screenshot(page, Path(shots, "report-lease.png") if shots else tmp_path / "lease.png")
