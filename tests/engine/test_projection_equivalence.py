@@ -46,7 +46,7 @@ _START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP,
 def reference_observe(allocation_id: str, slots: int, markers: Iterable[Marker]) -> Observation:
     start = stop = limit = None
     ends: list[SlotEnd | None] = [None] * slots
-    for marker_allocation, _, kind, at, slot, exit_code in markers:
+    for marker_allocation, _, kind, at, slot, exit_code, _ in markers:
         if marker_allocation != allocation_id:
             continue
         if kind is _END:

@@ -52,7 +52,7 @@ def settle(report: Report, submissions: Sequence[Submission]) -> tuple[Settlemen
             continue
         if any(attempt.listed or attempt.execution not in FINAL for attempt in mine):
             continue
-        start, stop, limit, ends, handed = observation
+        start, stop, limit, ends, handed, _, _ = observation
         found.append(Settlement(submission.allocation_id, job, start, stop, limit, ends, handed))
     return tuple(found)
 

@@ -203,7 +203,7 @@ def slot_execution(
     entry: QueueEntry | None, observation: Observation, slot: int
 ) -> tuple[Execution, int | None, StopReason | None]:
     """A slot's execution from its job's queue entry (if listed) and its allocation's markers."""
-    start, stop, limit, ends, _ = observation
+    start, stop, limit, ends, _, _, _ = observation
     return _execution(entry, start, stop, limit, ends[slot] if slot < len(ends) else None)
 
 
@@ -247,7 +247,7 @@ def link_execution(
     it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
     exit), even without a ``stop``; 75 on the Task's ``last`` link is ``budget spent``; else as
     a plain allocation's slot."""
-    start, stop, limit, ends, handed = observation
+    start, stop, limit, ends, handed, _, _ = observation
     end = ends[slot] if slot < len(ends) else None
     if end is not None:
         exit_code = end.exit_code
@@ -266,7 +266,7 @@ def slot_run_time(
 ) -> RunTime:
     """Seconds between the start marker and the slot's end (or stop); still growing while the
     job runs, and a LOST run counted at its whole limit, both marked incomplete."""
-    start, stop, _, ends, _ = observation
+    start, stop, _, ends, _, _, _ = observation
     return _run_time(execution, start, stop, ends, slot, time_limit, now)
 
 
@@ -431,7 +431,7 @@ def project(
             observation = plain_observation(folded.get(allocation_id), len(task_keys))
         else:
             observation = settled
-        start, stop, limit, ends, _ = observation
+        start, stop, limit, ends, _, _, _ = observation
         for slot, key in enumerate(task_keys):
             end = ends[slot]
             execution, exit_code, detail = _execution(entry, start, stop, limit, end)
@@ -564,7 +564,7 @@ def _link_attempts(
             else:  # offline: not known to have run this slot
                 _aside(latest, history, key, attempt)
         return
-    start, stop, _, ends, _ = observation
+    start, stop, _, ends, _, _, _ = observation
     gone = start is None and entry is None  # never started, and never will
     for slot, key in enumerate(task_keys):
         end = ends[slot]
@@ -660,7 +660,7 @@ def submissions(state: CampaignState) -> list[Submission]:
     resolved = {item.allocation_id: item.job for item in state.resolutions}
     settled = {
         item.allocation_id: _new(
-            Observation, (item.start, item.stop, item.limit, item.ends, item.handed)
+            Observation, (item.start, item.stop, item.limit, item.ends, item.handed, False, None)
         )
         for item in state.settlements
     }
