@@ -306,6 +306,8 @@ submission_values = st.builds(
     job=st.sampled_from(JOBS),
     settled=st.none(),  # the reference predates settlement: tests/engine/test_settlement.py
     chain=st.none(),  # the reference predates chains: tests/engine/test_chain_projection.py
+    slots=st.none(),  # and leases: tests/engine/test_lease_projection.py
+    within=st.none(),
 )
 
 queue_entries = st.builds(
