@@ -306,3 +306,42 @@ def test_a_settlement_keeps_the_claims_verdict_in_the_journal() -> None:
     assert b"claim" not in store.encode(plain)  # a journal without steps reads as before
     with pytest.raises((TypeError, ValueError)):
         store.decode(store.encode(store.Settled(kept)).replace(b"true", b"1"))
+
+
+def test_status_shows_the_specs_lease_example_literally() -> None:
+    """The spec's walk-through: one step running for 01:02:13, one waiting for a slot, and the
+    lease's own line (the README's "Leases" section, copied as written)."""
+    from servatus.render import status_lines
+
+    held, running, waiting = (
+        "3f9c0e2a7b1d4c5e6f708192",
+        "5b2e7c90d41f3a6b8e2c1d07",
+        "8d01f4c2e9a7b6d5c3e2f1a0",
+    )
+    limit = 3 * 86400
+    submissions = [
+        Submission(held, (), "t", 0.0, limit, Outcome.ACCEPTED, 41234, None, None, 2),
+        Submission(running, ("train-a",), "t", 0.0, limit, Outcome.ACCEPTED, 41234, within=held),
+        Submission(waiting, ("eval-1",), "t", 0.0, limit, Outcome.ACCEPTED, 41234, within=held),
+    ]
+    began = 100_000.0
+    markers = (
+        Marker(held, 41234, B.START, began - 50),
+        Marker(running, 41234, B.CLAIM, began - 5, size=700),
+        Marker(running, 41234, B.STEP_START, began),
+        Marker(waiting, 41234, B.CLAIM, began + 10, size=700),
+    )
+    evidence = Evidence(
+        (QueueEntry(41234, JOB_NAME_PREFIX + held, "RUNNING"),), markers, began + 3733
+    )
+    report = project(["train-a", "eval-1"], submissions, {"t": evidence}, now=0.0)
+    assert status_lines(report)[:4] == [  # the spec's lines, each split in two here
+        "KEY      RESULT      EXECUTION  EXIT  RUN TIME   LINK  ALLOCATION",
+        "train-a  UNOBSERVED  RUNNING    -     ~01:02:13  -     "
+        "5b2e7c90d41f3a6b8e2c1d07 (lease 3f9c0e2a7b1d4c5e6f708192)",
+        "eval-1   UNOBSERVED  QUEUED     -     00:00:00   -     "
+        "8d01f4c2e9a7b6d5c3e2f1a0 (lease 3f9c0e2a7b1d4c5e6f708192)",
+        "lease 3f9c0e2a7b1d4c5e6f708192: job 41234 RUNNING, 2 slots",
+    ]
+    gone = project(["train-a", "eval-1"], submissions, {"t": Evidence((), markers, 0.0)}, now=0.0)
+    assert not any(line.startswith("lease ") for line in status_lines(gone))  # only when listed

@@ -160,7 +160,8 @@ class TaskLink(NamedTuple):
 
 class TaskStatus(NamedTuple):
     """One Task's current state: its current work decides (docs/adr/0006-projection.md); run
-    time sums every attempt. ``link`` places that work in its chain (None outside a chain)."""
+    time sums every attempt. ``link`` places that work in its chain (None outside a chain);
+    ``within`` is the lease link that work runs in, when it is a step."""
 
     key: str
     execution: Execution
@@ -173,6 +174,7 @@ class TaskStatus(NamedTuple):
     unresolved: bool
     listed: bool
     link: TaskLink | None = None
+    within: str | None = None
 
 
 @attrs.frozen
@@ -500,13 +502,25 @@ def project(
                 _new(
                     TaskStatus,
                     (key, _NOT_SUBMITTED, None, None, zero, None, None, False, False,
-                     key in listed_unsubmitted, None),
+                     key in listed_unsubmitted, None, None),
                 )
             )  # fmt: skip
             continue
-        allocation_id, _, place, job, execution, exit_code, detail, total, listed, _, link, _, _ = (
-            current
-        )
+        (
+            allocation_id,
+            _,
+            place,
+            job,
+            execution,
+            exit_code,
+            detail,
+            total,
+            listed,
+            _,
+            link,
+            _,
+            within,
+        ) = current
         if history and key in history:
             total, accepted, unresolved, listed = _summary(history[key])
         else:
@@ -523,7 +537,7 @@ def project(
                 TaskStatus,
                 (key, execution, exit_code, detail, total, allocation_id, job, accepted,
                  unresolved, listed or key in listed_unsubmitted,
-                 None if link is None else _task_link(link, place)),
+                 None if link is None else _task_link(link, place), within),
             )
         )  # fmt: skip
     return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
