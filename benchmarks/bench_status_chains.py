@@ -1,5 +1,5 @@
-"""Status of chained Tasks against the same Tasks without chains: ``python
-benchmarks/bench_status_chains.py [--tasks N] [--links K] [--profile]``.
+"""Status of chained Tasks, or of steps in a lease, against the same Tasks without either:
+``python benchmarks/bench_status_chains.py [--tasks N] [--links K] [--lease] [--profile]``.
 
 N Tasks (default 10,000), one per allocation (the worst case), either each in its own chain of K
 links (default 5: K·N intents, receipts, jobs) or each in one plain allocation. Both campaigns
@@ -19,6 +19,14 @@ Each row is Servatus' CPU time (``time.process_time`` less the time inside ``Fak
 the cluster's side) for the chained campaign, for the plain one, and their ratio. A chained
 campaign holds K times the allocations, so a ratio near K is what the bigger record costs; the
 chain rules themselves add the rest.
+
+With ``--lease`` the other campaign holds one lease link (2 slots) and N steps in it, one Task
+each (ADR 0009), against the same N plain one-Task allocations. Each step's taken claim (a
+non-empty file, as the lease's ``ln`` leaves it) and its ``step-start`` are in the listing, and
+the lease's orders directory is a start point of it. The moments are the same: ``queued``, every
+step running in the running lease; ``mid-chain``, every step ended (exit 0) while the lease
+runs on, so nothing settles; ``ended``, the lease forgotten, so everything settles. Both hold N
+Task allocations, so a ratio near 1 is the goal.
 """
 
 from __future__ import annotations
@@ -49,8 +57,13 @@ START = 1_796_000_000.0
 BUDGET = 5 * 60 * 60
 
 
+LEASE = "1e" * 12
+TERMS = store.LeaseTerms("small", 2, 1, 100, 0, 60)
+
+
 class Lane:
-    """One campaign and its FakeScheduler; ``status`` timed apart from the fake's own work."""
+    """One campaign and its FakeScheduler; ``status`` timed apart from the fake's own work.
+    ``links`` -1 is a lease holding every Task as a step."""
 
     def __init__(self, work: Path, count: int, links: int, *, profile: bool) -> None:
         self.work, self.count, self.links, self.profile = work, count, links, profile
@@ -78,7 +91,20 @@ class Lane:
         tasks = roster(self.count)
         intents, receipts, scripts = [], [], []
         job = 1000  # the fake numbers its jobs from 1000, in sbatch order
-        for index, task in enumerate(tasks):
+        if self.links < 0:
+            intents.append(store.Intent(LEASE, (), "0" * 64, START, key, 3600, lease=TERMS))
+            receipts.append(store.Receipt(LEASE, job))
+            scripts.append((LEASE, 1, "", None))
+            for index, task in enumerate(tasks):
+                step = self.step_id(index)
+                intents.append(
+                    store.Intent(step, (task.key,), "0" * 64, START, key, 3600, within=LEASE)
+                )
+                receipts.append(store.Receipt(step, job))
+            tasks_done = True
+        else:
+            tasks_done = False
+        for index, task in enumerate(() if tasks_done else tasks):
             after = ""
             for position in range(1, max(self.links, 1) + 1):
                 allocation_id = f"{index:016x}{position:08x}"
@@ -113,15 +139,35 @@ class Lane:
         (campaign / store.JOURNAL).chmod(0o600)
         for allocation_id, position, after, depends in scripts:
             lines = [f"#SBATCH --job-name=servatus-{allocation_id}", "#SBATCH --ntasks=1"]
-            if self.links:
+            if self.links > 0:
                 lines += [f"servatus_link={position}", f"servatus_links={self.links}"]
                 lines += [f"servatus_after={after}"] if after else []
                 lines += ["# slot 0", f"# slot 0 links {self.links}"]
             argv = ["/usr/bin/sbatch", "--parsable"]
+            if self.links < 0:
+                lines = lines[:1]  # a lease holds no Task slots
             if depends is not None:
                 argv += [f"--dependency=afterok:{depends}", "--kill-on-invalid-dep=yes"]
             self.fake.run(argv, stdin="\n".join(lines).encode())
         return str(campaign)
+
+    @staticmethod
+    def step_id(index: int) -> str:
+        return f"{index:016x}5e5e5e5e"
+
+    def steps(self, *kinds: str, exit_code: int = 0) -> None:
+        """Every step's markers of ``kinds`` (``claim`` taken: a non-empty file, listed with
+        its size), stamped now."""
+        at = self.clock[0]
+        for index in range(self.count):
+            prefix = f"servatus-{self.step_id(index)}.1000."
+            for kind in kinds:
+                if kind == "claim":
+                    self.fake.logs[prefix + "claim"] = b"# servatus.order/1"
+                elif kind == "end":
+                    self.fake.markers[f"{prefix}end.0.{exit_code}"] = at
+                else:
+                    self.fake.markers[prefix + kind] = at
 
     def status(self) -> float:
         """Servatus' CPU seconds for one ``servatus status``."""
@@ -181,22 +227,58 @@ def scenario(work: Path, count: int, links: int, *, profile: bool) -> dict[str, 
     return times
 
 
+def lease_scenario(work: Path, count: int, *, profile: bool) -> dict[str, float]:
+    """Servatus' CPU per moment (see the module docstring) for a lease of ``count`` steps."""
+    lane = Lane(work, count, -1, profile=profile)
+    times: dict[str, float] = {}
+    lane.fake.start()
+    lane.step(5)
+    lane.steps("claim", "step-start")
+    lane.step(600)
+    times["queued"] = lane.status()
+    lane.steps("end")
+    lane.step(60)
+    times["mid-chain (settling)"] = lane.status()
+    times["mid-chain (settled)"] = lane.status()
+    for job in lane.fake.jobs:
+        lane.fake.finish(job.job, 0)
+    lane.step(60)
+    lane.fake.purge()
+    times["ended (settling)"] = lane.status()
+    times["ended (settled)"] = lane.status()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000, metavar="N")
     parser.add_argument("--links", type=int, default=5, metavar="K")
+    parser.add_argument("--lease", action="store_true", help="steps in one lease, not chains")
     parser.add_argument("--profile", action="store_true", help="cProfile each status")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
         root = Path(temporary)
         scenario(root / "warm", 10, options.links, profile=False)  # imports, plugins
+        lease_scenario(root / "warm-lease", 10, profile=False)
         plain = scenario(root / "plain", options.tasks, 0, profile=options.profile)
-        chained = scenario(root / "chained", options.tasks, options.links, profile=options.profile)
-    print(
-        f"status of {options.tasks} Tasks, one per allocation: {options.links}-link chains "
-        f"({options.tasks * options.links} allocations) against plain ({options.tasks})"
-    )
-    print(f"{'moment':<22}  {'chained':>9}  {'plain':>9}  {'ratio':>6}")
+        if options.lease:
+            chained = lease_scenario(root / "leased", options.tasks, profile=options.profile)
+        else:
+            chained = scenario(
+                root / "chained", options.tasks, options.links, profile=options.profile
+            )
+    if options.lease:
+        print(
+            f"status of {options.tasks} Tasks: as steps of one 2-slot lease against "
+            f"{options.tasks} plain one-Task allocations"
+        )
+    else:
+        print(
+            f"status of {options.tasks} Tasks, one per allocation: {options.links}-link chains "
+            f"({options.tasks * options.links} allocations) against plain ({options.tasks})"
+        )
+    column = "leased" if options.lease else "chained"
+    print(f"{'moment':<22}  {column:>9}  {'plain':>9}  {'ratio':>6}")
     for moment, mine in chained.items():
         theirs = plain[moment]
         print(f"{moment:<22}  {mine:>7.3f} s  {theirs:>7.3f} s  {mine / theirs:>5.2f}x")

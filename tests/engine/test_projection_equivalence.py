@@ -46,7 +46,7 @@ _START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP,
 def reference_observe(allocation_id: str, slots: int, markers: Iterable[Marker]) -> Observation:
     start = stop = limit = None
     ends: list[SlotEnd | None] = [None] * slots
-    for marker_allocation, _, kind, at, slot, exit_code in markers:
+    for marker_allocation, _, kind, at, slot, exit_code, _ in markers:
         if marker_allocation != allocation_id:
             continue
         if kind is _END:
@@ -306,6 +306,8 @@ submission_values = st.builds(
     job=st.sampled_from(JOBS),
     settled=st.none(),  # the reference predates settlement: tests/engine/test_settlement.py
     chain=st.none(),  # the reference predates chains: tests/engine/test_chain_projection.py
+    slots=st.none(),  # and leases: tests/engine/test_lease_projection.py
+    within=st.none(),
 )
 
 queue_entries = st.builds(

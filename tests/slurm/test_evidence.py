@@ -58,6 +58,7 @@ def test_commands(tmp_path: Path) -> None:
         "find",
         f"{tmp_path}/logs",
         "%f %T@ %s\\n",
+        "0",
         "-name",
         "servatus-" + "?" * 24 + ".*",
     ]

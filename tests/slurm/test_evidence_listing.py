@@ -65,7 +65,8 @@ def reference_markers(stdout: bytes) -> list[Marker]:
         match = _MARKER_LINE.fullmatch(line)
         if match is None or not math.isfinite(float(match["at"])):
             continue
-        marker = parse_marker_name(match["name"].decode("ascii"), float(match["at"]))
+        name, at = match["name"].decode("ascii"), float(match["at"])
+        marker = parse_marker_name(name, at, int(match["size"]))
         if marker is not None:
             markers.append(marker)
     return markers

@@ -19,7 +19,7 @@ ID = "0123456789abcdef01234567"  # 24 lowercase hex digits
 AT = 5.0
 
 START, END, STOP, LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
-HANDOFF, STEP_START = MarkerKind.HANDOFF, MarkerKind.STEP_START
+HANDOFF, STEP_START, CLAIM = MarkerKind.HANDOFF, MarkerKind.STEP_START, MarkerKind.CLAIM
 
 ROWS: list[tuple[str, Marker | None]] = [
     # id: exactly 24 lowercase hex digits
@@ -41,6 +41,9 @@ ROWS: list[tuple[str, Marker | None]] = [
     ("servatus-0123456789abcdef01234567.7.stop", Marker(ID, 7, STOP, AT)),
     ("servatus-0123456789abcdef01234567.7.limit", Marker(ID, 7, LIMIT, AT)),
     ("servatus-0123456789abcdef01234567.7.step-start", Marker(ID, 7, STEP_START, AT)),
+    ("servatus-0123456789abcdef01234567.7.claim", Marker(ID, 7, CLAIM, AT, size=0)),
+    ("servatus-0123456789abcdef01234567.7.claim.0", None),
+    ("servatus-0123456789abcdef01234567.7.Claim", None),
     ("servatus-0123456789abcdef01234567.7.Start", None),
     ("servatus-0123456789abcdef01234567.7.start.0", None),
     ("servatus-0123456789abcdef01234567.7.stop.", None),
@@ -117,3 +120,22 @@ def test_a_listing_row_at_and_beyond_each_bound(row: str, at: float | None) -> N
         CommandResult(("find",), 0, f"{row}\n".encode(), b"")
     )
     assert found == ([] if at is None else [Marker(ID, 7, START, at)])
+
+
+CLAIMED = "servatus-0123456789abcdef01234567.7.claim"
+
+
+@pytest.mark.parametrize(
+    ("size", "kept"),
+    [("0", 0), ("1", 1), ("5123", 5123), ("9" * 20, int("9" * 20)), ("9" * 21, None)],
+)
+def test_a_claims_size_is_its_verdict_and_only_a_claim_keeps_one(
+    size: str, kept: int | None
+) -> None:
+    """0 is withdrawn (an empty file linked in), more is taken (a link to the order)."""
+    listing = f"{CLAIMED} 5.0 {size}\n{LISTED} 5.0 {size}\n".encode()
+    found = SlurmEvidenceReader().parse_markers(CommandResult(("find",), 0, listing, b""))
+    if kept is None:
+        assert found == []
+    else:
+        assert found == [Marker(ID, 7, CLAIM, 5.0, size=kept), Marker(ID, 7, START, 5.0)]

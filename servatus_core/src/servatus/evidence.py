@@ -37,7 +37,8 @@ class MarkerKind(enum.Enum):
     """What a run marker records. ``START``: the batch script began, before any step.
     ``END``: one step returned, with its slot and exit code. ``STOP``: the job was interrupted.
     ``LIMIT``: the pre-limit signal arrived. ``HANDOFF``: a chain link handed a slot on.
-    ``STEP_START``: a lease step really began."""
+    ``STEP_START``: a lease step really began. ``CLAIM``: the decision on a lease step's order,
+    listed from its lease's orders directory and read by its size (ADR 0009)."""
 
     START = "start"
     END = "end"
@@ -45,11 +46,13 @@ class MarkerKind(enum.Enum):
     LIMIT = "limit"
     HANDOFF = "handoff"
     STEP_START = "step-start"
+    CLAIM = "claim"
 
 
 class Marker(NamedTuple):
     """One run marker: which allocation and job wrote it, what it says, and its mtime (the file
-    server's clock, so spans between markers never mix clocks)."""
+    server's clock, so spans between markers never mix clocks). ``size`` is a claim's file size,
+    its verdict: 0 withdrawn, more taken (None for every other kind)."""
 
     allocation_id: str
     job: int
@@ -57,6 +60,7 @@ class Marker(NamedTuple):
     at: float
     slot: int | None = None
     exit_code: int | None = None
+    size: int | None = None
 
 
 class SlotEnd(NamedTuple):
@@ -69,29 +73,34 @@ class SlotEnd(NamedTuple):
 class Observation(NamedTuple):
     """What the markers of one allocation show, timed by the file server: its first start, last
     stop, first limit, each slot's end, and (a chain link's only) the slots it handed on to its
-    next link, ascending. The raw evidence a settled allocation keeps."""
+    next link, ascending. The raw evidence a settled allocation keeps.
+
+    A lease step's (``step`` True) ``start`` is its own ``step-start`` marker, and ``claim`` its
+    order's verdict: True taken, False withdrawn, None while no claim is seen (ADR 0009)."""
 
     start: float | None = None
     stop: float | None = None
     limit: float | None = None
     ends: tuple[SlotEnd | None, ...] = ()
     handed: tuple[int, ...] = ()
+    step: bool = False
+    claim: bool | None = None
 
 
 _START, _END, _STOP, _LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
-_HANDOFF = MarkerKind.HANDOFF
+_HANDOFF, _STEP_START, _CLAIM = MarkerKind.HANDOFF, MarkerKind.STEP_START, MarkerKind.CLAIM
 _new = tuple.__new__
 """Builds a named tuple from its fields without the generated ``__new__`` (one per allocation)."""
 
 
 class MarkerRecord:
     """One allocation's markers folded (what :func:`fold_markers` makes of a listing): first start,
-    last stop, first limit, each slot's last end, and the slots handed on. Slot 0's end is kept
-    apart from the other slots' dict because most allocations hold one Task: ``status.project``
-    reads one record per submission, in an order unrelated to the listing's, and each object it
-    follows costs a cache miss."""
+    last stop, first limit, each slot's last end, and the slots handed on; a lease step's first
+    ``step-start`` and its claim's verdict. Slot 0's end is kept apart from the other slots' dict
+    because most allocations hold one Task: ``status.project`` reads one record per submission,
+    in an order unrelated to the listing's, and each object it follows costs a cache miss."""
 
-    __slots__ = ("ends", "first", "handed", "limit", "start", "stop")
+    __slots__ = ("claim", "ends", "first", "handed", "limit", "start", "step_start", "stop")
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -100,6 +109,8 @@ class MarkerRecord:
         self.first: SlotEnd | None = None
         self.ends: dict[int, SlotEnd] | None = None
         self.handed: set[int] | None = None
+        self.step_start: float | None = None
+        self.claim: bool | None = None
 
 
 def fold_markers(markers: Iterable[Marker]) -> dict[str, MarkerRecord]:
@@ -108,7 +119,7 @@ def fold_markers(markers: Iterable[Marker]) -> dict[str, MarkerRecord]:
     folded: dict[str, MarkerRecord] = {}
     current: str | None = None
     record = MarkerRecord()
-    for allocation_id, _, kind, at, slot, exit_code in markers:
+    for allocation_id, _, kind, at, slot, exit_code, size in markers:
         if allocation_id != current:
             current = allocation_id
             found = folded.get(allocation_id)
@@ -141,13 +152,21 @@ def fold_markers(markers: Iterable[Marker]) -> dict[str, MarkerRecord]:
             if handed is None:
                 handed = record.handed = set()
             handed.add(slot)
+        elif kind is _STEP_START:
+            earlier = record.step_start
+            if earlier is None or at < earlier:
+                record.step_start = at
+        elif kind is _CLAIM and size is not None:
+            # One claim per order, made once: a second row (a stale listing) cannot differ, but
+            # a taken reading wins so a run step never reads as withdrawn.
+            record.claim = bool(size) or bool(record.claim)
     return folded
 
 
 def plain_observation(record: MarkerRecord | None, slots: int) -> Observation:
     """A plain allocation's Observation: a handoff marker means nothing outside a chain."""
     if record is None:
-        return _new(Observation, (None, None, None, (None,) * slots, ()))
+        return _new(Observation, (None, None, None, (None,) * slots, (), False, None))
     ends = record.ends
     found: tuple[SlotEnd | None, ...]
     if slots == 1:
@@ -158,7 +177,18 @@ def plain_observation(record: MarkerRecord | None, slots: int) -> Observation:
         found = (record.first, *(None,) * (slots - 1))
     else:
         found = (record.first, *map(ends.get, range(1, slots)))
-    return _new(Observation, (record.start, record.stop, record.limit, found, ()))
+    return _new(Observation, (record.start, record.stop, record.limit, found, (), False, None))
+
+
+def step_observation(record: MarkerRecord | None) -> Observation:
+    """A lease step's Observation: its own ``step-start`` is its start (the lease's ``start``
+    is not the step's), its slot 0 end, stop and limit, and its claim's verdict."""
+    if record is None:
+        return _new(Observation, (None, None, None, (None,), (), True, None))
+    return _new(
+        Observation,
+        (record.step_start, record.stop, record.limit, (record.first,), (), True, record.claim),
+    )
 
 
 def link_observation(record: MarkerRecord | None, slots: int) -> Observation:
@@ -185,14 +215,20 @@ class MarkerQuery:
     them). ``since``, on the file server's clock, is a time every one of those markers is newer
     than, where the campaign has one. The reader lists by name where the ids fit on a command
     line, else by mtime after ``since``, else everything; the core ignores markers it did not ask
-    for, so each choice gives the same answer (``docs/adr/0004-settlement.md``)."""
+    for, so each choice gives the same answer (``docs/adr/0004-settlement.md``).
+
+    ``leases`` are the lease links whose orders directories the same listing also reads, for
+    their steps' claims: those with an unsettled step (ADR 0009)."""
 
     ids: frozenset[str]
     since: float | None = None
+    leases: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, ids: Collection[str], since: float | None = None) -> MarkerQuery:
-        return cls(frozenset(ids), since)
+    def of(
+        cls, ids: Collection[str], since: float | None = None, leases: Collection[str] = ()
+    ) -> MarkerQuery:
+        return cls(frozenset(ids), since, frozenset(leases))
 
 
 class EvidenceReader(Protocol):

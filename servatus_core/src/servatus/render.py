@@ -293,6 +293,16 @@ def submitted_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
     return lines or ["nothing to submit: the plan selects no Task"]
 
 
+def held_lease_lines(report: Report) -> list[str]:
+    """One line per lease link that Slurm lists: its job, its state, and its slots."""
+    return [
+        f"lease {attempt.allocation_id}: job {attempt.job} {attempt.execution.value}, "
+        f"{plural(attempt.slots, 'slot')}"
+        for attempt in report.attempts
+        if attempt.slots is not None and attempt.listed
+    ]
+
+
 def status_lines(report: Report) -> list[str]:
     """The aligned human status table, then counts and warnings."""
     from servatus.status import RunTime, execution_text, format_run_time, result_of  # noqa: PLC0415
@@ -331,7 +341,10 @@ def status_lines(report: Report) -> list[str]:
         code = exits.get(exit_code)
         if code is None:
             code = exits[exit_code] = str(exit_code)
-        append((task.key, result, shown, code, time_text, link_text, task.allocation_id or "-"))
+        allocation = task.allocation_id or "-"
+        if task.within is not None:
+            allocation = f"{allocation} (lease {task.within})"
+        append((task.key, result, shown, code, time_text, link_text, allocation))
     texts = [executions.values(), exits.values(), run_times.values(), links.values()]
     cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
     widths = [
@@ -339,7 +352,7 @@ def status_lines(report: Report) -> list[str]:
         for name, column in zip(header, cells, strict=False)  # the last column is not padded
     ]
     line = "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
-    lines = [line % header, *[line % row for row in rows]]
+    lines = [line % header, *[line % row for row in rows], *held_lease_lines(report)]
     counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
     lines.append(f"{plural(len(report.tasks), 'Task')}: {counts or 'none'}")
     lines += [f"warning: {warning}" for warning in report.warnings]

@@ -203,17 +203,18 @@ def build(state: CampaignState, report: Report, *, now: float) -> ReportData:
     for projected in report.attempts:
         attempt = projected
         intent = intents[attempt.allocation_id]
-        if intent.lease is not None:  # a lease's own attempt (task_key None, ADR 0009)
+        key = attempt.task_key
+        if intent.lease is not None or key is None:  # a lease's own attempt (ADR 0009)
             lease_attempts[attempt.allocation_id] = attempt
             continue
         if attempt.observation is None and attempt.allocation_id in settled:
             attempt = settled_attempt(attempt, intent, settled, now=now)
         attempt_counts[attempt.execution.value] += 1
         segments = attempt_segments(attempt, intent, now=now)
-        by_task.setdefault(attempt.task_key, []).extend(segments)
+        by_task.setdefault(key, []).extend(segments)
         observation = attempt.observation
         if observation is not None and observation.limit is not None and _ran(attempt):
-            points.setdefault(attempt.task_key, []).append(
+            points.setdefault(key, []).append(
                 Point("limit", observation.limit, attempt.allocation_id)
             )
         for segment in segments:
@@ -312,6 +313,8 @@ def settled_attempt(
     still draws every settled allocation."""
     observation = settled[attempt.allocation_id].observation
     slot, chain = attempt.slot, attempt.link
+    if slot is None:  # a lease's own attempt: no Task's slot to read
+        return attempt
     if chain is None:
         decision = slot_execution(None, observation, slot)
     else:
@@ -387,9 +390,9 @@ def attempt_segments(attempt: Attempt, intent: Intent, *, now: float) -> tuple[S
     return queued_span, segment(Span.RUNNING, start, end, growing)
 
 
-def _slot_end(observation: Observation, slot: int) -> float | None:
+def _slot_end(observation: Observation, slot: int | None) -> float | None:
     ends = observation.ends
-    end = ends[slot] if slot < len(ends) else None
+    end = ends[slot] if slot is not None and slot < len(ends) else None
     if end is not None:
         return end.at
     return observation.stop

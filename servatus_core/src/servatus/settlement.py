@@ -32,14 +32,21 @@ only lists more markers (those written in the hour before the horizon)."""
 def settle(report: Report, submissions: Sequence[Submission]) -> tuple[Settlement, ...]:
     """The allocations ``report`` (projected from ``submissions``) shows final and not yet
     settled: accepted, observed in both listings of their Target, their job not listed, every
-    slot final. A report without Slurm (``--offline``, or a listing not read) settles nothing."""
+    slot final. A report without Slurm (``--offline``, or a listing not read) settles nothing.
+
+    A lease link is one Attempt of no Task, settled as any allocation. A lease step (ADR 0009)
+    whose claim is withdrawn is final at once; any other settles by the same rule applied to
+    its lease's job: once its lease link's Attempt is not listed."""
     if not report.online:
         return ()
     found: list[Settlement] = []
     attempts = report.attempts
+    leases = {
+        attempt.allocation_id: attempt.listed for attempt in attempts if attempt.slots is not None
+    }
     at = 0
     for submission in submissions:
-        slots = len(submission.task_keys)
+        slots = len(submission.task_keys) or (1 if submission.slots is not None else 0)
         mine = attempts[at : at + slots]
         at += slots
         if submission.outcome is not Outcome.ACCEPTED or submission.settled is not None:
@@ -50,10 +57,16 @@ def settle(report: Report, submissions: Sequence[Submission]) -> tuple[Settlemen
         observation = mine[0].observation
         if observation is None:  # a listing of its Target was not read
             continue
-        if any(attempt.listed or attempt.execution not in FINAL for attempt in mine):
+        within = submission.within
+        if within is not None and observation.claim is not False:
+            if leases.get(within, True) is not False or mine[0].execution not in FINAL:
+                continue
+        elif any(attempt.listed or attempt.execution not in FINAL for attempt in mine):
             continue
-        start, stop, limit, ends, handed = observation
-        found.append(Settlement(submission.allocation_id, job, start, stop, limit, ends, handed))
+        start, stop, limit, ends, handed, _, claim = observation
+        found.append(
+            Settlement(submission.allocation_id, job, start, stop, limit, ends, handed, claim)
+        )
     return tuple(found)
 
 
@@ -85,7 +98,10 @@ def queries(state: CampaignState, submissions: Sequence[Submission]) -> dict[str
         oldest = indices[0] if indices else len(submissions)
         bases = [at for intents, at in horizons.get(target_key(identity), ()) if intents <= oldest]
         since = max(bases) - MARGIN if bases else None
-        result[identity] = MarkerQuery.of(ids, since)
+        live = {  # lease links with an unsettled step: their orders directories hold its claim
+            within for index in indices if (within := submissions[index].within) is not None
+        }
+        result[identity] = MarkerQuery.of(ids, since, live)
     return result
 
 

@@ -28,6 +28,7 @@ from servatus.evidence import (
     fold_markers,
     link_observation,
     plain_observation,
+    step_observation,
 )
 from servatus.files import path_word
 from servatus.ids import JOB_NAME_PREFIX
@@ -91,6 +92,8 @@ def queued_or_running(state: str) -> bool:
 class Submission(NamedTuple):
     """One allocation as the campaign recorded it, with the evidence key of its Target, and the
     observation it was settled with (then its markers and the queue are never read for it).
+    ``slots`` is a lease link's slot count (None for anything else); ``within`` a step's lease
+    link (ADR 0009).
 
     This and the other per-Task values of a projection are named tuples, not attrs classes:
     ``status`` builds several per Task, and a frozen attrs instance costs three times as much.
@@ -105,6 +108,8 @@ class Submission(NamedTuple):
     job: int | None = None
     settled: Observation | None = None
     chain: ChainLink | None = None
+    slots: int | None = None
+    within: str | None = None
 
 
 class RunTime(NamedTuple):
@@ -121,11 +126,16 @@ class RunTime(NamedTuple):
 class Attempt(NamedTuple):
     """One Task's slot in one allocation, projected. ``listed`` is whether ``squeue`` lists its
     job, and None when ``squeue`` was not asked (offline, or its Target's listing is missing);
-    ``link`` is the allocation's place in its chain (None for a plain allocation)."""
+    ``link`` is the allocation's place in its chain (None for a plain allocation).
+
+    A lease link is an Attempt of no Task (``task_key`` and ``slot`` None, ``slots`` its slot
+    count) and never makes a Task's status. A step's Attempt names its lease link in ``within``;
+    its ``listed`` is whether its work is still held in Slurm: its lease is listed and the step
+    has neither ended nor been withdrawn (ADR 0009), so a Task is held ``ACTIVE`` no longer."""
 
     allocation_id: str
-    task_key: str
-    slot: int
+    task_key: str | None
+    slot: int | None
     job: int | None
     execution: Execution
     exit_code: int | None
@@ -134,6 +144,8 @@ class Attempt(NamedTuple):
     listed: bool | None
     observation: Observation | None
     link: ChainLink | None = None
+    slots: int | None = None
+    within: str | None = None
 
 
 class TaskLink(NamedTuple):
@@ -147,7 +159,8 @@ class TaskLink(NamedTuple):
 
 class TaskStatus(NamedTuple):
     """One Task's current state: its current work decides (docs/adr/0006-projection.md); run
-    time sums every attempt. ``link`` places that work in its chain (None outside a chain)."""
+    time sums every attempt. ``link`` places that work in its chain (None outside a chain);
+    ``within`` is the lease link that work runs in, when it is a step."""
 
     key: str
     execution: Execution
@@ -160,6 +173,7 @@ class TaskStatus(NamedTuple):
     unresolved: bool
     listed: bool
     link: TaskLink | None = None
+    within: str | None = None
 
 
 @attrs.frozen
@@ -203,7 +217,7 @@ def slot_execution(
     entry: QueueEntry | None, observation: Observation, slot: int
 ) -> tuple[Execution, int | None, StopReason | None]:
     """A slot's execution from its job's queue entry (if listed) and its allocation's markers."""
-    start, stop, limit, ends, _ = observation
+    start, stop, limit, ends, _, _, _ = observation
     return _execution(entry, start, stop, limit, ends[slot] if slot < len(ends) else None)
 
 
@@ -247,7 +261,7 @@ def link_execution(
     it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
     exit), even without a ``stop``; 75 on the Task's ``last`` link is ``budget spent``; else as
     a plain allocation's slot."""
-    start, stop, limit, ends, handed = observation
+    start, stop, limit, ends, handed, _, _ = observation
     end = ends[slot] if slot < len(ends) else None
     if end is not None:
         exit_code = end.exit_code
@@ -266,7 +280,7 @@ def slot_run_time(
 ) -> RunTime:
     """Seconds between the start marker and the slot's end (or stop); still growing while the
     job runs, and a LOST run counted at its whole limit, both marked incomplete."""
-    start, stop, _, ends, _ = observation
+    start, stop, _, ends, _, _, _ = observation
     return _run_time(execution, start, stop, ends, slot, time_limit, now)
 
 
@@ -362,6 +376,8 @@ def project(
         recorded,
         settled,
         chain,
+        slots,
+        within,
     ) in submissions:
         if target is not last_target:
             last_target = target
@@ -375,10 +391,13 @@ def project(
             else:
                 queue, folded, clock = context
                 server_now = now if clock is None else clock
-        if queue is None or settled is not None:
-            entry = None  # a settled job is one Slurm no longer lists
-        else:
-            entry = queue.get(JOB_NAME_PREFIX + allocation_id)
+        unsent = within is not None and outcome is not _ACCEPTED
+        if queue is None or settled is not None or unsent:
+            # A settled job is one Slurm no longer lists; a step not accepted never reached its
+            # lease, so the lease being listed is no sign of it.
+            entry = None
+        else:  # a step's job is its lease's: the lease link's entry is its liveness
+            entry = queue.get(JOB_NAME_PREFIX + (allocation_id if within is None else within))
         job = recorded
         if entry is not None:
             if recorded is None:
@@ -397,6 +416,30 @@ def project(
                     f"the queue ({stops})"
                 )
         listed = None if queue is None else entry is not None
+        if slots is not None or within is not None:
+            observation = settled
+            if outcome is not _ACCEPTED or folded is None:
+                observation = None
+            elif observation is None:
+                record = folded.get(allocation_id)
+                observation = (
+                    plain_observation(record, 0) if within is None else step_observation(record)
+                )
+            if within is None:
+                append(_lease_attempt(allocation_id, job, outcome, entry, listed, observation,
+                                      chain, slots))  # fmt: skip
+            else:
+                attempt = _step_attempt(allocation_id, task_keys[0], job, time_limit, outcome,
+                                        entry, listed, observation, within, server_now)  # fmt: skip
+                append(attempt)
+                if attempt.execution is _NOT_SUBMITTED:
+                    if listed:
+                        listed_unsubmitted.add(task_keys[0])
+                    continue
+                earlier = remember(task_keys[0], attempt)
+                if earlier is not attempt:
+                    _again(latest, history, task_keys[0], earlier, attempt)
+            continue
         if chain is not None:
             observation = settled
             if outcome is not _ACCEPTED or folded is None:
@@ -416,7 +459,7 @@ def project(
                 attempt = _new(
                     Attempt,
                     (allocation_id, key, slot, job, execution, None, None, None, listed, None,
-                     None),
+                     None, None, None),
                 )  # fmt: skip
                 append(attempt)
                 if execution is _NOT_SUBMITTED:
@@ -431,7 +474,7 @@ def project(
             observation = plain_observation(folded.get(allocation_id), len(task_keys))
         else:
             observation = settled
-        start, stop, limit, ends, _ = observation
+        start, stop, limit, ends, _, _, _ = observation
         for slot, key in enumerate(task_keys):
             end = ends[slot]
             execution, exit_code, detail = _execution(entry, start, stop, limit, end)
@@ -440,7 +483,7 @@ def project(
                 Attempt,
                 (
                     allocation_id, key, slot, job, execution, exit_code, detail, run_time,
-                    listed, observation, None,
+                    listed, observation, None, None, None,
                 ),
             )  # fmt: skip
             append(attempt)
@@ -458,11 +501,25 @@ def project(
                 _new(
                     TaskStatus,
                     (key, _NOT_SUBMITTED, None, None, zero, None, None, False, False,
-                     key in listed_unsubmitted, None),
+                     key in listed_unsubmitted, None, None),
                 )
             )  # fmt: skip
             continue
-        allocation_id, _, slot, job, execution, exit_code, detail, total, listed, _, link = current
+        (
+            allocation_id,
+            _,
+            place,
+            job,
+            execution,
+            exit_code,
+            detail,
+            total,
+            listed,
+            _,
+            link,
+            _,
+            within,
+        ) = current
         if history and key in history:
             total, accepted, unresolved, listed = _summary(history[key])
         else:
@@ -479,7 +536,7 @@ def project(
                 TaskStatus,
                 (key, execution, exit_code, detail, total, allocation_id, job, accepted,
                  unresolved, listed or key in listed_unsubmitted,
-                 None if link is None else _task_link(link, slot)),
+                 None if link is None else _task_link(link, place), within),
             )
         )  # fmt: skip
     return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
@@ -553,8 +610,9 @@ def _link_attempts(
         for slot, key in enumerate(task_keys):
             attempt = _new(
                 Attempt,
-                (allocation_id, key, slot, job, execution, None, None, None, listed, None, chain),
-            )
+                (allocation_id, key, slot, job, execution, None, None, None, listed, None, chain,
+                 None, None),
+            )  # fmt: skip
             append(attempt)
             if execution is _NOT_SUBMITTED:
                 if listed:
@@ -564,7 +622,7 @@ def _link_attempts(
             else:  # offline: not known to have run this slot
                 _aside(latest, history, key, attempt)
         return
-    start, stop, _, ends, _ = observation
+    start, stop, _, ends, _, _, _ = observation
     gone = start is None and entry is None  # never started, and never will
     for slot, key in enumerate(task_keys):
         end = ends[slot]
@@ -582,7 +640,7 @@ def _link_attempts(
         attempt = _new(
             Attempt,
             (allocation_id, key, slot, job, execution, exit_code, detail, run_time, listed,
-             observation, chain),
+             observation, chain, None, None),
         )  # fmt: skip
         append(attempt)
         if ran:
@@ -592,6 +650,97 @@ def _link_attempts(
 
 
 _STOPPED_WORD, _NEVER = Execution.STOPPED, StopReason.NEVER_STARTED
+
+
+def _lease_attempt(
+    allocation_id: str,
+    job: int | None,
+    outcome: Outcome,
+    entry: QueueEntry | None,
+    listed: bool | None,
+    observation: Observation | None,
+    chain: ChainLink | None,
+    slots: int | None,
+) -> Attempt:
+    """A lease link's own Attempt, of no Task: its execution by the plain rules with no slot
+    (queued, running, ending while listed; then by its start, stop and limit markers)."""
+    if observation is None:
+        execution, exit_code, detail = _UNOBSERVED[outcome], None, None
+    else:
+        start, stop, limit = observation[:3]
+        execution, exit_code, detail = _execution(entry, start, stop, limit, None)
+    return _new(
+        Attempt,
+        (allocation_id, None, None, job, execution, exit_code, detail, None, listed,
+         observation, chain, slots, None),
+    )  # fmt: skip
+
+
+def step_execution(
+    entry: QueueEntry | None, observation: Observation
+) -> tuple[Execution, int | None, StopReason | None]:
+    """A lease step's execution (ADR 0009 "What status reads"): ``entry`` is its lease's queue
+    entry. The first matching row decides: a withdrawn claim, or an end without ``step-start``,
+    never started; an end after ``step-start`` by the plain table with the step's own stop and
+    limit (a nonzero end after the step's ``limit`` stopped at the time limit, the spec's "a
+    step that then exits nonzero"); no ``step-start`` while the lease is listed, queued (an
+    untaken order, or a step waiting for a slot); a started step running while its lease is
+    queued or running, ending while it is listed as ended; once the lease is forgotten, a
+    started step with its ``stop`` stopped (as a plain slot), else lost, and one never started
+    never will."""
+    start, stop, limit, ends, _, _, claim = observation
+    if claim is False:
+        return _NEVER_STARTED
+    end = ends[0]
+    if end is not None:
+        if start is None:
+            return _NEVER_STARTED
+        exit_code = end.exit_code
+        if exit_code != 0 and limit is not None and end.at >= limit:
+            if exit_code == YIELD_EXIT:
+                return Execution.STOPPED, exit_code, StopReason.YIELDED
+            return Execution.STOPPED, exit_code, StopReason.TIME_LIMIT
+        return _execution(None, start, stop, limit, end)  # the step is over, whatever the lease
+    if entry is not None:
+        if start is None:
+            return _QUEUED
+        return _RUNNING if queued_or_running(entry.state) else _ENDING
+    if start is None:
+        return _NEVER_STARTED
+    return _execution(None, start, stop, limit, None)
+
+
+def _step_attempt(
+    allocation_id: str,
+    key: str,
+    job: int | None,
+    time_limit: int,
+    outcome: Outcome,
+    entry: QueueEntry | None,
+    listed: bool | None,
+    observation: Observation | None,
+    within: str,
+    now: float,
+) -> Attempt:
+    """A lease step's Attempt: one slot, judged inside its lease (:func:`step_execution`), run
+    time from its own ``step-start``. It is ``listed`` (holds its Task) only while its lease is
+    listed and the step has neither ended nor been withdrawn."""
+    if observation is None:
+        return _new(
+            Attempt,
+            (allocation_id, key, 0, job, _UNOBSERVED[outcome], None, None, None, listed, None,
+             None, None, within),
+        )  # fmt: skip
+    execution, exit_code, detail = step_execution(entry, observation)
+    start, stop, _, ends, _, _, claim = observation
+    run_time = _run_time(execution, start, stop, ends, 0, time_limit, now)
+    if listed and (claim is False or ends[0] is not None):
+        listed = False
+    return _new(
+        Attempt,
+        (allocation_id, key, 0, job, execution, exit_code, detail, run_time, listed,
+         observation, None, None, within),
+    )  # fmt: skip
 
 
 def _take(
@@ -619,9 +768,9 @@ def _aside(
         kept.append(attempt)
 
 
-def _task_link(link: ChainLink, slot: int) -> TaskLink:
+def _task_link(link: ChainLink, slot: int | None) -> TaskLink:
     task_links = link.task_links
-    own = task_links[slot] if slot < len(task_links) else link.of
+    own = task_links[slot] if slot is not None and slot < len(task_links) else link.of
     return _new(TaskLink, (link.position, own, link.budget))
 
 
@@ -658,12 +807,15 @@ def submissions(state: CampaignState) -> list[Submission]:
     """The campaign's submissions in recording order, each with its recorded outcome."""
     receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
     resolved = {item.allocation_id: item.job for item in state.resolutions}
+    steps = {intent.allocation_id for intent in state.intents if intent.within is not None}
     settled = {
         item.allocation_id: _new(
-            Observation, (item.start, item.stop, item.limit, item.ends, item.handed)
+            Observation,
+            (item.start, item.stop, item.limit, item.ends, item.handed,
+             item.allocation_id in steps, item.claim),
         )
         for item in state.settlements
-    }
+    }  # fmt: skip
     observed = settled.get
     identities = state.target_identities()  # an intent names its Target by key
     result: list[Submission] = []
@@ -682,7 +834,8 @@ def submissions(state: CampaignState) -> list[Submission]:
             _new(
                 Submission,
                 (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
-                 intent.time_limit, outcome, job, observed(allocation_id), intent.chain),
+                 intent.time_limit, outcome, job, observed(allocation_id), intent.chain,
+                 None if intent.lease is None else intent.lease.slots, intent.within),
             )
         )  # fmt: skip
     return result
@@ -769,14 +922,15 @@ def report_to_document(report: Report, *, valid: Collection[str] | None = None) 
                 "task_keys": [],
                 "executions": [],
                 "link": _link_document(attempt.link),
-                "slots": None,
-                "within": None,
+                "slots": attempt.slots,
+                "within": attempt.within,
                 "listed": attempt.listed,
                 "observation": _observation_document(attempt.observation),
             },
         )
-        entry["task_keys"].append(attempt.task_key)
-        entry["executions"].append(attempt.execution.value)
+        if attempt.task_key is not None:  # a lease link holds no Task
+            entry["task_keys"].append(attempt.task_key)
+            entry["executions"].append(attempt.execution.value)
     counts = report.counts
     done = {Execution.SUCCEEDED.value}
     results_ready = report.quiescent and all(
@@ -817,5 +971,5 @@ def _observation_document(observation: Observation | None) -> dict[str, Any] | N
             for end in observation.ends
         ],
         "handed": list(observation.handed),
-        "step": False,
+        "step": observation.step,
     }

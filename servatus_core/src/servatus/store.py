@@ -239,8 +239,9 @@ class Resolved:
 class Settlement:
     """One accepted allocation whose outcome is final, with the evidence it was judged from: its
     job and the :class:`~servatus.evidence.Observation` its markers gave (``ends`` one per slot,
-    ``handed`` the slots a chain link handed on, ascending). Every command answers for it from
-    this, never from its markers again."""
+    ``handed`` the slots a chain link handed on, ascending; ``claim`` a lease step's verdict on
+    its order, True taken, False withdrawn, None when none was seen). Every command answers for
+    it from this, never from its markers again."""
 
     allocation_id: str
     job: int
@@ -249,10 +250,14 @@ class Settlement:
     limit: float | None
     ends: tuple[SlotEnd | None, ...]
     handed: tuple[int, ...] = ()
+    claim: bool | None = None
 
     @property
     def observation(self) -> Observation:
-        return Observation(self.start, self.stop, self.limit, self.ends, self.handed)
+        """The Observation kept (``step`` is the intent's to say: a Settlement does not know)."""
+        return Observation(
+            self.start, self.stop, self.limit, self.ends, self.handed, False, self.claim
+        )
 
 
 @attrs.frozen
@@ -740,6 +745,7 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "resources or none": frozenset({list, _NONE}),
     "allocation or none": frozenset({str, _NONE}),
     "slots": frozenset({list}),
+    "flag or none": frozenset({bool, _NONE}),
 }
 _COLUMNS: dict[type[Any], dict[str, str]] = {
     Intent: {
@@ -764,6 +770,7 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
         "limit": "time or none",
         "ends": "ends",
         "handed": "slots",
+        "claim": "flag or none",
     },
     Listed: {"target": "text", "at": "time"},
     Horizon: {"target": "text", "intents": "seconds", "at": "time"},

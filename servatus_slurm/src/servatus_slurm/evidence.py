@@ -17,6 +17,7 @@ import attrs
 
 from servatus.errors import Unavailable
 from servatus.evidence import MAX_JOB, Marker, MarkerQuery, QueueEntry
+from servatus.lease import orders_directory
 from servatus_slurm.markers import (
     ID_LENGTH,
     MARKER_GLOB,
@@ -46,15 +47,30 @@ MAX_ROWS = 1_000_000
 MAX_LINE = 512
 """Longer lines are not ours: our names are under 80 bytes."""
 
-CLOCK_SCRIPT = (
+_CLOCK = (
     'clock=$(umask 077 && mktemp -- "$1/servatus-clock.XXXXXXXXXX" 2>/dev/null) '
     '&& { find "$clock" -maxdepth 0 -type f -user "$(id -u)" -printf "clock %T@\\n" 2>/dev/null; '
     'rm -f -- "$clock"; }; '
-    "root=$1 format=$2 && shift 2 "
-    '&& exec find -H "$root" -mindepth 1 -maxdepth 1 "$@" -type f -printf "$format"'
 )
-"""``sh -c`` text of the clock listing: ``$1`` log_root, ``$2`` the row format, then the tests
-that choose the markers (:func:`_selection`).
+_ORDERS = (
+    "root=$1 format=$2 n=$3 && shift 3 && points= i=0 && "
+    'while [ "$i" -lt "$n" ]; do '
+    'i=$((i + 1)); if [ -d "$1" ]; then eval "servatus_d$i=\\$1"; '
+    'points="$points \\"\\$servatus_d$i\\""; fi; shift; done && '
+    'eval "exec find -H \\"\\$root\\"$points -mindepth 1 -maxdepth 1 '
+    '\\"\\$@\\" -type f -printf \\"\\$format\\""'
+)
+"""The listing proper: ``$1`` log_root, ``$2`` the row format, ``$3`` how many orders
+directories follow (ADR 0009: the claims of lease steps), then the tests that choose the
+markers (:func:`_selection`). Each directory is a further start point of the one ``find``, kept
+only if it is a directory now: a purged one drops out instead of failing the listing. The kept
+ones are put in numbered variables and named on the ``find`` line by ``eval`` (only the
+variables' names are in the evaluated text, never their values), so the tests stay in ``$@``
+untouched, however many they are."""
+LIST_SCRIPT = _ORDERS
+"""``sh -c`` text of a listing without the clock (``doctor``'s, which writes nothing)."""
+CLOCK_SCRIPT = _CLOCK + _ORDERS
+"""``sh -c`` text of the clock listing: the clock row, then :data:`_ORDERS`'s listing.
 
 ``mktemp`` creates a fresh file (``O_EXCL``: a link or file already at its name is never
 followed or reused), so its mtime is the file server's time at creation; its row (``clock
@@ -74,10 +90,11 @@ _QUEUE_ROW = re.compile(
 )
 """One squeue row: padding, job, name, state, padding."""
 _MARKER_ROW = re.compile(
-    rf"\n{MARKER_NAME.pattern} ([0-9]{{1,12}}(?:\.[0-9]{{1,10}})?) [0-9]{{1,20}}$",
+    rf"\n{MARKER_NAME.pattern} ([0-9]{{1,12}}(?:\.[0-9]{{1,10}})?) ([0-9]{{1,20}})$",
     re.MULTILINE | re.ASCII,
 )
-"""One marker row: the groups of :data:`~servatus_slurm.markers.MARKER_NAME`, then the mtime.
+"""One marker row: the groups of :data:`~servatus_slurm.markers.MARKER_NAME`, the mtime, and
+the size (a claim's verdict).
 
 At most 12 integer digits keep every mtime finite, and the longest row the grammar admits is
 115 bytes, so no row it matches is over :data:`MAX_LINE`.
@@ -117,6 +134,14 @@ def _selection(query: MarkerQuery | None) -> list[str]:
         # -newermt compares mtimes on the file server with a time of the same clock.
         return ["-name", MARKER_GLOB, "-newermt", f"@{math.floor(query.since)}"]
     return ["-name", MARKER_GLOB]
+
+
+def _orders_points(target: Target, query: MarkerQuery | None) -> list[str]:
+    """The orders directories of the query's lease links, in a fixed order."""
+    if query is None:
+        return []
+    root = target.log_root.rstrip("/")
+    return [f"{root}/{orders_directory(lease)}" for lease in sorted(query.leases)]
 
 
 @attrs.frozen
@@ -160,16 +185,21 @@ class SlurmEvidenceReader:
 
         With a query, up to :data:`MAX_NAMED` ids are named (exactly their markers); more are
         filtered on the file server's clock, by mtime after ``query.since``, where there is
-        one; else every marker is listed.
+        one; else every marker is listed. The orders directory of each of the query's
+        ``leases`` is a further start point (:data:`LIST_SCRIPT`), so its steps' claims come
+        in the same listing.
         """
-        if clock:
+        points = _orders_points(target, query)
+        if clock or points:
             return [
                 "/bin/sh",
                 "-c",
-                CLOCK_SCRIPT,
+                CLOCK_SCRIPT if clock else LIST_SCRIPT,
                 "find",
                 target.log_root,
                 MARKER_FORMAT,
+                str(len(points)),
+                *points,
                 *_selection(query),
             ]
         return [
@@ -193,8 +223,10 @@ class SlurmEvidenceReader:
         markers: list[Marker] = []
         append = markers.append
         rows = _MARKER_ROW.findall(_listing(result, "find"))
-        for identity, job, plain, end_slot, code, handoff, at in rows:
-            marker = marker_from_groups(identity, job, plain, end_slot, code, handoff, float(at))
+        for identity, job, plain, end_slot, code, handoff, at, size in rows:
+            marker = marker_from_groups(
+                identity, job, plain, end_slot, code, handoff, float(at), size
+            )
             if marker is not None:
                 append(marker)
         return markers

@@ -9,12 +9,16 @@ a ``-`` a log, so one ``find -name`` :data:`MARKER_GLOB` lists every marker and 
     servatus-<id>.<job>.limit             the pre-limit SIGUSR1 arrived and was relayed
     servatus-<id>.<job>.handoff.<slot>    a chain link hands <slot> on to its next link
     servatus-<id>.<job>.step-start        a lease step (<id> is the step's own id) really began
+    servatus-<id>.<job>.claim             the decision on a step's order (in its lease's orders
+                                          directory): its size is the verdict, 0 withdrawn,
+                                          more than 0 taken (a hard link to the order)
     servatus-<id>-<job>.out               the allocation's Slurm log (stdout and stderr)
     servatus-<id>-<job>.<slot>.out        the step log of <slot>
 
 ``<id>`` is :data:`ID_LENGTH` lowercase hex digits, ``<job>`` Slurm's job number without leading
 zeros, ``<slot>`` a non-negative integer without leading zeros. A marker is an empty file whose
-mtime, stamped by the file server when it was created, is the time of the event.
+mtime, stamped by the file server when it was created, is the time of the event; a claim is the
+one marker read by its size instead (``docs/adr/0009-leases.md``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ MAX_EXIT = 255
 _NUMBER = r"(?:0|[1-9][0-9]{0,9})"
 MARKER_NAME = re.compile(
     rf"servatus-(?P<id>[0-9a-f]{{{ID_LENGTH}}})\.(?P<job>[1-9][0-9]{{0,9}})\."
-    rf"(?:(?P<plain>start|stop|limit|step-start)"
+    rf"(?:(?P<plain>start|stop|limit|step-start|claim)"
     rf"|end\.(?P<end_slot>{_NUMBER})\.(?P<exit>{_NUMBER})"
     rf"|handoff\.(?P<handoff_slot>{_NUMBER}))"
 )
@@ -60,17 +64,18 @@ def marker_name(
     return base + str(kind.value)
 
 
-def parse_marker_name(name: str, at: float) -> Marker | None:
-    """The marker a file name records, or None when it is not one of ours (logs included)."""
+def parse_marker_name(name: str, at: float, size: int = 0) -> Marker | None:
+    """The marker a file name records, or None when it is not one of ours (logs included);
+    ``size`` is the file's, read only for a claim."""
     match = MARKER_NAME.fullmatch(name)
     if match is None:
         return None
     identity, job, plain, end_slot, code, handoff = match.groups()
-    return marker_from_groups(identity, job, plain, end_slot, code, handoff, at)
+    return marker_from_groups(identity, job, plain, end_slot, code, handoff, at, str(size))
 
 
 _KINDS = {kind.value: kind for kind in MarkerKind}
-_END, _HANDOFF = MarkerKind.END, MarkerKind.HANDOFF
+_END, _HANDOFF, _CLAIM = MarkerKind.END, MarkerKind.HANDOFF, MarkerKind.CLAIM
 _new = tuple.__new__
 
 
@@ -82,25 +87,30 @@ def marker_from_groups(
     exit_code: str,
     handoff_slot: str,
     at: float,
+    size: str = "0",
 ) -> Marker | None:
     """The marker that :data:`MARKER_NAME`'s six groups describe (a group that did not take part
     is None from a match, ``""`` from ``findall``), or None when a number is out of bounds: the
     one reading of the grammar, for a single name and for a whole listing (which calls it once
-    per row, so it builds the named tuple without its Python ``__new__``)."""
+    per row, so it builds the named tuple without its Python ``__new__``). ``size`` (the row's
+    file size, in digits) is kept only for a claim, whose verdict it is."""
     number = int(job)
     if number > MAX_JOB:
         return None
     if plain:
-        return _new(Marker, (identity, number, _KINDS[plain], at, None, None))
+        kind = _KINDS[plain]
+        if kind is _CLAIM:
+            return _new(Marker, (identity, number, kind, at, None, None, int(size)))
+        return _new(Marker, (identity, number, kind, at, None, None, None))
     if end_slot:
         slot, code = int(end_slot), int(exit_code)
         if slot > MAX_SLOT or code > MAX_EXIT:
             return None
-        return _new(Marker, (identity, number, _END, at, slot, code))
+        return _new(Marker, (identity, number, _END, at, slot, code, None))
     slot = int(handoff_slot)
     if slot > MAX_SLOT:
         return None
-    return _new(Marker, (identity, number, _HANDOFF, at, slot, None))
+    return _new(Marker, (identity, number, _HANDOFF, at, slot, None, None))
 
 
 def allocation_log_pattern(allocation_id: str) -> str:
