@@ -82,6 +82,9 @@ RULES = [
     ("RUNNING", (TAKEN,), Execution.QUEUED, None, RunTime(0)),
     ("COMPLETING", (TAKEN,), Execution.QUEUED, None, RunTime(0)),
     ("RUNNING", (TAKEN, BEGAN), Execution.RUNNING, None, RunTime(900, complete=False)),
+    # asked to stop (its stop marker) and still running: its run time still grows
+    ("RUNNING", (TAKEN, BEGAN, mine(B.STOP, 390.0)), Execution.RUNNING, None,
+     RunTime(900, complete=False)),
     ("COMPLETING", (TAKEN, BEGAN), Execution.ENDING, None, RunTime(900, complete=False)),
     (None, (TAKEN, BEGAN), Execution.LOST, None, RunTime(LIMIT, complete=False)),
     (None, (TAKEN,), *NEVER, RunTime(0)),

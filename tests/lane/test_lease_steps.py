@@ -10,6 +10,7 @@ import pytest
 from test_cli_budget import L40S
 
 from servatus import Campaign, Profile, Task, store
+from servatus.status import StopReason
 from servatus.testing import FakeScheduler
 from testkit import run
 
@@ -41,7 +42,23 @@ def test_the_spec_lease_example_runs_as_written(project: Path) -> None:
 
     campaign.append([Task("eval-7", ["python", "eval.py"], stdin=b'{"ckpt": 7}')])
     campaign.submit(campaign.plan(lease=lease, only=["eval-7"]))
-    # campaign.cancel(tasks=["eval-7"]) belongs to lease-cancel (issue 15), not tested here.
+    campaign.cancel(tasks=["eval-7"])
+
+    (job,) = fake.jobs
+    # Cancelled while the lease was still queued: the order is withdrawn, never taken.
+    [eval7] = [task for task in campaign.status().tasks if task.key == "eval-7"]
+    assert (eval7.execution.value, eval7.detail) == ("STOPPED", StopReason.NEVER_STARTED)
+    fake.start(job.job)
+    assert fake.steps(job.job) == {}
+
+
+def test_the_spec_lease_example_takes_its_step_once_the_lease_runs(project: Path) -> None:
+    fake = FakeScheduler()
+    campaign = Campaign.ensure("gpu", [Task("train-a", ["python", "train.py"])], connect=fake)
+    held = campaign.hold(Profile.load("SERVATUS.toml", name="l40s"), slots=2)
+    lease = campaign.submit(held).receipts[0].allocation_id
+    campaign.append([Task("eval-7", ["python", "eval.py"], stdin=b'{"ckpt": 7}')])
+    campaign.submit(campaign.plan(lease=lease, only=["eval-7"]))
 
     (job,) = fake.jobs
     step = next(i for i in store.read("gpu").intents if i.within == lease)
@@ -223,3 +240,60 @@ def test_an_order_over_max_script_bytes_is_refused_at_planning(
     code, out, err = run(["start", state, str(big), "--lease", lease], fake, capsys)
     assert (code, out) == (1, "") and "max_script_bytes" in err
     assert fake.count("offer") == 0
+
+
+def test_the_spec_walk_through_reads_as_the_spec_shows(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spec's lease commands in order: a step RUNNING in its lease, a second beside it,
+    ``cancel --task`` stopping one (the lease stays), ``start --retry`` in the same lease, and
+    ``cancel --allocation`` of the lease ending every step."""
+    fake = FakeScheduler()
+    state, [lease] = leased(project, capsys, fake)
+    (job,) = fake.jobs
+    fake.start(job.job)
+    code, out, _ = run(["start", state, "a.jsonl", "--lease", lease], fake, capsys)
+    assert code == 0
+    [first] = [i.allocation_id for i in store.read(state).intents if i.within == lease]
+    assert out == f"submitted allocation {first}: job {job.job} (train-a)\n"
+    assert (
+        run(["start", state, write(project / "e.jsonl", "eval-1"), "--lease", lease], fake, capsys)[
+            0
+        ]
+        == 0
+    )
+    code, out, _ = run(["status", state], fake, capsys)
+    rows = out.splitlines()
+    assert [row.split()[:3] for row in rows[1:3]] == [
+        ["train-a", "UNOBSERVED", "RUNNING"],
+        ["eval-1", "UNOBSERVED", "RUNNING"],
+    ]
+    assert rows[1].endswith(f"{first} (lease {lease})")
+    assert f"lease {lease}: job {job.job} RUNNING, 2 slots" in rows
+
+    code, out, _ = run(["cancel", state, "--task", "train-a"], fake, capsys)
+    assert (code, out.split(":")[0]) == (0, f"stopping step {first}")
+    assert f"servatus-{first}.{job.job}.stop" in fake.markers
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    task = json.loads(out)["tasks"][0]
+    assert (task["execution"], task["run_time"]["complete"]) == ("RUNNING", False)
+    fake.finish_step(first, 3)  # the application's answer to SIGUSR1
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    assert json.loads(out)["tasks"][0]["execution"] == "STOPPED"
+    assert job.state == "RUNNING"
+
+    code, out, _ = run(["start", state, "a.jsonl", "--lease", lease], fake, capsys)
+    assert code == 0 and out.startswith("nothing to start")
+    code, out, _ = run(
+        ["start", state, "a.jsonl", "--lease", lease, "--retry", "train-a"], fake, capsys
+    )
+    assert code == 0
+    again = [i.allocation_id for i in store.read(state).intents if i.within == lease][-1]
+    assert again != first and fake.steps(job.job)[again] == "RUNNING"
+
+    assert run(["cancel", state, "--allocation", lease], fake, capsys)[0] == 0
+    assert job.state != "RUNNING"
+    fake.purge()
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    executions = {t["key"]: t["execution"] for t in json.loads(out)["tasks"]}
+    assert executions == {"train-a": "STOPPED", "eval-1": "STOPPED"}

@@ -650,6 +650,7 @@ def _link_attempts(
 
 
 _STOPPED_WORD, _NEVER = Execution.STOPPED, StopReason.NEVER_STARTED
+_MOVING = frozenset({Execution.RUNNING, Execution.ENDING})
 
 
 def _lease_attempt(
@@ -733,7 +734,10 @@ def _step_attempt(
         )  # fmt: skip
     execution, exit_code, detail = step_execution(entry, observation)
     start, stop, _, ends, _, _, claim = observation
-    run_time = _run_time(execution, start, stop, ends, 0, time_limit, now)
+    # A step's stop marker is the lease taking a stop request: the step runs on (SIGUSR1, then
+    # SIGTERM after signal_before_end), so its run time grows until its end, not its stop.
+    running = ends[0] is None and execution in _MOVING
+    run_time = _run_time(execution, start, None if running else stop, ends, 0, time_limit, now)
     if listed and (claim is False or ends[0] is not None):
         listed = False
     return _new(

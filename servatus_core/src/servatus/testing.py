@@ -54,6 +54,9 @@ lease application can be tested without a cluster:
 * The withdraw's ``sh -c`` makes an empty claim unless the lease took the order first, and
   answers by the claim's size, as the real one does. Claims are listed by the marker ``find`` as
   ``servatus-<step>.<job>.claim`` rows whose size is the verdict.
+* The stop request's ``sh -c`` (``cancel --task`` of a taken step) gives a running step its
+  ``stop`` marker, and it runs on until :meth:`~FakeScheduler.finish_step` (what the application
+  does with ``SIGUSR1``); a step still waiting for a slot ends without starting (exit 1).
 * :meth:`~FakeScheduler.finish_step` ends a step by its id (``end.0.<exit>``; a step still
   waiting ends without ever starting) and frees its slot. The lease's pre-limit signal
   (:meth:`~FakeScheduler.signal_limit`) writes each started step's ``limit`` marker, ends each
@@ -141,6 +144,9 @@ class FakeLease:
     running: list[str] = attrs.Factory(list)
     waiting: list[str] = attrs.Factory(list)
     ended: dict[str, int] = attrs.Factory(dict)
+    stopping: set[str] = attrs.Factory(set)
+    """Running steps asked to stop: they have their ``stop`` marker and run on until
+    :meth:`FakeScheduler.finish_step` (the application's answer to ``SIGUSR1``)."""
 
 
 @attrs.define
@@ -541,11 +547,33 @@ class FakeScheduler:
         lines = []
         for step in argv[7:]:
             if directory not in self.orders:
-                lines.append(f"undecided {step}")
+                lines.append(f"undecided {step} directory")
                 continue
             name = f"servatus-{step}.{job}.claim"
             self.claims.setdefault(name, (self.clock(), b""))
             lines.append(f"{'taken' if self.claims[name][1] else 'withdrawn'} {step}")
+        return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
+
+    def _cmd_stop(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        """``sh -c STOP_SCRIPT stop DIR STEP...``: a stop request, acted on at once as the
+        lease's next poll would: a running step gets its ``stop`` marker (then ``SIGUSR1``) and
+        runs on until :meth:`finish_step`; one still waiting for a slot ends without starting."""
+        directory = argv[4]
+        lines = []
+        for step in argv[5:]:
+            if directory not in self.orders:
+                lines.append(f"unwritten {step} directory")
+                continue
+            for job in self.jobs:
+                lease = job.lease
+                if lease is None or lease.directory != directory or job.state != "RUNNING":
+                    continue
+                if step in lease.running and step not in lease.stopping:
+                    lease.stopping.add(step)
+                    self._mark_step(job, step, MarkerKind.STOP)
+                elif step in lease.waiting:
+                    self._lease_step_ends(job, step, 1)
+            lines.append(f"stopping {step}")
         return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
 
     def _cmd_tail(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
@@ -713,11 +741,11 @@ class FakeScheduler:
 
 CONTROL_NAMES = (
     "ping", "sbatch", "squeue", "scancel", "scontrol", "find", "tail", "sh",
-    "mkdir", "offer", "withdraw",
+    "mkdir", "offer", "withdraw", "stop",
 )  # fmt: skip
 """What a control may name: each command the fake answers, by basename (``sh`` is doctor's
 directory probe), and ``ping``, the ``sbatch --version`` check. A lease's ``sh -c`` commands are
-named by their ``$0``: ``mkdir`` (its orders directory), ``offer`` and ``withdraw``."""
+named by their ``$0``: ``mkdir`` (its orders directory), ``offer``, ``withdraw`` and ``stop``."""
 
 
 def _lease_of(script: str) -> FakeLease | None:
