@@ -34,7 +34,7 @@ def _links(document: dict[str, Any], key: str) -> list[tuple[str, int | None]]:
     return [
         (attempt["allocation_id"], attempt["job"])
         for attempt in document["attempts"]
-        if attempt["task_key"] == key
+        if key in attempt["task_keys"]
     ]
 
 
