@@ -93,3 +93,25 @@ def test_plan_into_an_unresolved_lease_says_to_reconcile(
     assert (code, out) == (1, "")
     assert len(err.splitlines()) == 1
     assert "reconcile" in err, err
+
+
+def test_start_retry_of_a_key_outside_the_file_is_refused_by_the_file_and_registers_nothing(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``start`` plans exactly the file's keys: a ``--retry`` of another key is bad input, said
+    in the words of ``start`` (not of a ``--only`` the user never gave), before any Task of
+    the file is registered."""
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    fake.start()
+    before = Path(state, "journal").read_bytes()
+    tasks = write(project / "b.jsonl", "train-b")
+    code, out, err = run(
+        ["start", state, tasks, "--lease", lease, "--retry", "train-a"], fake, capsys
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        "servatus: ConfigurationError: --retry train-a: not a key of the Tasks file; start "
+        "plans exactly the file's keys\n"
+    )
+    assert Path(state, "journal").read_bytes() == before

@@ -793,6 +793,14 @@ class Campaign:
         refused, and nothing is recorded), then plan exactly their keys into the lease and
         submit them: ``servatus start``."""
         batch = check_unique(tasks)
+        keys = {task.key for task in batch}
+        retry = tuple(retry)
+        for key in retry:
+            if key not in keys:
+                raise ConfigurationError(
+                    f"--retry {key}: not a key of the Tasks file; start plans exactly the "
+                    "file's keys"
+                )
         self.refresh()
         lease_links(self._state.intents, lease)  # an unknown lease registers nothing
         new, _ = _split(self._state, batch)
