@@ -115,3 +115,21 @@ def test_start_retry_of_a_key_outside_the_file_is_refused_by_the_file_and_regist
         "plans exactly the file's keys\n"
     )
     assert Path(state, "journal").read_bytes() == before
+
+
+def test_logs_of_a_step_by_its_allocation_id_read_the_step_log(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``start`` says ``submitted allocation STEP``; a step has no allocation log of its own,
+    so ``logs --allocation STEP`` is its step log, never an exit 75 for a file that cannot
+    appear."""
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    fake.start()
+    (job,) = fake.jobs
+    tasks = write(project / "t.jsonl", "train-a")
+    assert run(["start", state, tasks, "--lease", lease], fake, capsys)[0] == 0
+    [step] = steps_of(state, lease)
+    fake.logs[f"servatus-{step}-{job.job}.0.out"] = b"step says hello\n"
+    code, out, err = run(["logs", state, "--allocation", step], fake, capsys)
+    assert (code, out, err) == (0, "step says hello\n", "")

@@ -1120,7 +1120,9 @@ class Campaign:
         if tasks and allocations:
             wanted = [(a, key) for a in allocations for key in tasks]
         elif allocations:
-            wanted = [(a, None) for a in allocations]
+            # A step has no allocation log: its one log is its Task's step log.
+            steps = {i.allocation_id for i in self._state.intents if i.within is not None}
+            wanted = [(a, recorded[a].task_keys[0] if a in steps else None) for a in allocations]
         else:
             # A chain's current link is known only from its markers (ADR 0006): offline, every
             # chain reads its link 1. A plain Task's current allocation needs no Slurm.
