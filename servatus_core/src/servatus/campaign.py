@@ -793,6 +793,14 @@ class Campaign:
         refused, and nothing is recorded), then plan exactly their keys into the lease and
         submit them: ``servatus start``."""
         batch = check_unique(tasks)
+        keys = {task.key for task in batch}
+        retry = tuple(retry)
+        for key in retry:
+            if key not in keys:
+                raise ConfigurationError(
+                    f"--retry {key}: not a key of the Tasks file; start plans exactly the "
+                    "file's keys"
+                )
         self.refresh()
         lease_links(self._state.intents, lease)  # an unknown lease registers nothing
         new, _ = _split(self._state, batch)
@@ -1112,7 +1120,9 @@ class Campaign:
         if tasks and allocations:
             wanted = [(a, key) for a in allocations for key in tasks]
         elif allocations:
-            wanted = [(a, None) for a in allocations]
+            # A step has no allocation log: its one log is its Task's step log.
+            steps = {i.allocation_id for i in self._state.intents if i.within is not None}
+            wanted = [(a, recorded[a].task_keys[0] if a in steps else None) for a in allocations]
         else:
             # A chain's current link is known only from its markers (ADR 0006): offline, every
             # chain reads its link 1. A plain Task's current allocation needs no Slurm.
