@@ -17,9 +17,8 @@ from servatus_publish.publication import Draft
 
 SWAPPER = """\
 import os, sys, time
-parent, elsewhere, done = sys.argv[1:]
-container = os.path.join(parent, ".servatus-stage-%d" % os.geteuid())
-while not os.path.exists(container):
+parent, elsewhere, done, written = sys.argv[1:]
+while not os.path.exists(written):
     time.sleep(0.001)
 os.rename(parent, parent + ".real")
 os.symlink(elsewhere, parent)
@@ -29,12 +28,18 @@ open(done, "w").close()
 
 def test_parent_swapped_by_another_process_is_refused(tmp_path: Path) -> None:
     out, elsewhere, done = tmp_path / "outputs", tmp_path / "elsewhere", tmp_path / "done"
+    written = tmp_path / "written"
     out.mkdir()
     elsewhere.mkdir()
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(out), str(elsewhere), str(done)])
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(out), str(elsewhere), str(done), str(written)]
+    )
 
     def build(draft: Draft) -> None:
+        # The swap comes after the draft is written, while publication is under way: waiting
+        # only for the stage container raced the write itself.
         (draft.path / "result").write_text("r")
+        written.touch()
         deadline = time.monotonic() + 30
         while not done.exists():
             assert time.monotonic() < deadline
