@@ -581,6 +581,12 @@ class Campaign:
             [(i.allocation_id, jobs.get(i.allocation_id)) for i in links], reading
         )
         if current is None:
+            pending = {item.allocation_id for item in recorded if item.outcome is Outcome.PENDING}
+            if any(intent.allocation_id in pending for intent in links):
+                raise ConfigurationError(
+                    f"lease {lease_id}: its submission is unresolved; run servatus reconcile "
+                    "first, then start steps in it"
+                )
             raise ConfigurationError(no_current_link(lease_id))
         link = next(intent for intent in links if intent.allocation_id == current)
         terms = link.lease

@@ -294,13 +294,24 @@ def submitted_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
 
 
 def held_lease_lines(report: Report) -> list[str]:
-    """One line per lease link that Slurm lists: its job, its state, and its slots."""
-    return [
-        f"lease {attempt.allocation_id}: job {attempt.job} {attempt.execution.value}, "
-        f"{plural(attempt.slots, 'slot')}"
-        for attempt in report.attempts
-        if attempt.slots is not None and attempt.listed
-    ]
+    """One line per lease link that Slurm lists (its job, its state, and its slots), and one
+    per lease link whose ``sbatch`` is undecided, which ``reconcile`` must decide: it may hold
+    its slots already."""
+    from servatus.status import Execution  # noqa: PLC0415
+
+    lines = []
+    for attempt in report.attempts:
+        if attempt.slots is None:
+            continue
+        slots = plural(attempt.slots, "slot")
+        if attempt.listed:
+            lines.append(
+                f"lease {attempt.allocation_id}: job {attempt.job} {attempt.execution.value}, "
+                f"{slots}"
+            )
+        elif attempt.execution is Execution.UNRESOLVED:
+            lines.append(f"lease {attempt.allocation_id}: UNRESOLVED, {slots}; run reconcile")
+    return lines
 
 
 def status_lines(report: Report) -> list[str]:

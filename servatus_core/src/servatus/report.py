@@ -420,6 +420,7 @@ def lease_lane(
     settlement). Held slot time is its running span times its slots; busy slot time is the
     steps' running spans within it, at most ``slots`` at once."""
     allocation_id = intent.allocation_id
+    step_spans = list(step_spans)
     if attempt is not None:
         job, observation = attempt.job, attempt.observation
         word, listed = attempt.execution.value, attempt.listed
@@ -454,7 +455,11 @@ def lease_lane(
             running = (start, observation.stop)
             segments = (queued, segment(Span.RUNNING, start, observation.stop, False))
         elif word in _LEASE_WORDS or listed is True:
-            running = (start, max(start, now))
+            # Held until now by the file server's clock, as its steps' spans are measured
+            # (whole seconds each, so a step's end may pass it by under a second).
+            held_for = None if attempt is None else attempt.run_time
+            until = start + held_for.total if held_for is not None else max(start, now)
+            running = (start, max([until, *(end for _, end in step_spans)]))
             segments = (queued, segment(Span.RUNNING, start, running[1], True))
         else:
             running = (start, start + intent.time_limit)

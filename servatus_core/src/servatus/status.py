@@ -194,7 +194,11 @@ class Report:
     def quiescent(self) -> bool:
         """Nothing is queued, running, ending, or unresolved: the picture will not change alone."""
         moving = {Execution.QUEUED, Execution.RUNNING, Execution.ENDING, Execution.UNRESOLVED}
-        return self.online and not any(task.execution in moving for task in self.tasks)
+        if any(task.execution in moving for task in self.tasks):
+            return False
+        # A lease holds no Task, but while it is queued, runs, or is undecided it still moves.
+        leases = (attempt for attempt in self.attempts if attempt.slots is not None)
+        return self.online and not any(attempt.execution in moving for attempt in leases)
 
 
 _new = tuple.__new__
@@ -427,7 +431,7 @@ def project(
                 )
             if within is None:
                 append(_lease_attempt(allocation_id, job, outcome, entry, listed, observation,
-                                      chain, slots))  # fmt: skip
+                                      chain, slots, time_limit, server_now))  # fmt: skip
             else:
                 attempt = _step_attempt(allocation_id, task_keys[0], job, time_limit, outcome,
                                         entry, listed, observation, within, server_now)  # fmt: skip
@@ -662,17 +666,22 @@ def _lease_attempt(
     observation: Observation | None,
     chain: ChainLink | None,
     slots: int | None,
+    time_limit: int,
+    now: float,
 ) -> Attempt:
     """A lease link's own Attempt, of no Task: its execution by the plain rules with no slot
-    (queued, running, ending while listed; then by its start, stop and limit markers)."""
+    (queued, running, ending while listed; then by its start, stop and limit markers), and how
+    long it has held its slots, by the file server's clock (``now``) as a step's run time is."""
+    run_time = None
     if observation is None:
         execution, exit_code, detail = _UNOBSERVED[outcome], None, None
     else:
         start, stop, limit = observation[:3]
         execution, exit_code, detail = _execution(entry, start, stop, limit, None)
+        run_time = _run_time(execution, start, stop, (), 0, time_limit, now)
     return _new(
         Attempt,
-        (allocation_id, None, None, job, execution, exit_code, detail, None, listed,
+        (allocation_id, None, None, job, execution, exit_code, detail, run_time, listed,
          observation, chain, slots, None),
     )  # fmt: skip
 
