@@ -15,12 +15,13 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import attrs
 import pytest
 from lane_helpers import Lane, make_lane
-from lane_lease import Lease, new_id, said, submit, wait_until
+from lane_lease import Entry, Lease, new_id, said, submit, wait_until
 
 from cluster.fixture import SlurmCluster
 from servatus.config import Profile, Target
@@ -54,11 +55,11 @@ class Leases:
     slots: Lease
     stop: Lease
     race: Lease
+    cancelled: Lease
     raw: dict[str, int]
     """Plain jobs checking Slurm facts: ``signals``, ``gres``."""
     jobs: list[int]
-    late: list[str] = attrs.field(factory=list)
-    """Orders offered to the short lease after its signal; checked again once it ended."""
+    after_limit: Future[AfterLimit]
 
 
 WAITING_SIGNALS = ("USR1", "USR2", "TERM", "HUP")
@@ -116,6 +117,7 @@ def leases(
     gpu = Profile.load(toml, name="gpu").target
     transport = hooks().transport("ssh").connect(cpu)
     jobs: list[int] = []
+    watcher = ThreadPoolExecutor(max_workers=1)
 
     def lease(**options: object) -> Lease:
         made = submit(transport, cpu, **options)  # type: ignore[arg-type]
@@ -144,11 +146,14 @@ def leases(
             slots=lease(slots=2),
             stop=lease(slots=1, signal_before_end=GRACE),
             race=lease(slots=4),
+            cancelled=lease(slots=1),
             raw=raw,
             jobs=jobs,
+            after_limit=watcher.submit(_after_the_limit, limit, limit_step),
         )
         yield made
     finally:
+        watcher.shutdown(wait=False, cancel_futures=True)
         if jobs:
             transport.run([f"{cpu.slurm_bin}/scancel", *map(str, jobs)])
 
@@ -157,38 +162,51 @@ def _report(what: str, **numbers: object) -> None:
     print(f"\n[lease] {what}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()))
 
 
+@attrs.frozen
+class AfterLimit:
+    """What the short lease showed around its pre-limit signal, watched from the fixture's start
+    (so the case does not depend on when it runs): the markers when the signal came, and an
+    order offered right after it, two polls later."""
+
+    start: Entry
+    limit: Entry
+    step: dict[str, Entry]
+    late: str
+    listing: dict[str, Entry]
+    state: str
+
+
+def _after_the_limit(lease: Lease, step: str) -> AfterLimit:
+    start = wait_until("the start", lambda: lease.markers(lease.id).get("start"), seconds=60)
+    limit = wait_until("the limit", lambda: lease.markers(lease.id).get("limit"), seconds=90)
+    marks = lease.markers(step)
+    late = new_id()
+    lease.offer({late: lease.order(late, "ignore", 0)})
+    time.sleep(2 * POLL + 1)
+    listing = lease.listing()
+    return AfterLimit(start, limit, marks, late, listing, lease.state())
+
+
 def test_the_pre_limit_signal_reaches_the_running_step_and_no_order_is_taken_after(
     leases: Leases,
 ) -> None:
     lease, step = leases.limit, leases.limit_step
-    started = wait_until(
-        "the short lease's start", lambda: lease.markers(lease.id).get("start"), seconds=60
-    )
-    limit = wait_until(
-        "the lease's limit marker", lambda: lease.markers(lease.id).get("limit"), seconds=90
-    )
-    listing = lease.listing()
-    marks = lease.markers(step, listing)
-    assert "step-start" in marks and "limit" in marks, marks
-    assert marks["limit"].mtime >= limit.mtime
-    got = wait_until("the step's SIGUSR1", lambda: said(lease.step_log(step), "usr1"), seconds=5)
-    assert len(got) == 1
+    seen = leases.after_limit.result(timeout=180)
+    assert "step-start" in seen.step and "limit" in seen.step, seen.step
+    assert seen.step["limit"].mtime >= seen.limit.mtime
+    got = said(lease.step_log(step), "usr1")
+    assert len(got) == 1, lease.step_log(step)
     _report(
         "pre-limit signal",
-        after_start_s=round(limit.mtime - started.mtime, 1),
-        early_by_s=round(started.mtime + LIMIT_SECONDS - LIMIT_BEFORE - limit.mtime, 1),
-        step_usr1_after_limit_s=round(got[0] - limit.mtime, 2),
+        after_start_s=round(seen.limit.mtime - seen.start.mtime, 1),
+        early_by_s=round(seen.start.mtime + LIMIT_SECONDS - LIMIT_BEFORE - seen.limit.mtime, 1),
+        step_usr1_after_limit_s=round(got[0] - seen.limit.mtime, 2),
     )
     # An order offered after the signal is never taken: no claim after two polls.
-    untaken = new_id()
-    lease.offer({untaken: lease.order(untaken, "ignore", 0)})
-    time.sleep(2 * POLL + 1)
-    listing = lease.listing()
-    assert lease.state() == "RUNNING", "the short lease ended before two polls passed"
-    assert untaken in listing, "the untaken order was removed"
-    assert lease.claim(untaken, listing) is None
-    assert lease.markers(untaken, listing) == {}
-    leases.late.append(untaken)
+    assert seen.state == "RUNNING", "the short lease ended before two polls passed"
+    assert seen.late in seen.listing, "the untaken order was removed"
+    assert lease.claim(seen.late, seen.listing) is None
+    assert lease.markers(seen.late, seen.listing) == {}
 
 
 def test_an_order_offered_while_queued_starts_with_the_lease_then_each_within_a_poll(
@@ -285,7 +303,8 @@ def test_a_stop_request_stops_a_waiting_step_unstarted_and_a_running_one_usr1_th
     assert "stop" in marks and said(log, "term") == [], log
     assert end == "end.0.137", end  # srun turned the SIGTERM into SIGKILL
     signalled, ended = usr1 - asked, marks[end].mtime - usr1
-    assert signalled < POLL + 1 and GRACE <= ended < GRACE + 5, (signalled, ended)
+    # The timer starts as the watcher sends SIGUSR1, a moment before the step's trap notes it.
+    assert signalled < POLL + 1 and GRACE - 0.5 <= ended < GRACE + 5, (signalled, ended)
     _report(
         "stop requests",
         waiting_cancelled_after_request_s=round(cancelled, 2),
@@ -399,7 +418,7 @@ def test_a_waiting_srun_ends_unstarted_on_each_signal(leases: Leases) -> None:
 
 def test_the_short_lease_ends_at_its_limit_with_the_late_order_untaken(leases: Leases) -> None:
     lease, step = leases.limit, leases.limit_step
-    assert leases.late, "the pre-limit case did not run"
+    late = leases.after_limit.result(timeout=180).late
     wait_until(
         "the short lease's end", lambda: lease.state() not in ("RUNNING", "PENDING"), seconds=120
     )
@@ -408,7 +427,40 @@ def test_the_short_lease_ends_at_its_limit_with_the_late_order_untaken(leases: L
     marks = lease.markers(step, listing)
     end = lease.ended(step, listing)
     assert "stop" in marks and end is not None, marks
-    for late in leases.late:
-        assert late in listing and lease.claim(late, listing) is None
-        assert lease.markers(late, listing) == {}
+    assert late in listing and lease.claim(late, listing) is None
+    assert lease.markers(late, listing) == {}
     _report("short lease ended", state=lease.state(), step_end=end, step_log=lease.step_log(step))
+
+
+def test_a_step_whose_start_marker_cannot_be_made_exits_1_before_running(leases: Leases) -> None:
+    lease = leases.race
+    step = new_id()
+    taken = f"{lease.log_root}/servatus-{step}.{lease.job}.step-start"
+    leases.lane.cluster.make_dirs(taken)  # the marker's name is taken (by a directory)
+    lease.offer({step: lease.order(step)})
+    end = wait_until("the step's end", lambda: lease.ended(step), seconds=POLL + SRUN + 5)
+    log = lease.step_log(step) or ""
+    assert end == "end.0.1" and "step-start" not in lease.markers(step), lease.markers(step)
+    assert "cannot create" in log and "began" not in log, log
+
+
+def test_scancel_of_a_lease_stops_its_running_and_its_waiting_step(leases: Leases) -> None:
+    lease = leases.cancelled
+    running, waiting = new_id(), new_id()
+    lease.offer({running: lease.order(running, "ignore", 120)})
+    wait_until("the running step", lambda: lease.step_start(running), seconds=30)
+    lease.offer({waiting: lease.order(waiting, "ignore", 0)})
+    wait_until("the waiting step's claim", lambda: lease.claim(waiting), seconds=POLL + 2)
+    time.sleep(1)
+    lease.cancel()
+    for step in (running, waiting):
+        wait_until("both ends", lambda step=step: lease.ended(step), seconds=30)
+    listing = lease.listing()
+    assert "stop" in lease.markers(lease.id, listing)
+    ran, waited = lease.markers(running, listing), lease.markers(waiting, listing)
+    # Slurm's SIGTERM reaches the running task itself (not through srun), and the waiting srun,
+    # which gives up unstarted; the batch shell's trap marks both stopped first.
+    assert {"step-start", "stop", "end.0.143"} <= set(ran), ran
+    assert set(waited) == {"stop", "end.0.1"}, waited
+    assert waited["stop"].mtime <= waited["end.0.1"].mtime
+    assert "began" not in (lease.step_log(waiting) or "")
