@@ -134,12 +134,15 @@ class Lease:
 
     def listing(self) -> dict[str, Entry]:
         """Every file at the top of ``log_root`` and of the orders directory: name to mtime
-        and size, one ``find`` as status lists markers."""
+        and size, one ``find`` as status lists markers. The lease removes orders while ``find``
+        reads the directory; without a name test before ``-type f`` (status's listing has one)
+        a vanished order is an error, so GNU find is told to ignore that race."""
         out = self._run(
             [
                 "find",
                 self.log_root,
                 self.orders,
+                "-ignore_readdir_race",
                 "-mindepth",
                 "1",
                 "-maxdepth",

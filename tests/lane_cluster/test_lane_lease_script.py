@@ -145,7 +145,7 @@ def leases(
             queued=lease(slots=1, hold=True),
             slots=lease(slots=2),
             stop=lease(slots=1, signal_before_end=GRACE),
-            race=lease(slots=4),
+            race=lease(slots=2),
             cancelled=lease(slots=1),
             raw=raw,
             jobs=jobs,
