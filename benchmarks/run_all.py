@@ -1,9 +1,9 @@
 """Run every benchmark, one after another: ``python benchmarks/run_all.py [--skip-cluster]``.
 
-Each runs in its own process with this Python, its output passed through. The cluster benchmark
-needs root and the test cluster up (``python3 tests/cluster/harness.py up``); without them it is
-skipped, saying why. Exit status 1 if any benchmark failed. ``benchmarks/README.md`` says what
-each one measures.
+Each runs in its own process with this Python, its output passed through. The cluster benchmarks
+(``submit`` over SSH, and the lease's latency and idle cost) need root and the test cluster up
+(``python3 tests/cluster/harness.py up``); without them they are skipped, saying why. Exit status
+1 if any benchmark failed. ``benchmarks/README.md`` says what each one measures.
 """
 
 from __future__ import annotations
@@ -26,11 +26,15 @@ BENCHMARKS = (
     ("bench_report.py",),
     ("bench_publish.py",),
 )
-CLUSTER = "bench_submit_cluster.py"
+CLUSTER = (
+    ("bench_submit_cluster.py",),
+    ("bench_lease_latency.py",),
+    ("bench_lease_idle.py", "--seconds", "120"),  # the issue's 10 minutes: run it alone
+)
 
 
 def cluster_unavailable() -> str | None:
-    """Why the cluster benchmark cannot run now, or None."""
+    """Why the cluster benchmarks cannot run now, or None."""
     if os.geteuid() != 0:
         return "it needs root"
     harness = HERE.parent / "tests" / "cluster" / "harness.py"
@@ -44,12 +48,12 @@ def cluster_unavailable() -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--skip-cluster", action="store_true", help="skip " + CLUSTER)
+    parser.add_argument("--skip-cluster", action="store_true", help="skip the cluster benchmarks")
     options = parser.parse_args()
     runs = list(BENCHMARKS)
     reason = "--skip-cluster" if options.skip_cluster else cluster_unavailable()
     if reason is None:
-        runs.append((CLUSTER,))
+        runs += CLUSTER
     failed = []
     for name, *arguments in runs:
         shown = " ".join([name, *arguments])
@@ -62,7 +66,8 @@ def main() -> None:
         if code != 0:
             failed.append(shown)
     if reason is not None:
-        print(f"=== {CLUSTER}: skipped: {reason} ===")
+        names = ", ".join(name for name, *_ in CLUSTER)
+        print(f"=== {names}: skipped: {reason} ===")
     if failed:
         raise SystemExit(f"failed: {', '.join(failed)}")
 
