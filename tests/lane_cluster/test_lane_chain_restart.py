@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ def test_restarted_daemons_mid_chain_leave_every_chain_finished_once_and_read_tr
 
     readings: list[tuple[float, int, dict[str, Any] | None]] = []
     bounced: dict[str, float] = {}
+    bouncing: list[threading.Thread] = []  # status is read on while a daemon is down
 
     def read() -> dict[str, Any] | None:
         shown = lane.servatus("status", "state", "--json")
@@ -87,18 +89,23 @@ def test_restarted_daemons_mid_chain_leave_every_chain_finished_once_and_read_tr
         last = document or last
         if document is not None and "slurmd" not in bounced and link_running(document, 1):
             bounced["slurmd"] = time.time()
-            harness.bounce("slurmd", 10)
+            bouncing.append(threading.Thread(target=harness.bounce, args=("slurmd", 10)))
+            bouncing[-1].start()
         elif (
             document is not None
             and "slurmd" in bounced
+            and not bouncing[-1].is_alive()
             and "slurmctld" not in bounced
             and link_running(document, 2)
         ):
             bounced["slurmctld"] = time.time()
-            harness.bounce("slurmctld", 30)
-        if "slurmctld" in bounced and finished(document):
+            bouncing.append(threading.Thread(target=harness.bounce, args=("slurmctld", 30)))
+            bouncing[-1].start()
+        if "slurmctld" in bounced and finished(document) and not bouncing[-1].is_alive():
             break
         time.sleep(2)
+    for thread in bouncing:
+        thread.join(timeout=120)
     assert set(bounced) == {"slurmd", "slurmctld"}, (bounced, readings[-3:])
     assert last is not None and finished(last), last and last["tasks"]
 
