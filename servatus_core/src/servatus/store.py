@@ -1336,16 +1336,7 @@ class Writer:
             self._fold.apply(change)
         except Rejected as exc:
             raise TaskConflict(str(exc)) from None
-        try:
-            write_all(self._journal, data, self._end)
-            sync(self._journal)
-        except OSError as exc:
-            self._broken = True
-            with suppress(OSError):
-                os.ftruncate(self._journal, self._end)
-            raise from_os_error(exc, f"cannot write {self.name!r}") from None
-        self._end += len(data)
-        self._records += 1
+        self._append(data, 1)
         tail = self._end - len(MAGIC) - self._first_size
         due = self._records > COMPACT_RECORDS_CAP or (
             self._records > COMPACT_RECORDS and tail * 16 >= self._first_size
@@ -1375,6 +1366,11 @@ class Writer:
             except Rejected as exc:
                 self._broken = True
                 raise TaskConflict(str(exc)) from None
+        self._append(data, len(changes))
+
+    def _append(self, data: bytes, records: int) -> None:
+        """Write and sync framed records at the journal's end; on failure cut the journal back
+        to where it ended, and refuse further changes (the fold already took them)."""
         try:
             write_all(self._journal, data, self._end)
             sync(self._journal)
@@ -1384,7 +1380,7 @@ class Writer:
                 os.ftruncate(self._journal, self._end)
             raise from_os_error(exc, f"cannot write {self.name!r}") from None
         self._end += len(data)
-        self._records += len(changes)
+        self._records += records
 
     def settle(self, change: Settled) -> int:
         """Record ``change`` less what is settled already (another command may have recorded it
