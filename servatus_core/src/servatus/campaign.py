@@ -239,6 +239,27 @@ def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
     return state, _result(state, created=False, added=0, existing=len(state.tasks))
 
 
+
+def _check_launches(
+    state: store.CampaignState, target: Target, launcher: Launcher, keys: Sequence[str]
+) -> None:
+    """Refuse a plan whose launcher would refuse any of its Tasks' args, naming every such
+    Task; a sweep repeats its args, so each distinct argv is checked once."""
+    problems = []
+    checked: set[tuple[str, ...]] = set()
+    for key in keys:
+        args = state.tasks.args(key)
+        if args in checked:
+            continue
+        try:
+            launcher.check(target, args)
+        except ConfigurationError as exc:
+            problems.append(f"{key}: {exc}")
+        else:
+            checked.add(args)
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+
 class Campaign:
     """A campaign directory and the state read from it.
 
@@ -479,20 +500,7 @@ class Campaign:
             now=time.time(),
             continuation=continuation,
         )
-        problems = []
-        checked: set[tuple[str, ...]] = set()  # a sweep repeats its args: check each once
-        for key in made.decision.selected:
-            args = state.tasks.args(key)
-            if args in checked:
-                continue
-            try:
-                launcher.check(profile.target, args)
-            except ConfigurationError as exc:
-                problems.append(f"{key}: {exc}")
-            else:
-                checked.add(args)
-        if problems:
-            raise ConfigurationError("; ".join(problems))
+        _check_launches(state, profile.target, launcher, made.decision.selected)
         self._check_scripts(state, profile, made, launcher)
         return made, change
 
@@ -622,14 +630,7 @@ class Campaign:
             budget=budget,
         )
         launcher = self._hooks().launcher(target.launcher)
-        problems = []
-        for key in made.decision.selected:
-            try:
-                launcher.check(target, state.tasks.args(key))
-            except ConfigurationError as exc:
-                problems.append(f"{key}: {exc}")
-        if problems:
-            raise ConfigurationError("; ".join(problems))
+        _check_launches(state, target, launcher, made.decision.selected)
         measured = {task.key: task.run_time.total for task in report.tasks if task.run_time}
         orders = step_orders(
             self._hooks(),
@@ -646,7 +647,7 @@ class Campaign:
     def hold(self, profile: Profile, *, slots: int, max_links: int | None = None) -> Plan:
         """Plan a lease (ADR 0009): ``slots`` copies of the profile's per-Task resources, in
         ``max_links`` allocations one after the other (1 without it); nothing is recorded or
-        submitted. Submitting a lease is not built yet: :meth:`submit` refuses its plan."""
+        submitted until :meth:`submit` of the plan."""
         self.refresh()
         return make_lease_plan(
             campaign_id=self._state.campaign_id,
