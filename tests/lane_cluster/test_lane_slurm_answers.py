@@ -300,7 +300,10 @@ def test_a_job_that_runs_into_its_time_limit(endings: Endings) -> None:
         "yields": ("STOPPED", "yielded", 75, True),
         "finishes": ("SUCCEEDED", None, 0, True),
     }
-    assert 60 <= tasks["ignores"]["run_time"]["total"] <= 100  # --time=1, checked every 30 s
+    # --time=1, enforced at a 30 s check: Slurm counts the minute from its own StartTime, and
+    # the start marker is written once the batch shell runs, a moment later (59 s seen in CI,
+    # with the unit lanes loading both cores beside the cluster).
+    assert 55 <= tasks["ignores"]["run_time"]["total"] <= 100
     for key, end in (("dies", dies), ("yields", yields), ("finishes", finishes)):
         assert tasks[key]["run_time"]["total"] == round(end["at"] - start)
     human = lane.ok("status", "state").stdout
