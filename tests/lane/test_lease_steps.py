@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cli_budget import L40S
@@ -297,3 +298,28 @@ def test_the_spec_walk_through_reads_as_the_spec_shows(
     code, out, _ = run(["status", state, "--json"], fake, capsys)
     executions = {t["key"]: t["execution"] for t in json.loads(out)["tasks"]}
     assert executions == {"train-a": "STOPPED", "eval-1": "STOPPED"}
+
+
+def test_start_plans_again_when_another_command_changed_the_campaign_meanwhile(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``start``s into one lease at once: the one whose plan the other made stale plans
+    again (nothing was sent) instead of failing with ``StalePlan``."""
+    fake = FakeScheduler()
+    campaign = Campaign.ensure("gpu", [Task("train-a", ["python", "train.py"])], connect=fake)
+    held = campaign.hold(Profile.load("SERVATUS.toml", name="l40s"), slots=2)
+    lease = campaign.submit(held).receipts[0].allocation_id
+    fake.start()
+    other = Campaign.open("gpu", connect=fake)
+    submit, plans = Campaign.submit, []
+
+    def meanwhile(self: Campaign, plan: Any, **options: Any) -> Any:
+        plans.append(plan)
+        if len(plans) == 1:  # another process appends between this plan and its submit
+            other.append([Task("late", ["python", "late.py"])])
+        return submit(self, plan, **options)
+
+    monkeypatch.setattr(Campaign, "submit", meanwhile)
+    done = campaign.start([Task("eval-1", ["python", "eval.py"])], lease=lease)
+    assert len(plans) == 2 and plans[0].revision != plans[1].revision
+    assert [receipt.task_keys for receipt in done.receipts] == [("eval-1",)]

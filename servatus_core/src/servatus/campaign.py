@@ -240,6 +240,10 @@ def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
 
 
 
+_START_PLANS = 3
+"""How many times ``start`` plans again when a concurrent change made its plan stale."""
+
+
 def _check_launches(
     state: store.CampaignState, target: Target, launcher: Launcher, keys: Sequence[str]
 ) -> None:
@@ -814,14 +818,22 @@ class Campaign:
         if new:
             self.append(new)
         continuation = None if budget is None else Continuation(budget=budget)
-        made = self.plan(
-            lease=lease,
-            only=[task.key for task in batch],
-            retry=retry,
-            retry_failed=retry_failed,
-            continuation=continuation,
-        )
-        return self.submit(made, progress=progress)
+        for attempt in range(_START_PLANS):
+            made = self.plan(
+                lease=lease,
+                only=[task.key for task in batch],
+                retry=retry,
+                retry_failed=retry_failed,
+                continuation=continuation,
+            )
+            try:
+                return self.submit(made, progress=progress)
+            except StalePlan:
+                # Another command changed the campaign between this plan and its submit (a
+                # second start into the lease, say); nothing was sent, so plan again.
+                if attempt == _START_PLANS - 1:
+                    raise
+        raise AssertionError("unreachable: the last stale plan is raised")
 
     def _submit_lease(
         self,
