@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lane_helpers import INNER_PYTHON, Lane, make_lane, wait_until
+from lane_helpers import HERE, INNER_PYTHON, Lane, make_lane, wait_until
 
 from cluster.fixture import SlurmCluster
 
@@ -304,12 +304,29 @@ def lease_links(lane: Lane, seen: dict[str, Any]) -> None:
     lane.servatus("cancel", "state", "--allocation", first)
 
 
+def variables(lane: Lane, seen: dict[str, Any]) -> None:
+    """A step's reserved variables as the spec lists them, under ``--budget``: recorded by the
+    chain worker, which writes every ``SERVATUS_*`` variable it was given."""
+    _prepare(lane)
+    lane.put(Path(lane.work_root) / "chain_step.py", (HERE / "lane_chain_worker.py").read_text())
+    task = {"key": "v", "args": [INNER_PYTHON, "chain_step.py", "exit0"]}
+    lane.ok("ensure", "state", lane.tasks_file([task], "v.jsonl"))
+    [(lease, job)], _ = _lease(lane, "--hold", "1")
+    seen["lease"], seen["job"] = lease, job
+    seen["start"] = lane.ok("start", "state", "v.jsonl", "--lease", lease, "--budget", "00:10:00")
+    seen["final"] = _wait_task(lane, "v", FINAL, seconds=120)
+    record = lane.runs / f"v.{job}.json"
+    seen["record"] = json.loads(record.read_text()) if record.exists() else None
+    lane.servatus("cancel", "state", "--allocation", lease)
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[Lane, dict[str, Any]], None]]] = {
     "walk": ("ssh", walk_through),
     "three": ("ssh", three_into_two),
     "killed": ("ssh", killed_start),
     "python": ("local", python_example),
     "links": ("local", lease_links),
+    "variables": ("ssh", variables),
 }
 
 
@@ -467,3 +484,26 @@ def test_a_step_started_with_the_first_link_id_runs_in_the_second_once_the_first
         "early": "SUCCEEDED",
         "late": "SUCCEEDED",
     }
+
+
+def test_a_step_is_given_the_spec_reserved_variables(leases: dict[str, dict[str, Any]]) -> None:
+    seen = _ok(leases["variables"])
+    assert _task(seen["final"], "v")["execution"] == "SUCCEEDED"
+    record = seen["record"]
+    assert record is not None
+    given = {name: record.get(name) for name in (
+        "SERVATUS_SLOT", "SERVATUS_LINK", "SERVATUS_LINKS", "SERVATUS_RUN_TIME",
+        "SERVATUS_BUDGET", "SERVATUS_JOB_ID", "SERVATUS_TASK_KEY",
+    )}  # fmt: skip
+    assert given == {
+        "SERVATUS_SLOT": "0",
+        "SERVATUS_LINK": "1",
+        "SERVATUS_LINKS": "1",
+        "SERVATUS_RUN_TIME": "0",
+        "SERVATUS_BUDGET": "600",
+        "SERVATUS_JOB_ID": str(seen["job"]),
+        "SERVATUS_TASK_KEY": "v",
+    }, record
+    [step] = _steps(seen["final"], "v")
+    assert record["SERVATUS_ALLOCATION_ID"] == step["allocation_id"]
+    assert str(record["SERVATUS_JOB_END_TIME"]).isdigit()
