@@ -29,6 +29,8 @@ BENCHMARKS = (
 CLUSTER = (
     ("bench_submit_cluster.py",),
     ("bench_lease_latency.py",),
+    ("bench_lease_start.py",),
+    ("bench_lease_throughput.py",),
     ("bench_lease_idle.py", "--seconds", "120"),  # the 10 minutes: run it alone
 )
 

@@ -320,6 +320,24 @@ def variables(lane: Lane, seen: dict[str, Any]) -> None:
     lane.servatus("cancel", "state", "--allocation", lease)
 
 
+def at_the_limit(lane: Lane, seen: dict[str, Any]) -> None:
+    """A 1-minute lease reaches its pre-limit signal with three steps running: one exits 0 on
+    ``SIGUSR1``, one exits 3, one ignores it and is killed at the limit."""
+    _prepare(lane, time_limit="00:01:00", signal="00:00:20")
+    tasks = {"zero": ["usr1", "0"], "three": ["usr1", "3"], "keeps": ["ignore", "300"]}
+    lane.ok("ensure", "state", _tasks(lane, "all", tasks))
+    [(lease, job)], _ = _lease(lane, "--hold", "3")
+    seen["lease"], seen["job"] = lease, job
+    wait_until("the lease running", lambda: _job_state(lane, job) == "RUNNING", seconds=90)
+    seen["start"] = lane.ok("start", "state", "all.jsonl", "--lease", lease).stdout
+    seen["final"] = lane.wait_for(
+        "every Task final",
+        lambda document: all(task["execution"] in FINAL for task in document["tasks"]),
+        seconds=240,
+    )
+    seen["limit"] = sorted(Path(lane.log_root).glob(f"servatus-{lease}.{job}.limit"))
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[Lane, dict[str, Any]], None]]] = {
     "walk": ("ssh", walk_through),
     "three": ("ssh", three_into_two),
@@ -327,6 +345,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Lane, dict[str, Any]], None]]] = {
     "python": ("local", python_example),
     "links": ("local", lease_links),
     "variables": ("ssh", variables),
+    "limit": ("ssh", at_the_limit),
 }
 
 
@@ -507,3 +526,16 @@ def test_a_step_is_given_the_spec_reserved_variables(leases: dict[str, dict[str,
     [step] = _steps(seen["final"], "v")
     assert record["SERVATUS_ALLOCATION_ID"] == step["allocation_id"]
     assert str(record["SERVATUS_JOB_END_TIME"]).isdigit()
+
+
+def test_at_the_pre_limit_signal_each_running_step_reads_as_the_spec_says(
+    leases: dict[str, dict[str, Any]],
+) -> None:
+    seen = _ok(leases["limit"])
+    assert seen["limit"], "the lease had no pre-limit signal"
+    final = {t["key"]: (t["execution"], t["detail"]) for t in seen["final"]["tasks"]}
+    assert final == {
+        "zero": ("SUCCEEDED", None),
+        "three": ("STOPPED", "time limit"),
+        "keeps": ("STOPPED", "time limit"),
+    }, final

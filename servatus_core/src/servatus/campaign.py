@@ -239,7 +239,6 @@ def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
     return state, _result(state, created=False, added=0, existing=len(state.tasks))
 
 
-
 _START_PLANS = 3
 """How many times ``start`` plans again when a concurrent change made its plan stale."""
 
@@ -263,6 +262,7 @@ def _check_launches(
             checked.add(args)
     if problems:
         raise ConfigurationError("; ".join(problems))
+
 
 class Campaign:
     """A campaign directory and the state read from it.
