@@ -8,6 +8,7 @@ deterministically can rerun ``ensure`` at will.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -818,7 +819,8 @@ class Campaign:
         if new:
             self.append(new)
         continuation = None if budget is None else Continuation(budget=budget)
-        for attempt in range(_START_PLANS):
+
+        def plan_and_submit() -> Submitted:
             made = self.plan(
                 lease=lease,
                 only=[task.key for task in batch],
@@ -826,14 +828,15 @@ class Campaign:
                 retry_failed=retry_failed,
                 continuation=continuation,
             )
-            try:
-                return self.submit(made, progress=progress)
-            except StalePlan:
-                # Another command changed the campaign between this plan and its submit (a
-                # second start into the lease, say); nothing was sent, so plan again.
-                if attempt == _START_PLANS - 1:
-                    raise
-        raise AssertionError("unreachable: the last stale plan is raised")
+            return self.submit(made, progress=progress)
+
+        # Another command may change the campaign between a plan and its submit (a second
+        # start into the lease, say); nothing was sent then, so plan again. The last try's
+        # StalePlan is the caller's.
+        for _ in range(_START_PLANS - 1):
+            with contextlib.suppress(StalePlan):
+                return plan_and_submit()
+        return plan_and_submit()
 
     def _submit_lease(
         self,
