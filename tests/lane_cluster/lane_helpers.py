@@ -48,6 +48,17 @@ sys.exit(main(sys.argv[1:]))
 wait. Everything else it does (journal, Slurm, markers) is real."""
 
 
+def limited(text: str, *, time_limit: str, signal: str) -> str:
+    """A lane's SERVATUS.toml for short runs: 100 MiB Tasks (more fit the allocation ceiling),
+    the profile's ``time_limit``, and the ``signal_before_end`` that chains and leases need."""
+    text = text.replace("memory_mib = 500\n", "memory_mib = 100\n", 1)
+    return text.replace(
+        'time_limit = "00:05:00"\n',
+        f'time_limit = "{time_limit}"\nsignal_before_end = "{signal}"\n',
+        1,
+    )
+
+
 def wait_until(
     what: str, probe: Callable[[], T | None], *, seconds: float, every: float = 1.0
 ) -> T:
@@ -115,6 +126,14 @@ class Lane:
                 f'slurm_bin = "{self.cluster.slurm_bin}"', f'slurm_bin = "{slurm_bin}"'
             )
         return text
+
+    def limit(self, time_limit: str, signal: str) -> None:
+        """Rewrite this lane's SERVATUS.toml as :func:`limited` (roots and ceilings as they are,
+        a wrapper ``slurm_bin`` included)."""
+        path = self.launch / "SERVATUS.toml"
+        text = path.read_text()
+        path.unlink()
+        self.put(path, limited(text, time_limit=time_limit, signal=signal))
 
     # -- files ----------------------------------------------------------------------------------
 

@@ -73,13 +73,6 @@ exec /usr/bin/sbatch "$@"
 """
 
 
-def _toml(text: str) -> str:
-    text = text.replace("memory_mib = 500\n", "memory_mib = 100\n", 1)
-    return text.replace(
-        'time_limit = "00:05:00"\n', 'time_limit = "00:01:00"\nsignal_before_end = "00:00:20"\n', 1
-    )
-
-
 def rounded(span: float) -> int:
     return max(0, math.floor(span + 0.5))
 
@@ -291,9 +284,7 @@ def chains(
         local.put(Path(local.work_root) / "budget.py", (HERE / "lane_budget_worker.py").read_text())
         trap: Trap = wrap_sbatch(local, COUNTING_SBATCH)
         for lane in (local, ssh):
-            text = (lane.launch / "SERVATUS.toml").read_text()
-            (lane.launch / "SERVATUS.toml").unlink()
-            lane.put(lane.launch / "SERVATUS.toml", _toml(text))
+            lane.limit("00:01:00", "00:00:20")
 
         _planned(local, "state", {"bud": [INNER_PYTHON, "budget.py"]}, "--budget", BUDGET)
         _planned(local, "before", {"kb": _step("exit75,exit75,exit0")}, "--budget", BUDGET)

@@ -49,16 +49,7 @@ def test_restarted_daemons_mid_chain_leave_every_chain_finished_once_and_read_tr
 ) -> None:
     lane = ssh_lane
     lane.put(Path(lane.work_root) / "chain_step.py", (HERE / "lane_chain_worker.py").read_text())
-    text = (lane.launch / "SERVATUS.toml").read_text()
-    (lane.launch / "SERVATUS.toml").unlink()
-    lane.put(
-        lane.launch / "SERVATUS.toml",
-        text.replace("memory_mib = 500\n", "memory_mib = 100\n", 1).replace(
-            'time_limit = "00:05:00"\n',
-            'time_limit = "00:01:00"\nsignal_before_end = "00:00:20"\n',
-            1,
-        ),
-    )
+    lane.limit("00:01:00", "00:00:20")
     tasks = [{"key": key, "args": [INNER_PYTHON, "chain_step.py", MODES]} for key in KEYS]
     lane.submitted(tasks, "--budget", "00:03:00", "--tasks-per-allocation", "1")
 

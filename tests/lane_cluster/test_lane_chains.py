@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 import pytest
-from lane_helpers import HERE, INNER_PYTHON, Lane, make_lane, wait_until
+from lane_helpers import HERE, INNER_PYTHON, Lane, limited, make_lane, wait_until
 
 from cluster.fixture import SlurmCluster
 
@@ -102,12 +102,7 @@ class Chains:
 
 
 def _toml(lane: Lane, minutes: int, before: int) -> str:
-    text = lane.toml().replace("memory_mib = 500\n", "memory_mib = 100\n", 1)
-    return text.replace(
-        'time_limit = "00:05:00"\n',
-        f'time_limit = "00:0{minutes}:00"\nsignal_before_end = "00:00:{before}"\n',
-        1,
-    )
+    return limited(lane.toml(), time_limit=f"00:0{minutes}:00", signal=f"00:00:{before}")
 
 
 def _submit(lane: Lane, cases: list[str], toml: str, minutes: int, state: str) -> list[Any]:

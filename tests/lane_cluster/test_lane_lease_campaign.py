@@ -39,21 +39,9 @@ STEPPED = re.compile(
 )
 
 
-def _lease_toml(text: str, *, time_limit: str, signal: str) -> str:
-    """The lane's profile with a lease's ``signal_before_end`` and a shorter time limit."""
-    text = text.replace("memory_mib = 500\n", "memory_mib = 100\n", 1)
-    return text.replace(
-        'time_limit = "00:05:00"\n',
-        f'time_limit = "{time_limit}"\nsignal_before_end = "{signal}"\n',
-        1,
-    )
-
-
 def _prepare(lane: Lane, *, time_limit: str = "00:05:00", signal: str = "00:00:20") -> None:
     lane.put_worker()
-    text = (lane.launch / "SERVATUS.toml").read_text()
-    (lane.launch / "SERVATUS.toml").unlink()
-    lane.put(lane.launch / "SERVATUS.toml", _lease_toml(text, time_limit=time_limit, signal=signal))
+    lane.limit(time_limit, signal)
 
 
 def _tasks(lane: Lane, name: str, tasks: dict[str, list[str]]) -> str:

@@ -32,16 +32,7 @@ def test_cancel_racing_the_lease_runs_or_withdraws_each_order_and_status_agrees(
 ) -> None:
     lane = ssh_lane
     lane.put_worker()
-    text = (lane.launch / "SERVATUS.toml").read_text()
-    (lane.launch / "SERVATUS.toml").unlink()
-    lane.put(
-        lane.launch / "SERVATUS.toml",
-        text.replace("memory_mib = 500\n", "memory_mib = 100\n", 1).replace(
-            'time_limit = "00:05:00"\n',
-            'time_limit = "00:10:00"\nsignal_before_end = "00:00:20"\n',
-            1,
-        ),
-    )
+    lane.limit("00:10:00", "00:00:20")
     keys = [f"c{index:02d}" for index in range(ROUNDS)]
     files = {
         key: lane.tasks_file([lane.worker_task(key, "exit", "0")], f"{key}.jsonl") for key in keys
