@@ -1,4 +1,5 @@
-"""pytest plugin: the session's real one-node Slurm cluster (harness.py, docs/cluster.md).
+"""pytest plugin: the session's real one-node Slurm cluster (harness.py,
+docs/development/cluster.md).
 
 Tests ask for ``slurm_cluster``; it is started once per session with wheels built from this
 checkout installed inside, and brought down at the end unless ``SERVATUS_CLUSTER_KEEP=1``.

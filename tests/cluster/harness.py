@@ -16,7 +16,8 @@ inside one private mount namespace whose root the harness made the Debian 13 roo
 ``pivot_root`` (not ``chroot``, under which the kernel refuses the unprivileged user namespaces
 bubblewrap needs); the root is the login node, sshd on loopback makes it reachable as a laptop
 reaches a cluster, and its ``/scratch`` is bind-mounted at ``/scratch`` outside so both sides see
-one filesystem. See docs/cluster.md. Standard library only: this runs before anything is installed.
+one filesystem. See docs/development/cluster.md. Standard library only: this runs before anything
+is installed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The chain projection (docs/adr/0006-projection.md): every row of the spec's application
+"""The chain projection (docs/development/adr/0006-projection.md): every row of the spec's
+application
 protocol on the first, middle and last link, a Task's current work across links, queued and
 removed links, run time summed over links, and settled chains read as their markers did."""
 

@@ -1,5 +1,6 @@
 """Chains for FakeScheduler tests: batch scripts with the chain lines the script renders
-(docs/adr/0005-chains.md), and a campaign whose chain intents are written through the store, so
+(docs/development/adr/0005-chains.md), and a campaign whose chain intents are written through the
+store, so
 these tests do not wait for ``plan --budget`` or the script's renderer."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """FakeScheduler's chains: afterok dependencies, the handoffs a link's watchers write, the
-batch shell's early stop, and Slurm removing the rest of a chain (docs/adr/0005-chains.md)."""
+batch shell's early stop, and Slurm removing the rest of a chain
+(docs/development/adr/0005-chains.md)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ three run, one step runs the real ``scancel`` on its own job, then every step sl
 milliseconds (a spread across rounds) and exits 3, unless the cancel's ``SIGTERM`` ends it first.
 A step's end marker carries the truth: 3 when it ended by itself, 143 or 137 when the cancel
 killed it. A killed step must never read ``FAILED`` (or ``SUCCEEDED``); one that exited 3 may read
-``FAILED`` 3, or ``STOPPED`` when its end is stamped at or after the stop (docs/markers.md).
+``FAILED`` 3, or ``STOPPED`` when its end is stamped at or after the stop
+(docs/development/markers.md).
 """
 
 from __future__ import annotations

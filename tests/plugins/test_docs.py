@@ -1,4 +1,4 @@
-"""Every hook is documented in docs/plugins.md, and every documented hook exists."""
+"""Every hook is documented in docs/development/plugins.md, and every documented hook exists."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from servatus import hookspecs
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "development" / "plugins.md"
 
 
 def hook_names() -> set[str]:

@@ -1,5 +1,6 @@
 """Campaign state is owner-only and checked on every read: what other users can write is refused,
-what they can only read is used and said (docs/adr/0001-campaign-store.md, SECURITY.md)."""
+what they can only read is used and said (docs/development/adr/0001-campaign-store.md,
+SECURITY.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ``apptainer`` launcher: each Task runs in its own ``apptainer exec`` in its ``srun`` step.
 
-The step command, with ``gpus > 0`` adding ``--nv`` (see ``docs/launchers.md``)::
+The step command, with ``gpus > 0`` adding ``--nv`` (see ``docs/development/launchers.md``)::
 
     /bin/sh -c SCRIPT servatus-step APPTAINER exec --cleanenv [--nv]
         --bind WORK_ROOT[,BIND...] --pwd WORK_ROOT IMAGE ARGS...

@@ -1,7 +1,7 @@
 """The built-in ``direct`` launcher, a plugin like any other (entry point ``servatus-direct``).
 
 It runs the Task's absolute ``args[0]`` under ``env -i`` with the Task's variables as arguments;
-``docs/launchers.md`` gives the exact step command.
+``docs/development/launchers.md`` gives the exact step command.
 """
 
 from __future__ import annotations

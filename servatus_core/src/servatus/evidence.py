@@ -215,7 +215,7 @@ class MarkerQuery:
     them). ``since``, on the file server's clock, is a time every one of those markers is newer
     than, where the campaign has one. The reader lists by name where the ids fit on a command
     line, else by mtime after ``since``, else everything; the core ignores markers it did not ask
-    for, so each choice gives the same answer (``docs/adr/0004-settlement.md``).
+    for, so each choice gives the same answer (``docs/development/adr/0004-settlement.md``).
 
     ``leases`` are the lease links whose orders directories the same listing also reads, for
     their steps' claims: those with an unsettled step (ADR 0009)."""

@@ -3,7 +3,7 @@
 Plugins implement these with ``@servatus.hookimpl`` in a module named by an entry point in the
 group ``servatus`` (name it ``servatus-<name>``). Hooks are called with keyword arguments only, so
 an implementation may accept fewer arguments than the spec. The built-ins register the same way a
-site's plugin does. See ``docs/plugins.md`` for a worked example.
+site's plugin does. See ``docs/development/plugins.md`` for a worked example.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def servatus_launchers() -> list[Launcher]:  # type: ignore[empty-body]
 
     ``[target] launcher = "NAME"`` selects one by ``name``; ``direct`` is built in and
     ``servatus_apptainer`` adds ``apptainer``. Duplicate names across plugins are refused.
-    ``docs/site-plugin.md`` walks through a site's own launcher.
+    ``docs/development/site-plugin.md`` walks through a site's own launcher.
     """
 
 
@@ -114,5 +114,5 @@ def servatus_rename_noreplace(
     Return True once committed; raise :class:`~servatus.errors.DestinationExists` when the
     destination exists. ``path`` names the destination for messages only. Stops at the first
     non-None result; the built-in uses ``renameat2`` (Linux) or ``renamex_np`` (macOS), with a
-    documented fallback where the filesystem refuses (``docs/publication.md``).
+    documented fallback where the filesystem refuses (``docs/development/publication.md``).
     """

@@ -1,6 +1,7 @@
 """Settlement: which allocations are final, what is kept of them, and which markers to list.
 
-Pure functions over values (``docs/adr/0004-settlement.md`` gives the reasons). An accepted
+Pure functions over values (``docs/development/adr/0004-settlement.md`` gives the reasons). An
+accepted
 allocation settles once Slurm no longer lists its job, in a listing that read the queue before
 the markers, and every slot projects to a final execution; what is recorded is its job and its
 :class:`~servatus.evidence.Observation`, the raw evidence the projection reads, so an answer from

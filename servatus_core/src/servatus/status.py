@@ -158,7 +158,8 @@ class TaskLink(NamedTuple):
 
 
 class TaskStatus(NamedTuple):
-    """One Task's current state: its current work decides (docs/adr/0006-projection.md); run
+    """One Task's current state: its current work decides
+    (docs/development/adr/0006-projection.md); run
     time sums every attempt. ``link`` places that work in its chain (None outside a chain);
     ``within`` is the lease link that work runs in, when it is a step."""
 
@@ -261,7 +262,8 @@ def _execution(
 def link_execution(
     entry: QueueEntry | None, observation: Observation, slot: int, *, last: bool
 ) -> tuple[Execution, int | None, StopReason | None]:
-    """A chain link's slot that ran, by the chain rules (docs/adr/0006-projection.md): a slot
+    """A chain link's slot that ran, by the chain rules (docs/development/adr/0006-projection.md):
+    a slot
     it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
     exit), even without a ``stop``; 75 on the Task's ``last`` link is ``budget spent``; else as
     a plain allocation's slot."""
@@ -348,7 +350,8 @@ def project(
     marker; ``now`` stands in only for evidence that did not read it. ``state`` is the campaign's
     path, as the commands a warning suggests name it.
 
-    A Task reads as its current work (docs/adr/0006-projection.md): its latest allocation, where
+    A Task reads as its current work (docs/development/adr/0006-projection.md): its latest
+    allocation, where
     a later chain link counts only once the slot was handed to it (:func:`_link_attempts`).
 
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an

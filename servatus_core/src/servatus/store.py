@@ -1,6 +1,6 @@
 """The durable campaign store: an append-only journal of checksummed records in STATE.
 
-Layout (``docs/adr/0001-campaign-store.md`` gives the reasons)::
+Layout (``docs/development/adr/0001-campaign-store.md`` gives the reasons)::
 
     STATE/              0700, owned by the user
     STATE/journal       0600: the line "servatus.campaign/4", then one frame per record

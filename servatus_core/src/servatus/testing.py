@@ -10,7 +10,8 @@ with ``ValueError``.
 It is a stand-in for tests of *your* code and of Servatus' own decisions; every behaviour it
 models is also proven against a real Slurm in Servatus' own test suite.
 
-Chains (budgeted continuation, ``docs/adr/0005-chains.md``) are modelled as Slurm and the batch
+Chains (budgeted continuation, ``docs/development/adr/0005-chains.md``) are modelled as Slurm and
+the batch
 script run them, so a chain application can be tested without a cluster:
 
 * ``sbatch --dependency=afterok:J --kill-on-invalid-dep=yes`` queues a job that stays
@@ -34,7 +35,8 @@ script run them, so a chain application can be tested without a cluster:
   stop marker, handoffs, then ``COMPLETED``); without the signal, and on a chain's last link, it
   is Slurm's ``TIMEOUT``, and ``TIMEOUT`` removes the rest of the chain.
 
-Leases (``docs/adr/0009-leases.md``) are modelled as the lease's batch script runs them, so a
+Leases (``docs/development/adr/0009-leases.md``) are modelled as the lease's batch script runs
+them, so a
 lease application can be tested without a cluster:
 
 * ``sbatch`` of a lease script (one with a ``servatus_lease=`` line) makes a lease job of

@@ -2,7 +2,7 @@
 
 Where the filesystem refuses the flag (``EINVAL``, ``ENOSYS``, ``EOPNOTSUPP``: the Linux NFS and
 Lustre clients always do), a fallback that still never overwrites takes over; see
-``docs/publication.md`` and ``SECURITY.md`` for what it does and does not promise.
+``docs/development/publication.md`` and ``SECURITY.md`` for what it does and does not promise.
 """
 
 from __future__ import annotations

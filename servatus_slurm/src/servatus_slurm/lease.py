@@ -309,7 +309,7 @@ def render_lease(spec: LeaseSpec) -> str:
     if exported:
         variables.append("export " + " ".join(exported))
     locations = [
-        "# Rendered by servatus-slurm: a lease (ADR 0009); markers are in docs/markers.md.",
+        "# Rendered by servatus-slurm: a lease (ADR 0009); see docs/development/markers.md.",
         f"servatus_log={sh_quote(log_root)}",
         f'servatus_prefix="$servatus_log/servatus-{spec.allocation_id}.$SLURM_JOB_ID"',
         f"servatus_squeue={squeue}",

@@ -18,7 +18,7 @@ a ``-`` a log, so one ``find -name`` :data:`MARKER_GLOB` lists every marker and 
 ``<id>`` is :data:`ID_LENGTH` lowercase hex digits, ``<job>`` Slurm's job number without leading
 zeros, ``<slot>`` a non-negative integer without leading zeros. A marker is an empty file whose
 mtime, stamped by the file server when it was created, is the time of the event; a claim is the
-one marker read by its size instead (``docs/adr/0009-leases.md``).
+one marker read by its size instead (``docs/development/adr/0009-leases.md``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rendering one allocation's batch script: ``#SBATCH`` options, then a POSIX ``sh`` body.
 
 The body runs every step concurrently as its own exact ``srun`` step and leaves run markers in
-``log_root`` (grammar in ``docs/markers.md`` and :mod:`servatus_slurm.markers`):
+``log_root`` (grammar in ``docs/development/markers.md`` and :mod:`servatus_slurm.markers`):
 
 * ``start`` before any step begins;
 * ``end.<slot>.<exit>`` as soon as a step's ``srun`` returns;
@@ -471,7 +471,7 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
 def _locations(spec: ScriptSpec, log_root: str, squeue: str) -> list[str]:
     """Where markers go, and the ``squeue`` a watcher asks; set before the traps."""
     return [
-        "# Rendered by servatus-slurm; run markers are described in its docs/markers.md.",
+        "# Rendered by servatus-slurm; run markers: docs/development/markers.md.",
         f"servatus_log={sh_quote(log_root)}",
         f'servatus_prefix="$servatus_log/servatus-{spec.allocation_id}.$SLURM_JOB_ID"',
         f"servatus_squeue={squeue}",

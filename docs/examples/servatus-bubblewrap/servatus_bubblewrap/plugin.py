@@ -2,7 +2,7 @@
 
 Select it with ``[target] launcher = "bubblewrap"``. The sandbox sees the whole filesystem
 read-only except ``work_root`` (and any ``writable`` paths), gets a private ``/tmp``, runs in its
-own PID namespace and dies with its step. The step command (``docs/launchers.md``)::
+own PID namespace and dies with its step. The step command (``docs/development/launchers.md``)::
 
     /bin/sh -c SCRIPT servatus-step BWRAP --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp
         --bind WORK_ROOT WORK_ROOT [--bind W W]... --chdir WORK_ROOT --unshare-pid
