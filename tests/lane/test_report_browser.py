@@ -28,12 +28,14 @@ pytestmark = pytest.mark.skipif(
 
 class Drawn(HTMLParser):
     """What the page drew: per Task lane (by key) its segments' spans, per lease lane its
-    segments, and the legend's entries."""
+    segments and its step boxes, and the legend's entries."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lanes: dict[str, list[str]] = {}
         self.leases: dict[str, list[str]] = {}
+        self.steps: dict[str, list[str]] = {}
+        """Per lease lane, the Task key of each step box drawn inside it."""
         self.legend: list[str] = []
         self.render_ms: int | None = None
         self._in: list[str] = []  # the group each open element belongs to
@@ -50,6 +52,8 @@ class Drawn(HTMLParser):
         elif tag == "g" and "lease" in classes:
             self._group = ("lease", found["data-allocation"] or "")
             self.leases[self._group[1]] = []
+        elif tag == "rect" and "step" in classes and self._group is not None:
+            self.steps.setdefault(self._group[1], []).append(found["data-key"] or "")
         elif tag == "rect" and "seg" in classes and self._group is not None:
             kind, name = self._group
             (self.lanes if kind == "lane" else self.leases)[name].append(found["data-span"] or "")
@@ -153,6 +157,7 @@ def test_the_browser_draws_a_lease_with_its_steps(tmp_path: Path) -> None:
     drawn = read(page)
     (lease,) = document["leases"]
     assert drawn.leases == {lease["allocation"]: ["queued", "running"]}
+    assert sorted(drawn.steps[lease["allocation"]]) == ["a", "b", "c"]  # inside the lease's lane
     assert drawn.lanes == {"a": ["queued", "running"], "b": ["queued", "running"],
                            "c": ["queued", "running"]}  # fmt: skip
     shots = os.environ.get("SERVATUS_REPORT_SCREENSHOTS")

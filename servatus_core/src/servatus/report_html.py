@@ -103,7 +103,6 @@ def pack(document: Mapping[str, Any]) -> dict[str, Any]:
                 for s in lease["segments"]
             ],
             "points": [tick(p["at"]) for p in lease["points"]],
-            "busy": [[tick(at), count] for at, count in lease["busy"]],
         }
         for lease in leases
     ]
@@ -258,8 +257,10 @@ def _legend() -> str:
         '<li data-point="limit"><svg width="28" height="12"><path class="limit" '
         'd="M14 0 L14 12"/></svg>pre-limit signal</li>'
         '<li data-lease="idle"><svg width="28" height="12"><rect class="held" x="1" y="1" '
-        'width="26" height="10"/><rect class="busy" x="1" y="6" width="14" height="5"/></svg>'
-        "lease: held slots (pale), busy slots (dark); the pale rest is idle</li>"
+        'width="26" height="10"/><rect class="step" x="4" y="3" width="14" height="6" '
+        'fill="#2e7d32"/></svg>'
+        "lease: held slots (pale), each step in a slot row (its execution's colour); "
+        "the pale rest is idle</li>"
     )
     return (
         f"<div id=legend><ul class=executions>{executions}</ul>"

@@ -31,6 +31,11 @@ function drawAxis(){axis.replaceChildren();const w=width();axis.setAttribute('wi
     el('line',{x1:px,x2:px,y1:14,y2:20,stroke:'#555'},axis);
     const label=el('text',{x:px,y:11,'font-size':10,'text-anchor':i==0?'start':i==ticks?'end':'middle'},axis);
     label.textContent=when(t).slice(5,16);}}
+const stepSegments=new Map();
+for(let j=0;j<seg.W.length;j++){const w=seg.W[j];
+  if(w>=0&&P.spans[seg.S[j]]!='queued'){(stepSegments.get(w)||stepSegments.set(w,[]).get(w)).push(j);}}
+for(const v of stepSegments.values())v.sort((a,b)=>seg.B[a]-seg.B[b]);
+function stepsOf(l){return stepSegments.get(P.allocations.indexOf(l.id))||[];}
 function drawLease(l,y,h,g){
   const lane=el('g',{class:'lease','data-allocation':l.id,transform:'translate(0,'+y+')'},g);
   const label=el('text',{x:4,y:13},lane);label.textContent='lease '+l.id.slice(0,8)+(l.link?' link '+l.link:'');
@@ -39,10 +44,13 @@ function drawLease(l,y,h,g){
       x:x(s[1]),y:2,width:Math.max(1,x(s[2])-x(s[1])),height:h-4,fill:colour(s[3])},lane);
     if(P.spans[s[0]]=='running'||P.spans[s[0]]=='lost'){r.setAttribute('class','held seg '+P.spans[s[0]]);}
     title(r,'lease '+l.id+'\njob '+l.job+'\n'+P.spans[s[0]]+' '+P.words[s[3]]+'\n'+when(s[1])+' to '+when(s[2])+' ('+dur(s[2]-s[1])+')');}
-  const b=l.busy;
-  for(let i=0;i<b.length;i++){const c=b[i][1];if(!c)continue;const to=i+1<b.length?b[i+1][0]:b[i][0];
-    const bh=(h-4)*c/l.slots;const r=el('rect',{class:'busy',x:x(b[i][0]),y:h-2-bh,width:Math.max(1,x(to)-x(b[i][0])),height:bh},lane);
-    title(r,c+' of '+l.slots+' slots busy from '+when(b[i][0]));}
+  const rows=Math.min(l.slots,8),rh=(h-4)/rows,free=new Array(rows).fill(-1);
+  for(const j of stepsOf(l)){let r=free.findIndex(e=>e<=seg.B[j]);
+    if(r<0)r=free.indexOf(Math.min(...free));free[r]=seg.E[j];
+    const k=seg.L[j],box=el('rect',{class:'step','data-key':P.keys[k],x:x(seg.B[j]),y:2+r*rh+0.5,
+      width:Math.max(1,x(seg.E[j])-x(seg.B[j])),height:Math.max(1,rh-1),fill:colour(seg.X[j])},lane);
+    title(box,'step '+P.keys[k]+' in lease '+l.id+'\nallocation '+P.allocations[seg.A[j]]+'\n'+P.words[seg.X[j]]+
+      (seg.C[j]>=0?'\nexit code '+seg.C[j]:'')+'\n'+when(seg.B[j])+' to '+when(seg.E[j])+' ('+dur(seg.E[j]-seg.B[j])+')');}
   for(const t of l.points)el('path',{class:'limit',d:'M'+x(t)+' 0 L'+x(t)+' '+h},lane);}
 function drawLane(i,y,g){
   const lane=el('g',{class:'lane','data-key':P.keys[i],transform:'translate(0,'+y+')'},g);
