@@ -64,6 +64,13 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
+def example(command: str) -> str:
+    """A command's one ``--help`` example, as an epilog: ``\\b`` keeps click from rewrapping
+    the command, so it prints as written and can be pasted (tests/core/test_cli_help.py runs
+    every one)."""
+    return f"Example:\n\n\b\n  {command}"
+
+
 class Context:
     """What every command receives: the ``connect=`` override, if any; under ``--json``, what
     it did so far (:func:`describe`) and whether its document was printed; and the warnings
@@ -202,7 +209,11 @@ class _Group(click.Group):
             raise _Interrupted from None
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=example("servatus ensure state tasks.jsonl"),
+)
 @click.version_option(
     __version__, "--version", prog_name="servatus", message="%(prog)s %(version)s"
 )
@@ -210,7 +221,7 @@ def cli() -> None:
     """Durable Slurm sweeps with atomic publication of their results."""
 
 
-@cli.command()
+@cli.command(epilog=example("servatus plugins --json"))
 @json_option
 def plugins(as_json: bool) -> None:
     """List the loaded plugins and the distributions that brought them."""
@@ -419,7 +430,7 @@ def load_profile_option(config: str | None, profile_name: str | None) -> Profile
     return Profile.load(config if config is not None else DEFAULT_CONFIG, name=profile_name)
 
 
-@cli.command("profile")
+@cli.command("profile", epilog=example("servatus profile --profile cpu"))
 @config_options
 @json_option
 def profile_command(config: str | None, profile_name: str | None, as_json: bool) -> None:
@@ -454,7 +465,7 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
     echo(authoring_line(command, state, done))
 
 
-@cli.command("create")
+@cli.command("create", epilog=example("servatus create state tasks.jsonl --appendable"))
 @click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
 @click.option("--appendable", is_flag=True, help="Allow appending Tasks later (default: sealed).")
@@ -468,7 +479,7 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
     _report_authoring("create", state, done, as_json)
 
 
-@cli.command("ensure")
+@cli.command("ensure", epilog=example("servatus ensure state tasks.jsonl --sealed"))
 @click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
 @click.option(
@@ -486,7 +497,7 @@ def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> 
     _report_authoring("ensure", state, done, as_json)
 
 
-@cli.command("append")
+@cli.command("append", epilog=example("servatus append state more-tasks.jsonl"))
 @click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
 @json_option
@@ -499,7 +510,7 @@ def append_command(state: str, tasks_file: str, as_json: bool) -> None:
     _report_authoring("append", state, done, as_json)
 
 
-@cli.command("seal")
+@cli.command("seal", epilog=example("servatus seal state"))
 @click.argument("state", callback=_not_empty)
 @json_option
 def seal_command(state: str, as_json: bool) -> None:
@@ -560,7 +571,7 @@ def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> in
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
-@cli.command("plan")
+@cli.command("plan", epilog=example("servatus plan state --output plan.json"))
 @click.argument("state", callback=_not_empty)
 @config_options
 @click.option(
@@ -739,7 +750,7 @@ def _read_plan(path: str) -> Plan:
     return plan_from_document(data, where=path)
 
 
-@cli.command("validate")
+@cli.command("validate", epilog=example("servatus validate state plan.json"))
 @click.argument("state", callback=_not_empty)
 @click.argument("plan_file", metavar="PLAN")
 @json_option
@@ -760,7 +771,7 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
         raise ShapeRejected("; ".join(f"{plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
 
 
-@cli.command("submit")
+@cli.command("submit", epilog=example("servatus submit state plan.json"))
 @click.argument("state", callback=_not_empty)
 @click.argument("plan_file", metavar="PLAN")
 @json_option
@@ -789,7 +800,9 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     echo(*lines(result.receipts))
 
 
-@cli.command("start")
+@cli.command(
+    "start", epilog=example("servatus start state eval.jsonl --lease 14b85a88054a6bb97dee6940")
+)
 @click.argument("state", callback=_not_empty)
 @click.argument("tasks_file", metavar="TASKS.jsonl")
 @click.option("--lease", required=True, metavar="ID", help="The lease to start the Tasks in.")
@@ -840,7 +853,7 @@ def start_command(
     echo(*submitted_lines(result.receipts))
 
 
-@cli.command("status")
+@cli.command("status", epilog=example("servatus status state"))
 @click.argument("state", callback=_not_empty)
 @click.option("--offline", is_flag=True, help="Skip Slurm: show only what is recorded.")
 @json_option
@@ -860,7 +873,7 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     echo(*status_lines(report))
 
 
-@cli.command("report")
+@cli.command("report", epilog=example("servatus report state --output report.html"))
 @click.argument("state", callback=_not_empty)
 @click.option(
     "--output",
@@ -895,7 +908,7 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
         sys.stdout.flush()
 
 
-@cli.command("reconcile")
+@cli.command("reconcile", epilog=example("servatus reconcile state"))
 @click.argument("state", callback=_not_empty)
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
@@ -920,7 +933,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
         )
 
 
-@cli.command("cancel")
+@cli.command("cancel", epilog=example("servatus cancel state --task seed-2"))
 @click.argument("state", callback=_not_empty)
 @click.option(
     "--task", "tasks", multiple=True, metavar="KEY", help="Cancel this Task's allocations."
@@ -958,7 +971,7 @@ def cancel_command(
         echo(*cancelled_lines(result.allocations, result.withdrawn, result.stopping))
 
 
-@cli.command("logs")
+@cli.command("logs", epilog=example("servatus logs state --task seed-1 --output seed-1.log"))
 @click.argument("state", callback=_not_empty)
 @click.option(
     "--task",
@@ -1006,7 +1019,7 @@ def logs_command(
         write_output(output, data, replace=True)
 
 
-@cli.command("doctor")
+@cli.command("doctor", epilog=example("servatus doctor --profile cpu"))
 @config_options
 @json_option
 def doctor_command(config: str | None, profile_name: str | None, as_json: bool) -> None:
