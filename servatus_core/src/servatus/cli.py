@@ -12,6 +12,7 @@ import contextlib
 import errno
 import functools
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -53,6 +54,9 @@ from servatus.render import (
 )
 from servatus.transport import Connect
 
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -69,6 +73,33 @@ def example(command: str) -> str:
     the command, so it prints as written and can be pasted (tests/core/test_cli_help.py runs
     every one)."""
     return f"Example:\n\n\b\n  {command}"
+
+
+# Shell completion (docs/completion.md): what a parameter's value completes to. For a path only
+# its kind is answered (file or directory); the shell lists the names itself.
+
+
+def complete_file(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """A file: the shell completes its name."""
+    from click.shell_completion import CompletionItem  # noqa: PLC0415 - only when completing
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_directory(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """A campaign directory: the shell completes directory names only."""
+    from click.shell_completion import CompletionItem  # noqa: PLC0415 - only when completing
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def state_argument(func: F) -> F:
+    """``STATE``, the campaign directory every campaign command takes first."""
+    return click.argument("state", callback=_not_empty, shell_complete=complete_directory)(func)
 
 
 class Context:
@@ -317,8 +348,6 @@ def console() -> int:
     could not be written, stdout pointed at /dev/null so the interpreter's own last flush does
     not fail again as the process exits (exit 120 and a traceback). Only the program does this:
     a caller of :func:`main` keeps its stdout."""
-    import os  # noqa: PLC0415
-
     code = main()
     try:
         if sys.stdout is not None:
@@ -330,8 +359,15 @@ def console() -> int:
     return code
 
 
+COMPLETE_VAR = "_SERVATUS_COMPLETE"
+"""What a shell's completion script sets to ask for completions (docs/completion.md)."""
+
+
 def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
     try:
+        instruction = os.environ.get(COMPLETE_VAR)
+        if instruction:
+            return _complete(instruction)
         # Without standalone mode, click returns the code of a raised Exit instead of raising.
         returned = cli.main(
             args=list(args) if args is not None else None,
@@ -365,6 +401,14 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
         _fail(f"unexpected error: {type(exc).__name__}: {exc}")
         return EXIT_ERROR
     return EXIT_OK
+
+
+def _complete(instruction: str) -> int:
+    """Answer the shell (``bash_source``, ``zsh_complete``, ...) as click does, but return the
+    exit code instead of click's ``sys.exit``, so :func:`main` returns, as it promises."""
+    from click.shell_completion import shell_complete  # noqa: PLC0415 - only when completing
+
+    return shell_complete(cli, {}, "servatus", COMPLETE_VAR, instruction)
 
 
 _NO_ARGUMENTS: tuple[type[click.UsageError], ...] = tuple(
@@ -411,6 +455,7 @@ def config_options(func: F) -> F:
         "profile_name",
         metavar="NAME",
         default=None,
+        shell_complete=_complete_profile,
         help="Profile to use [default: default_profile, or the only one].",
     )(func)
     return click.option(
@@ -419,8 +464,31 @@ def config_options(func: F) -> F:
         callback=_not_empty,
         metavar="PATH",
         default=None,
+        shell_complete=complete_file,
         help=f"Configuration file [default: ./{DEFAULT_CONFIG}].",
     )(func)
+
+
+def _complete_profile(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The profile names of the ``--config`` file given before it (or ./SERVATUS.toml), read
+    as plain TOML, not validated: a file with a mistake still completes, and one that cannot be
+    read completes to nothing (a completion never prints an error into the command line)."""
+    import tomllib  # noqa: PLC0415 - only when completing
+
+    from click.shell_completion import CompletionItem  # noqa: PLC0415
+
+    from servatus.config import DEFAULT_PROFILE  # noqa: PLC0415
+    from servatus.files import read_regular  # noqa: PLC0415
+
+    try:
+        document = tomllib.loads(read_regular(ctx.params.get("config") or DEFAULT_CONFIG).decode())
+    except (OSError, ValueError, ServatusError):
+        return []
+    profiles = document.get("profiles")
+    names = sorted(profiles) if isinstance(profiles, dict) and profiles else [DEFAULT_PROFILE]
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
 def load_profile_option(config: str | None, profile_name: str | None) -> Profile:
@@ -466,8 +534,8 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
 
 
 @cli.command("create", epilog=example("servatus create state tasks.jsonl --appendable"))
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @click.option("--appendable", is_flag=True, help="Allow appending Tasks later (default: sealed).")
 @json_option
 def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool) -> None:
@@ -480,8 +548,8 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
 
 
 @cli.command("ensure", epilog=example("servatus ensure state tasks.jsonl --sealed"))
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @click.option(
     "--sealed",
     is_flag=True,
@@ -498,8 +566,8 @@ def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> 
 
 
 @cli.command("append", epilog=example("servatus append state more-tasks.jsonl"))
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @json_option
 def append_command(state: str, tasks_file: str, as_json: bool) -> None:
     """Append new Tasks to an appendable campaign; identical existing Tasks are skipped."""
@@ -511,7 +579,7 @@ def append_command(state: str, tasks_file: str, as_json: bool) -> None:
 
 
 @cli.command("seal", epilog=example("servatus seal state"))
-@click.argument("state", callback=_not_empty)
+@state_argument
 @json_option
 def seal_command(state: str, as_json: bool) -> None:
     """End authoring irreversibly."""
@@ -537,8 +605,6 @@ def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved 
     lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
     directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
     elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
-    import os  # noqa: PLC0415
-
     from servatus.errors import ConfigurationError  # noqa: PLC0415
     from servatus.files import checked_path, create_private, replace_private  # noqa: PLC0415
     from servatus.store import holds_campaign  # noqa: PLC0415
@@ -572,10 +638,14 @@ def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> in
 
 
 @cli.command("plan", epilog=example("servatus plan state --output plan.json"))
-@click.argument("state", callback=_not_empty)
+@state_argument
 @config_options
 @click.option(
-    "--output", callback=_not_empty, metavar="FILE", help="Save the plan (0600, never overwrites)."
+    "--output",
+    callback=_not_empty,
+    metavar="FILE",
+    shell_complete=complete_file,
+    help="Save the plan (0600, never overwrites).",
 )
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Retry this Task.")
 @click.option("--retry-failed", is_flag=True, help="Retry every failed or stopped Task.")
@@ -751,8 +821,8 @@ def _read_plan(path: str) -> Plan:
 
 
 @cli.command("validate", epilog=example("servatus validate state plan.json"))
-@click.argument("state", callback=_not_empty)
-@click.argument("plan_file", metavar="PLAN")
+@state_argument
+@click.argument("plan_file", metavar="PLAN", shell_complete=complete_file)
 @json_option
 def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected."""
@@ -772,8 +842,8 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
 
 
 @cli.command("submit", epilog=example("servatus submit state plan.json"))
-@click.argument("state", callback=_not_empty)
-@click.argument("plan_file", metavar="PLAN")
+@state_argument
+@click.argument("plan_file", metavar="PLAN", shell_complete=complete_file)
 @json_option
 def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     """Submit the reviewed plan. Exit 3 if interrupted."""
@@ -803,8 +873,8 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
 @cli.command(
     "start", epilog=example("servatus start state eval.jsonl --lease 14b85a88054a6bb97dee6940")
 )
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @click.option("--lease", required=True, metavar="ID", help="The lease to start the Tasks in.")
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Start this Task again.")
 @click.option("--retry-failed", is_flag=True, help="Start every failed or stopped Task again.")
@@ -854,7 +924,7 @@ def start_command(
 
 
 @cli.command("status", epilog=example("servatus status state"))
-@click.argument("state", callback=_not_empty)
+@state_argument
 @click.option("--offline", is_flag=True, help="Skip Slurm: show only what is recorded.")
 @json_option
 @paused_gc
@@ -874,11 +944,12 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
 
 
 @cli.command("report", epilog=example("servatus report state --output report.html"))
-@click.argument("state", callback=_not_empty)
+@state_argument
 @click.option(
     "--output",
     callback=_not_empty,
     metavar="FILE",
+    shell_complete=complete_file,
     help="Write the page here (0600, never overwrites) [default: stdout, never a terminal].",
 )
 @click.option("--offline", is_flag=True, help="Skip Slurm: draw only what is recorded.")
@@ -909,7 +980,7 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
 
 
 @cli.command("reconcile", epilog=example("servatus reconcile state"))
-@click.argument("state", callback=_not_empty)
+@state_argument
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
@@ -934,7 +1005,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
 
 
 @cli.command("cancel", epilog=example("servatus cancel state --task seed-2"))
-@click.argument("state", callback=_not_empty)
+@state_argument
 @click.option(
     "--task", "tasks", multiple=True, metavar="KEY", help="Cancel this Task's allocations."
 )
@@ -972,7 +1043,7 @@ def cancel_command(
 
 
 @cli.command("logs", epilog=example("servatus logs state --task seed-1 --output seed-1.log"))
-@click.argument("state", callback=_not_empty)
+@state_argument
 @click.option(
     "--task",
     "tasks",
@@ -996,7 +1067,13 @@ def cancel_command(
     help="Print at most the last N bytes of each log.",
     metavar="N",
 )
-@click.option("--output", callback=_not_empty, metavar="FILE", help="Write the log here (0600).")
+@click.option(
+    "--output",
+    callback=_not_empty,
+    metavar="FILE",
+    shell_complete=complete_file,
+    help="Write the log here (0600).",
+)
 def logs_command(
     state: str,
     tasks: tuple[str, ...],
