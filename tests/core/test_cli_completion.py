@@ -141,11 +141,11 @@ def test_bash_sources_the_script_and_its_function_completes(launch: Path) -> Non
     session = """
         source <(_SERVATUS_COMPLETE=bash_source servatus)
         complete -p servatus
-        complete() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=()
+        tab() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=()
             _servatus_completion servatus; echo "${COMPREPLY[*]}"; }
-        complete servatus pl
-        complete servatus plan state --ret
-        complete servatus plan state --profile ""
+        tab servatus pl
+        tab servatus plan state --ret
+        tab servatus plan state --profile ""
     """
     done = subprocess.run(
         [bash, "--norc", "--noprofile", "-c", session],
