@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sphinx.application import Sphinx
+
 project = "Servatus"
 author = "the Servatus developers"
 copyright = "2026, the Servatus developers"
@@ -23,3 +28,21 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 nitpicky = False
 suppress_warnings: list[str] = []
+
+
+def _examples_as_code(app: Sphinx, ctx: object, lines: list[str]) -> None:
+    """A command's example, an epilog block click prints as written (``\\b``), which
+    sphinx-click would make a line block: shown as a shell code block instead."""
+    shown: list[str] = []
+    for line in lines:
+        if line.startswith("| "):
+            if not shown or not shown[-1].startswith("   "):
+                shown += [".. code-block:: sh", ""]
+            shown.append("   " + line[2:].strip())
+        else:
+            shown.append(line)
+    lines[:] = shown
+
+
+def setup(app: Sphinx) -> None:
+    app.connect("sphinx-click-process-epilog", _examples_as_code)

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import functools
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -53,6 +54,9 @@ from servatus.render import (
 )
 from servatus.transport import Connect
 
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -62,6 +66,40 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     if value == "":
         raise click.BadParameter("must not be empty", ctx, param)
     return value
+
+
+def example(command: str) -> str:
+    """A command's one ``--help`` example, as an epilog: ``\\b`` keeps click from rewrapping
+    the command, so it prints as written and can be pasted (tests/core/test_cli_help.py runs
+    every one)."""
+    return f"Example:\n\n\b\n  {command}"
+
+
+# Shell completion (docs/completion.md): what a parameter's value completes to. For a path only
+# its kind is answered (file or directory); the shell lists the names itself.
+
+
+def complete_file(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """A file: the shell completes its name."""
+    from click.shell_completion import CompletionItem  # noqa: PLC0415 - only when completing
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_directory(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """A campaign directory: the shell completes directory names only."""
+    from click.shell_completion import CompletionItem  # noqa: PLC0415 - only when completing
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def state_argument(func: F) -> F:
+    """``STATE``, the campaign directory every campaign command takes first."""
+    return click.argument("state", callback=_not_empty, shell_complete=complete_directory)(func)
 
 
 class Context:
@@ -202,7 +240,11 @@ class _Group(click.Group):
             raise _Interrupted from None
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=example("servatus ensure state tasks.jsonl"),
+)
 @click.version_option(
     __version__, "--version", prog_name="servatus", message="%(prog)s %(version)s"
 )
@@ -210,7 +252,7 @@ def cli() -> None:
     """Durable Slurm sweeps with atomic publication of their results."""
 
 
-@cli.command()
+@cli.command(epilog=example("servatus plugins --json"))
 @json_option
 def plugins(as_json: bool) -> None:
     """List the loaded plugins and the distributions that brought them."""
@@ -306,8 +348,6 @@ def console() -> int:
     could not be written, stdout pointed at /dev/null so the interpreter's own last flush does
     not fail again as the process exits (exit 120 and a traceback). Only the program does this:
     a caller of :func:`main` keeps its stdout."""
-    import os  # noqa: PLC0415
-
     code = main()
     try:
         if sys.stdout is not None:
@@ -319,8 +359,15 @@ def console() -> int:
     return code
 
 
+COMPLETE_VAR = "_SERVATUS_COMPLETE"
+"""What a shell's completion script sets to ask for completions (docs/completion.md)."""
+
+
 def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
     try:
+        instruction = os.environ.get(COMPLETE_VAR)
+        if instruction:
+            return _complete(instruction)
         # Without standalone mode, click returns the code of a raised Exit instead of raising.
         returned = cli.main(
             args=list(args) if args is not None else None,
@@ -354,6 +401,14 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
         _fail(f"unexpected error: {type(exc).__name__}: {exc}")
         return EXIT_ERROR
     return EXIT_OK
+
+
+def _complete(instruction: str) -> int:
+    """Answer the shell (``bash_source``, ``zsh_complete``, ...) as click does, but return the
+    exit code instead of click's ``sys.exit``, so :func:`main` returns, as it promises."""
+    from click.shell_completion import shell_complete  # noqa: PLC0415 - only when completing
+
+    return shell_complete(cli, {}, "servatus", COMPLETE_VAR, instruction)
 
 
 _NO_ARGUMENTS: tuple[type[click.UsageError], ...] = tuple(
@@ -400,6 +455,7 @@ def config_options(func: F) -> F:
         "profile_name",
         metavar="NAME",
         default=None,
+        shell_complete=_complete_profile,
         help="Profile to use [default: default_profile, or the only one].",
     )(func)
     return click.option(
@@ -408,8 +464,31 @@ def config_options(func: F) -> F:
         callback=_not_empty,
         metavar="PATH",
         default=None,
+        shell_complete=complete_file,
         help=f"Configuration file [default: ./{DEFAULT_CONFIG}].",
     )(func)
+
+
+def _complete_profile(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The profile names of the ``--config`` file given before it (or ./SERVATUS.toml), read
+    as plain TOML, not validated: a file with a mistake still completes, and one that cannot be
+    read completes to nothing (a completion never prints an error into the command line)."""
+    import tomllib  # noqa: PLC0415 - only when completing
+
+    from click.shell_completion import CompletionItem  # noqa: PLC0415
+
+    from servatus.config import DEFAULT_PROFILE  # noqa: PLC0415
+    from servatus.files import read_regular  # noqa: PLC0415
+
+    try:
+        document = tomllib.loads(read_regular(ctx.params.get("config") or DEFAULT_CONFIG).decode())
+    except (OSError, ValueError, ServatusError):
+        return []
+    profiles = document.get("profiles")
+    names = sorted(profiles) if isinstance(profiles, dict) and profiles else [DEFAULT_PROFILE]
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
 def load_profile_option(config: str | None, profile_name: str | None) -> Profile:
@@ -419,7 +498,7 @@ def load_profile_option(config: str | None, profile_name: str | None) -> Profile
     return Profile.load(config if config is not None else DEFAULT_CONFIG, name=profile_name)
 
 
-@cli.command("profile")
+@cli.command("profile", epilog=example("servatus profile --profile cpu"))
 @config_options
 @json_option
 def profile_command(config: str | None, profile_name: str | None, as_json: bool) -> None:
@@ -454,9 +533,9 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
     echo(authoring_line(command, state, done))
 
 
-@cli.command("create")
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@cli.command("create", epilog=example("servatus create state tasks.jsonl --appendable"))
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @click.option("--appendable", is_flag=True, help="Allow appending Tasks later (default: sealed).")
 @json_option
 def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool) -> None:
@@ -468,9 +547,9 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
     _report_authoring("create", state, done, as_json)
 
 
-@cli.command("ensure")
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@cli.command("ensure", epilog=example("servatus ensure state tasks.jsonl --sealed"))
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @click.option(
     "--sealed",
     is_flag=True,
@@ -486,9 +565,9 @@ def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> 
     _report_authoring("ensure", state, done, as_json)
 
 
-@cli.command("append")
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@cli.command("append", epilog=example("servatus append state more-tasks.jsonl"))
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @json_option
 def append_command(state: str, tasks_file: str, as_json: bool) -> None:
     """Append new Tasks to an appendable campaign; identical existing Tasks are skipped."""
@@ -499,8 +578,8 @@ def append_command(state: str, tasks_file: str, as_json: bool) -> None:
     _report_authoring("append", state, done, as_json)
 
 
-@cli.command("seal")
-@click.argument("state", callback=_not_empty)
+@cli.command("seal", epilog=example("servatus seal state"))
+@state_argument
 @json_option
 def seal_command(state: str, as_json: bool) -> None:
     """End authoring irreversibly."""
@@ -526,8 +605,6 @@ def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved 
     lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
     directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
     elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
-    import os  # noqa: PLC0415
-
     from servatus.errors import ConfigurationError  # noqa: PLC0415
     from servatus.files import checked_path, create_private, replace_private  # noqa: PLC0415
     from servatus.store import holds_campaign  # noqa: PLC0415
@@ -560,11 +637,15 @@ def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> in
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
-@cli.command("plan")
-@click.argument("state", callback=_not_empty)
+@cli.command("plan", epilog=example("servatus plan state --output plan.json"))
+@state_argument
 @config_options
 @click.option(
-    "--output", callback=_not_empty, metavar="FILE", help="Save the plan (0600, never overwrites)."
+    "--output",
+    callback=_not_empty,
+    metavar="FILE",
+    shell_complete=complete_file,
+    help="Save the plan (0600, never overwrites).",
 )
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Retry this Task.")
 @click.option("--retry-failed", is_flag=True, help="Retry every failed or stopped Task.")
@@ -739,9 +820,9 @@ def _read_plan(path: str) -> Plan:
     return plan_from_document(data, where=path)
 
 
-@cli.command("validate")
-@click.argument("state", callback=_not_empty)
-@click.argument("plan_file", metavar="PLAN")
+@cli.command("validate", epilog=example("servatus validate state plan.json"))
+@state_argument
+@click.argument("plan_file", metavar="PLAN", shell_complete=complete_file)
 @json_option
 def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected."""
@@ -760,9 +841,9 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
         raise ShapeRejected("; ".join(f"{plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
 
 
-@cli.command("submit")
-@click.argument("state", callback=_not_empty)
-@click.argument("plan_file", metavar="PLAN")
+@cli.command("submit", epilog=example("servatus submit state plan.json"))
+@state_argument
+@click.argument("plan_file", metavar="PLAN", shell_complete=complete_file)
 @json_option
 def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     """Submit the reviewed plan. Exit 3 if interrupted."""
@@ -789,9 +870,11 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     echo(*lines(result.receipts))
 
 
-@cli.command("start")
-@click.argument("state", callback=_not_empty)
-@click.argument("tasks_file", metavar="TASKS.jsonl")
+@cli.command(
+    "start", epilog=example("servatus start state eval.jsonl --lease 14b85a88054a6bb97dee6940")
+)
+@state_argument
+@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @click.option("--lease", required=True, metavar="ID", help="The lease to start the Tasks in.")
 @click.option("--retry", "retry", multiple=True, metavar="KEY", help="Start this Task again.")
 @click.option("--retry-failed", is_flag=True, help="Start every failed or stopped Task again.")
@@ -840,8 +923,8 @@ def start_command(
     echo(*submitted_lines(result.receipts))
 
 
-@cli.command("status")
-@click.argument("state", callback=_not_empty)
+@cli.command("status", epilog=example("servatus status state"))
+@state_argument
 @click.option("--offline", is_flag=True, help="Skip Slurm: show only what is recorded.")
 @json_option
 @paused_gc
@@ -860,12 +943,13 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     echo(*status_lines(report))
 
 
-@cli.command("report")
-@click.argument("state", callback=_not_empty)
+@cli.command("report", epilog=example("servatus report state --output report.html"))
+@state_argument
 @click.option(
     "--output",
     callback=_not_empty,
     metavar="FILE",
+    shell_complete=complete_file,
     help="Write the page here (0600, never overwrites) [default: stdout, never a terminal].",
 )
 @click.option("--offline", is_flag=True, help="Skip Slurm: draw only what is recorded.")
@@ -895,8 +979,8 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
         sys.stdout.flush()
 
 
-@cli.command("reconcile")
-@click.argument("state", callback=_not_empty)
+@cli.command("reconcile", epilog=example("servatus reconcile state"))
+@state_argument
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
     """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
@@ -920,8 +1004,8 @@ def reconcile_command(state: str, as_json: bool) -> None:
         )
 
 
-@cli.command("cancel")
-@click.argument("state", callback=_not_empty)
+@cli.command("cancel", epilog=example("servatus cancel state --task seed-2"))
+@state_argument
 @click.option(
     "--task", "tasks", multiple=True, metavar="KEY", help="Cancel this Task's allocations."
 )
@@ -958,8 +1042,8 @@ def cancel_command(
         echo(*cancelled_lines(result.allocations, result.withdrawn, result.stopping))
 
 
-@cli.command("logs")
-@click.argument("state", callback=_not_empty)
+@cli.command("logs", epilog=example("servatus logs state --task seed-1 --output seed-1.log"))
+@state_argument
 @click.option(
     "--task",
     "tasks",
@@ -983,7 +1067,13 @@ def cancel_command(
     help="Print at most the last N bytes of each log.",
     metavar="N",
 )
-@click.option("--output", callback=_not_empty, metavar="FILE", help="Write the log here (0600).")
+@click.option(
+    "--output",
+    callback=_not_empty,
+    metavar="FILE",
+    shell_complete=complete_file,
+    help="Write the log here (0600).",
+)
 def logs_command(
     state: str,
     tasks: tuple[str, ...],
@@ -1006,7 +1096,7 @@ def logs_command(
         write_output(output, data, replace=True)
 
 
-@cli.command("doctor")
+@cli.command("doctor", epilog=example("servatus doctor --profile cpu"))
 @config_options
 @json_option
 def doctor_command(config: str | None, profile_name: str | None, as_json: bool) -> None:
