@@ -292,6 +292,16 @@ def test_ctrl_c_during_sbatch_exits_130_and_keeps_the_intent(
     }
 
 
+def test_logs_without_a_selection_is_a_usage_error_as_cancel_is(
+    sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(
+        ["logs", str(sweep / "state"), "--output", "x.log"], FakeScheduler(), capsys
+    )
+    assert (code, out) == (2, "")
+    assert "name at least one --task or --allocation" in err and err.count("\n") == 1
+
+
 def test_cancel_without_a_selection_is_a_usage_error(
     sweep: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1084,6 +1084,8 @@ def logs_command(
     """Bounded log tail; writes 0600; refuses a terminal."""
     from servatus.errors import ConfigurationError  # noqa: PLC0415
 
+    if not tasks and not allocations:
+        raise click.UsageError("name at least one --task or --allocation whose log to read")
     if output is None and sys.stdout.isatty():
         raise ConfigurationError(
             "logs write raw bytes and never to a terminal; use --output FILE or a pipe"
