@@ -19,7 +19,14 @@ from cattrs.preconf.json import make_converter
 
 from servatus import store
 from servatus.cancel import LeaseStep, check_names, plan_cancel, scancel
-from servatus.config import Profile, Resources, Target, target_from_identity, target_identity
+from servatus.config import (
+    Profile,
+    Resources,
+    Target,
+    profile_problems,
+    target_from_identity,
+    target_identity,
+)
 from servatus.continuation import Continuation
 from servatus.errors import (
     Busy,
@@ -486,6 +493,7 @@ class Campaign:
         request: Request,
         continuation: Continuation | None = None,
     ) -> tuple[Plan, store.Settled]:
+        _usable(profile)
         launcher = self._hooks().launcher(profile.target.launcher)
         # A budget is spent by measured run time, which only Slurm's listings give (a campaign
         # with no submission asks nothing: there is nothing to list).
@@ -653,6 +661,7 @@ class Campaign:
         """Plan a lease (ADR 0009): ``slots`` copies of the profile's per-Task resources, in
         ``max_links`` allocations one after the other (1 without it); nothing is recorded or
         submitted until :meth:`submit` of the plan."""
+        _usable(profile)
         self.refresh()
         return make_lease_plan(
             campaign_id=self._state.campaign_id,
@@ -1280,6 +1289,15 @@ _documents = make_converter()
 def to_document(value: object) -> Any:
     """Receipts, submit and reconcile results, shape checks and planned allocations as JSON data."""
     return _documents.unstructure(value)
+
+
+def _usable(profile: Profile) -> None:
+    """A Profile built or changed in Python (``attrs.evolve``) is held to SERVATUS.toml's rules
+    before anything is planned with it: one Task over a ceiling is refused in one line, not
+    packed into nothing or submitted past the cluster's limits."""
+    problems = profile_problems(profile)
+    if problems:
+        raise ConfigurationError(f"profile {profile.name!r}: {'; '.join(problems)}")
 
 
 def diagnose(profile: Profile, *, connect: Connect | None = None) -> Diagnosis:
