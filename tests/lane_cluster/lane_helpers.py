@@ -226,10 +226,12 @@ class Lane:
         self.ok("plan", "state", *plan_options, "--output", "plan.json")
         self.ok("submit", "state", "plan.json")
 
-    def lease(self, *hold: str, state: str = "state") -> tuple[list[tuple[str, int]], str]:
+    def lease(
+        self, *hold: str, state: str = "state", profile: str = "cpu"
+    ) -> tuple[list[tuple[str, int]], str]:
         """Plan ``--hold`` (with ``hold``'s options) into lease.json and submit it: each link's
         (id, job), and the plan's text."""
-        planned = self.ok("plan", state, "--profile", "cpu", *hold, "--output", "lease.json")
+        planned = self.ok("plan", state, "--profile", profile, *hold, "--output", "lease.json")
         submitted = self.ok("submit", state, "lease.json")
         links = [(lease, int(job)) for lease, job in LEASED.findall(submitted.stdout)]
         return links, planned.stdout
