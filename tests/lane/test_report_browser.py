@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from browserkit import CHROMIUM, dump_dom, screenshot
+from browserkit import CHROMIUM, drawn_page, screenshot
 from reportkit import T, lease_report, lease_state
 from servatus import Campaign, Task
 from servatus.config import Profile
@@ -24,60 +23,6 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)",
 )
-
-
-class Drawn(HTMLParser):
-    """What the page drew: per Task lane (by key) its segments' spans, per lease lane its
-    segments and its step boxes, and the legend's entries."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lanes: dict[str, list[str]] = {}
-        self.leases: dict[str, list[str]] = {}
-        self.steps: dict[str, list[str]] = {}
-        """Per lease lane, the Task key of each step box drawn inside it."""
-        self.legend: list[str] = []
-        self.render_ms: int | None = None
-        self._in: list[str] = []  # the group each open element belongs to
-        self._group: tuple[str, str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        classes = (found.get("class") or "").split()
-        if tag == "body" and found.get("data-render-ms"):
-            self.render_ms = int(found["data-render-ms"] or 0)
-        if tag == "g" and "lane" in classes:
-            self._group = ("lane", found["data-key"] or "")
-            self.lanes[self._group[1]] = []
-        elif tag == "g" and "lease" in classes:
-            self._group = ("lease", found["data-allocation"] or "")
-            self.leases[self._group[1]] = []
-        elif tag == "rect" and "step" in classes and self._group is not None:
-            self.steps.setdefault(self._group[1], []).append(found["data-key"] or "")
-        elif tag == "rect" and "seg" in classes and self._group is not None:
-            kind, name = self._group
-            (self.lanes if kind == "lane" else self.leases)[name].append(found["data-span"] or "")
-        elif tag == "li" and len(self._in) and self._in[-1] == "legend":
-            key = found.get("data-execution") or found.get("data-span") or found.get(
-                "data-point") or found.get("data-lease")  # fmt: skip
-            self.legend.append(key or "")
-        if tag == "div":
-            self._in.append(found.get("id") or "")
-        if tag == "ul" and self._in and self._in[-1] == "legend":
-            self._in.append("legend")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "g":
-            self._group = None
-        if tag in ("div", "ul") and self._in:
-            self._in.pop()
-
-
-def read(page: Path) -> Drawn:
-    dom, _ = dump_dom(page)
-    drawn = Drawn()
-    drawn.feed(dom)
-    return drawn
 
 
 class Clock:
@@ -131,7 +76,7 @@ def test_the_browser_draws_one_lane_per_task_one_segment_per_span_and_the_legend
     )
     assert (code, err) == (0, "")
     document = json.loads(out)
-    drawn = read(page)
+    drawn = drawn_page(page)
     expected = {lane["key"]: [s["span"] for s in lane["segments"]] for lane in document["lanes"]}
     assert drawn.lanes == expected
     assert set(drawn.lanes) == {f"task-{i}" for i in range(5)}
@@ -154,7 +99,7 @@ def test_the_browser_draws_a_lease_with_its_steps(tmp_path: Path) -> None:
     )
     page = tmp_path / "lease.html"
     page.write_text(render(document))
-    drawn = read(page)
+    drawn = drawn_page(page)
     (lease,) = document["leases"]
     assert drawn.leases == {lease["allocation"]: ["queued", "running"]}
     assert sorted(drawn.steps[lease["allocation"]]) == ["a", "b", "c"]  # inside the lease's lane

@@ -14,7 +14,7 @@ from servatus import Campaign, Task, store
 from servatus.config import Profile
 from servatus.report import disagreements
 from servatus.testing import FakeScheduler
-from testkit import run
+from testkit import CPU_PROFILE, run
 
 SECRET = "hunter2-secret"
 
@@ -202,3 +202,56 @@ def test_slurm_unavailable_is_exit_75_and_writes_nothing(
     code, _, err = run(["report", str(campaign.path), "--output", str(path)], fake, capsys)
     assert code == 75 and len(err.splitlines()) == 1
     assert not path.exists()
+
+
+def test_an_offline_report_of_a_settled_lease_draws_it_and_its_steps_as_online(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lease of two slots ran to its time limit with two steps in it, one ending 0, one 3
+    after the pre-limit signal (stopped at the time limit, not failed); once all of it settled,
+    ``--offline`` draws the lease's held span, its slot-hours and each step's reading from the
+    settled record, as the online report does from the markers."""
+    path = tmp_path / "SERVATUS.toml"
+    limit = 'time_limit = "00:05:00"\n'
+    path.write_text(CPU_PROFILE.replace(limit, f'{limit}signal_before_end = "00:01:00"\n'))
+    clock = Clock(time.time())
+    fake = FakeScheduler(clock=clock)
+    campaign = Campaign.ensure(tmp_path / "state", tasks(2), connect=fake)
+    lease = campaign.submit(campaign.hold(Profile.load(path), slots=2)).receipts[0].allocation_id
+    clock.at += 10
+    fake.start()
+    steps = [receipt.allocation_id for receipt in campaign.start(tasks(2), lease=lease).receipts]
+    clock.at += 30
+    fake.finish_step(steps[0], 0)
+    clock.at += 200
+    (job,) = fake.jobs
+    fake.signal_limit(job.job)
+    clock.at += 5
+    fake.finish_step(steps[1], 3)
+    clock.at += 55
+    fake.time_out(job.job)
+    fake.purge()
+    campaign.status()  # settles the lease and both steps
+    assert len(store.read(campaign.path).settlements) == 3
+    code, out, err = run(["report", str(campaign.path), "--json"], fake, capsys)
+    assert (code, err) == (0, "")
+    online = json.loads(out)
+    code, out, err = run(["report", str(campaign.path), "--offline", "--json"], fake, capsys)
+    assert (code, err) == (0, "")
+    offline = json.loads(out)
+    [held] = online["leases"]
+    assert [s["span"] for s in held["segments"]] == ["queued", "running"]
+    assert held["segments"][1]["execution"] == "STOPPED"
+    assert held["held_slot_hours"] == pytest.approx(2 * 290 / 3600)
+    assert held["busy_slot_hours"] == pytest.approx((30 + 235) / 3600)
+    assert offline["leases"] == online["leases"]
+    words = {
+        lane["key"]: [s["execution"] for s in lane["segments"] if s["span"] == "running"]
+        for lane in online["lanes"]
+    }
+    assert words == {"t0": ["SUCCEEDED"], "t1": ["STOPPED (time limit)"]}
+    assert [lane["segments"] for lane in offline["lanes"]] == [
+        lane["segments"] for lane in online["lanes"]
+    ]
+    assert offline["summary"]["used"] == online["summary"]["used"]
+    assert offline["summary"]["attempts"] == online["summary"]["attempts"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,14 @@ INNER_PYTHON = "/opt/servatus/bin/python"
 """The cluster's Python with this checkout's wheels; the direct launcher needs it absolute."""
 OUTSIDE_PYTHON = sys.executable
 TRANSPORTS = ("ssh", "local")
+FINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED", "LOST", "NOT_SUBMITTED"})
+"""The executions ``status`` never moves a Task out of on its own."""
+LEASED = re.compile(r"^submitted lease ([0-9a-f]{24}): job ([0-9]+)$", re.MULTILINE)
+"""``submit``'s line for each lease link: its id and job."""
+STEPPED = re.compile(
+    r"^submitted allocation ([0-9a-f]{24}): job ([0-9]+) \(([^)]*)\)$", re.MULTILINE
+)
+"""``start``'s line for each step: its id, its lease's job and its Task."""
 
 T = TypeVar("T")
 
@@ -150,6 +159,12 @@ class Lane:
         """The test worker (``lane_worker.py``) into work_root, where every step starts."""
         self.put(Path(self.work_root) / name, (HERE / "lane_worker.py").read_text())
 
+    def put_chain_worker(self) -> None:
+        """The chain tests' worker (``lane_chain_worker.py``), as ``chain_step.py``."""
+        self.put(
+            Path(self.work_root) / "chain_step.py", (HERE / "lane_chain_worker.py").read_text()
+        )
+
     def tasks_file(self, tasks: Sequence[Mapping[str, Any]], name: str = "tasks.jsonl") -> str:
         lines = "".join(json.dumps(task, sort_keys=True) + "\n" for task in tasks)
         self.put(self.launch / name, lines)
@@ -210,6 +225,16 @@ class Lane:
         self.ok("ensure", "state", self.tasks_file(tasks))
         self.ok("plan", "state", *plan_options, "--output", "plan.json")
         self.ok("submit", "state", "plan.json")
+
+    def lease(
+        self, *hold: str, state: str = "state", profile: str = "cpu"
+    ) -> tuple[list[tuple[str, int]], str]:
+        """Plan ``--hold`` (with ``hold``'s options) into lease.json and submit it: each link's
+        (id, job), and the plan's text."""
+        planned = self.ok("plan", state, "--profile", profile, *hold, "--output", "lease.json")
+        submitted = self.ok("submit", state, "lease.json")
+        links = [(lease, int(job)) for lease, job in LEASED.findall(submitted.stdout)]
+        return links, planned.stdout
 
     def status(self, state: str = "state") -> dict[str, Any]:
         result = self.servatus("status", state, "--json")
@@ -277,6 +302,13 @@ class Lane:
             rows.append((int(job), name, state))
         return rows
 
+    def job_state(self, job: int) -> str | None:
+        """Slurm's state of one of alice's jobs, or None once Slurm forgot it."""
+        for listed, _name, state in self.squeue():
+            if listed == job:
+                return state
+        return None
+
     def cleanup(self) -> None:
         """Cancel every job this test's allocations still have."""
         try:
@@ -288,6 +320,17 @@ class Lane:
                 self.cluster.login(
                     [f"{self.cluster.slurm_bin}/scancel", "--me", f"--name={name}"], timeout=30
                 )
+
+
+def task_of(document: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """The key's entry in a ``status --json`` document."""
+    [found] = [task for task in document["tasks"] if task["key"] == key]
+    return found  # type: ignore[no-any-return]
+
+
+def steps_of(document: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """The key's lease steps in a ``status --json`` document (one attempt each)."""
+    return [a for a in document["attempts"] if key in a["task_keys"] and a.get("within")]
 
 
 def allocation_ids(lane: Lane, state: str = "state") -> list[str]:

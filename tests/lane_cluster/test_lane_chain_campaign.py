@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 import pytest
-from lane_helpers import HERE, INNER_PYTHON, Lane, make_lane, wait_until
+from lane_helpers import FINAL, HERE, INNER_PYTHON, Lane, make_lane, wait_until
 from lane_traps import Trap, kill_cases, wrap_sbatch
 
 from cluster.fixture import SlurmCluster
@@ -36,7 +36,6 @@ pytestmark = pytest.mark.cluster
 BUDGET = "00:03:00"  # three 1-minute links
 BUDGET_SECONDS = 180
 PACKED_BUDGET = "00:02:00"
-FINAL = {"SUCCEEDED", "FAILED", "STOPPED", "LOST", "NOT_SUBMITTED"}
 
 PROTOCOL = {  # key: chain_step.py modes per link, under BUDGET
     "s": "exit0",  # exit 0 on link 1
@@ -278,9 +277,7 @@ def chains(
     ssh = make_lane(slurm_cluster, "ssh", tmp_path_factory.mktemp("ssh"), "campaign")
     try:
         for lane in (local, ssh):
-            lane.put(
-                Path(lane.work_root) / "chain_step.py", (HERE / "lane_chain_worker.py").read_text()
-            )
+            lane.put_chain_worker()
         local.put(Path(local.work_root) / "budget.py", (HERE / "lane_budget_worker.py").read_text())
         trap: Trap = wrap_sbatch(local, COUNTING_SBATCH)
         for lane in (local, ssh):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lane_helpers import HERE, INNER_PYTHON, Lane, wait_until
+from lane_helpers import FINAL, INNER_PYTHON, Lane, wait_until
 
 from cluster import harness
 
@@ -27,7 +27,6 @@ pytestmark = pytest.mark.cluster
 
 KEYS = ("r1", "r2")
 MODES = "yield25,yield25,exit0"
-FINAL = {"SUCCEEDED", "FAILED", "STOPPED", "LOST", "NOT_SUBMITTED"}
 UNTRUE_EVER = {"LOST", "NOT_SUBMITTED", "FAILED"}
 
 
@@ -48,7 +47,7 @@ def test_restarted_daemons_mid_chain_leave_every_chain_finished_once_and_read_tr
     ssh_lane: Lane,
 ) -> None:
     lane = ssh_lane
-    lane.put(Path(lane.work_root) / "chain_step.py", (HERE / "lane_chain_worker.py").read_text())
+    lane.put_chain_worker()
     lane.limit("00:01:00", "00:00:20")
     tasks = [{"key": key, "args": [INNER_PYTHON, "chain_step.py", MODES]} for key in KEYS]
     lane.submitted(tasks, "--budget", "00:03:00", "--tasks-per-allocation", "1")

@@ -20,23 +20,26 @@ import subprocess
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lane_helpers import HERE, INNER_PYTHON, Lane, make_lane, wait_until
+from lane_helpers import (
+    FINAL,
+    INNER_PYTHON,
+    STEPPED,
+    Lane,
+    make_lane,
+    steps_of,
+    task_of,
+    wait_until,
+)
 
 from cluster.fixture import SlurmCluster
 
 pytestmark = pytest.mark.cluster
-
-FINAL = {"SUCCEEDED", "FAILED", "STOPPED", "LOST", "NOT_SUBMITTED"}
-LEASED = re.compile(r"^submitted lease ([0-9a-f]{24}): job ([0-9]+)$", re.MULTILINE)
-STEPPED = re.compile(
-    r"^submitted allocation ([0-9a-f]{24}): job ([0-9]+) \(([^)]*)\)$", re.MULTILINE
-)
 
 
 def _prepare(lane: Lane, *, time_limit: str = "00:05:00", signal: str = "00:00:20") -> None:
@@ -50,39 +53,16 @@ def _tasks(lane: Lane, name: str, tasks: dict[str, list[str]]) -> str:
     )
 
 
-def _lease(lane: Lane, *hold: str) -> tuple[list[tuple[str, int]], str]:
-    """Plan ``--hold`` into lease.json and submit it: each link's (id, job), and the plan's text."""
-    planned = lane.ok("plan", "state", "--profile", "cpu", *hold, "--output", "lease.json")
-    submitted = lane.ok("submit", "state", "lease.json")
-    links = [(lease, int(job)) for lease, job in LEASED.findall(submitted.stdout)]
-    return links, planned.stdout
-
-
-def _job_state(lane: Lane, job: int) -> str | None:
-    for listed, _name, state in lane.squeue():
-        if listed == job:
-            return state
-    return None
-
-
-def _task(document: dict[str, Any], key: str) -> dict[str, Any]:
-    [found] = [task for task in document["tasks"] if task["key"] == key]
-    return found
-
-
-def _steps(document: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    """The key's steps as ``status --json`` lists them (one entry per allocation)."""
-    return [a for a in document["attempts"] if key in a["task_keys"] and a.get("within")]
-
-
 def _executions(lane: Lane) -> dict[str, str]:
     return {task["key"]: task["execution"] for task in lane.status()["tasks"]}
 
 
-def _wait_task(lane: Lane, key: str, wanted: set[str], seconds: float = 150) -> dict[str, Any]:
+def _wait_task(
+    lane: Lane, key: str, wanted: Collection[str], seconds: float = 150
+) -> dict[str, Any]:
     return lane.wait_for(
         f"{key} in {sorted(wanted)}",
-        lambda document: _task(document, key)["execution"] in wanted,
+        lambda document: task_of(document, key)["execution"] in wanted,
         seconds=seconds,
     )
 
@@ -100,10 +80,10 @@ def walk_through(lane: Lane, seen: dict[str, Any]) -> None:
     --retry`` in the same lease, ``logs``, ``cancel --allocation`` of the lease."""
     _prepare(lane)
     lane.ok("ensure", "state", _tasks(lane, "all", {"train-a": ["usr1", "3"]}))
-    links, seen["plan"] = _lease(lane, "--hold", "2")
+    links, seen["plan"] = lane.lease("--hold", "2")
     [(lease, job)] = links
     seen["lease"], seen["job"] = lease, job
-    wait_until("the lease running", lambda: _job_state(lane, job) == "RUNNING", seconds=90)
+    wait_until("the lease running", lambda: lane.job_state(job) == "RUNNING", seconds=90)
 
     started = time.time()
     first = lane.ok(
@@ -129,8 +109,8 @@ def walk_through(lane: Lane, seen: dict[str, Any]) -> None:
 
     seen["cancel_task"] = lane.servatus("cancel", "state", "--task", "train-a")
     seen["after_cancel"] = _wait_task(lane, "train-a", FINAL, seconds=90)
-    seen["lease_after_cancel"] = _job_state(lane, job)
-    seen["eval_after_cancel"] = _task(lane.status(), "eval-1")["execution"]
+    seen["lease_after_cancel"] = lane.job_state(job)
+    seen["eval_after_cancel"] = task_of(lane.status(), "eval-1")["execution"]
 
     retried = lane.servatus("start", "state", "train.jsonl", "--lease", lease, "--retry", "train-a")
     seen["retry"] = retried
@@ -147,7 +127,7 @@ def walk_through(lane: Lane, seen: dict[str, Any]) -> None:
         lambda document: all(task["execution"] in FINAL for task in document["tasks"]),
         seconds=120,
     )
-    seen["lease_at_end"] = _job_state(lane, job)
+    seen["lease_at_end"] = lane.job_state(job)
     seen["runs"] = {key: lane.run_records(key) for key in ("train-a", "eval-1")}
 
 
@@ -156,7 +136,7 @@ def three_into_two(lane: Lane, seen: dict[str, Any]) -> None:
     _prepare(lane)
     tasks = {"q1": ["sleep", "20"], "q2": ["sleep", "20"], "q3": ["sleep", "5"]}
     lane.ok("ensure", "state", _tasks(lane, "all", tasks))
-    [(lease, job)], _ = _lease(lane, "--hold", "2")
+    [(lease, job)], _ = lane.lease("--hold", "2")
     seen["lease"], seen["job"] = lease, job
     seen["start"] = lane.ok("start", "state", "all.jsonl", "--lease", lease).stdout
     readings: list[dict[str, str]] = []
@@ -174,7 +154,7 @@ def three_into_two(lane: Lane, seen: dict[str, Any]) -> None:
     )
     seen["readings"] = readings
     seen["runs"] = {key: lane.run_records(key) for key in tasks}
-    steps = {key: _steps(seen["final"], key)[-1]["allocation_id"] for key in tasks}
+    steps = {key: steps_of(seen["final"], key)[-1]["allocation_id"] for key in tasks}
     seen["spans"] = {key: _started_at(lane, step) for key, step in steps.items()}
     lane.servatus("cancel", "state", "--allocation", lease)
 
@@ -202,7 +182,7 @@ def killed_start(lane: Lane, seen: dict[str, Any]) -> None:
     _prepare(lane)
     tasks = {"k1": ["sleep", "15"], "k2": ["sleep", "15"]}
     lane.ok("ensure", "state", _tasks(lane, "all", tasks))
-    [(lease, job)], _ = _lease(lane, "--hold", "2")
+    [(lease, job)], _ = lane.lease("--hold", "2")
     seen["lease"], seen["job"] = lease, job
     wrappers = lane.launch / "wrappers"
     wrappers.mkdir()
@@ -256,7 +236,7 @@ def python_example(lane: Lane, seen: dict[str, Any]) -> None:
     seen["first"] = json.loads(ran.stdout.splitlines()[-1])
     seen["final"] = lane.wait_for(
         "eval-7 final",
-        lambda document: _task(document, "eval-7")["execution"] in FINAL,
+        lambda document: task_of(document, "eval-7")["execution"] in FINAL,
         seconds=120,
         state="gpu",
     )
@@ -271,16 +251,16 @@ def lease_links(lane: Lane, seen: dict[str, Any]) -> None:
     lane.ok(
         "ensure", "state", _tasks(lane, "all", {"early": ["sleep", "5"], "late": ["sleep", "5"]})
     )
-    links, seen["plan"] = _lease(lane, "--hold", "1", "--max-links", "2")
+    links, seen["plan"] = lane.lease("--hold", "1", "--max-links", "2")
     seen["links"] = links
     (first, first_job), (_second, second_job) = links
-    wait_until("link 1 running", lambda: _job_state(lane, first_job) == "RUNNING", seconds=90)
+    wait_until("link 1 running", lambda: lane.job_state(first_job) == "RUNNING", seconds=90)
     seen["early"] = lane.ok(
         "start", "state", _tasks(lane, "early", {"early": ["sleep", "5"]}), "--lease", first
     ).stdout
-    seen["second_while_first"] = _job_state(lane, second_job)
-    wait_until("link 2 running", lambda: _job_state(lane, second_job) == "RUNNING", seconds=180)
-    seen["first_then"] = _job_state(lane, first_job)
+    seen["second_while_first"] = lane.job_state(second_job)
+    wait_until("link 2 running", lambda: lane.job_state(second_job) == "RUNNING", seconds=180)
+    seen["first_then"] = lane.job_state(first_job)
     seen["late"] = lane.servatus(
         "start", "state", _tasks(lane, "late", {"late": ["sleep", "5"]}), "--lease", first
     )
@@ -296,10 +276,10 @@ def variables(lane: Lane, seen: dict[str, Any]) -> None:
     """A step's reserved variables as the spec lists them, under ``--budget``: recorded by the
     chain worker, which writes every ``SERVATUS_*`` variable it was given."""
     _prepare(lane)
-    lane.put(Path(lane.work_root) / "chain_step.py", (HERE / "lane_chain_worker.py").read_text())
+    lane.put_chain_worker()
     task = {"key": "v", "args": [INNER_PYTHON, "chain_step.py", "exit0"]}
     lane.ok("ensure", "state", lane.tasks_file([task], "v.jsonl"))
-    [(lease, job)], _ = _lease(lane, "--hold", "1")
+    [(lease, job)], _ = lane.lease("--hold", "1")
     seen["lease"], seen["job"] = lease, job
     seen["start"] = lane.ok("start", "state", "v.jsonl", "--lease", lease, "--budget", "00:10:00")
     seen["final"] = _wait_task(lane, "v", FINAL, seconds=120)
@@ -314,9 +294,9 @@ def at_the_limit(lane: Lane, seen: dict[str, Any]) -> None:
     _prepare(lane, time_limit="00:01:00", signal="00:00:20")
     tasks = {"zero": ["usr1", "0"], "three": ["usr1", "3"], "keeps": ["ignore", "300"]}
     lane.ok("ensure", "state", _tasks(lane, "all", tasks))
-    [(lease, job)], _ = _lease(lane, "--hold", "3")
+    [(lease, job)], _ = lane.lease("--hold", "3")
     seen["lease"], seen["job"] = lease, job
-    wait_until("the lease running", lambda: _job_state(lane, job) == "RUNNING", seconds=90)
+    wait_until("the lease running", lambda: lane.job_state(job) == "RUNNING", seconds=90)
     seen["start"] = lane.ok("start", "state", "all.jsonl", "--lease", lease).stdout
     seen["final"] = lane.wait_for(
         "every Task final",
@@ -399,7 +379,7 @@ def test_the_walk_through_status_shows_steps_within_their_lease(
     document = seen["status_json"]
     [held] = [a for a in document["attempts"] if a["allocation_id"] == lease]
     assert held["task_keys"] == [] and held["slots"] == 2 and held["within"] is None
-    [attempt] = _steps(document, "train-a")
+    [attempt] = steps_of(document, "train-a")
     assert attempt["within"] == lease and attempt["job"] == job and attempt["slots"] is None
     assert attempt["observation"]["step"] is True
 
@@ -409,7 +389,7 @@ def test_the_walk_through_stops_a_step_and_starts_it_again_in_the_same_lease(
 ) -> None:
     seen = _ok(leases["walk"])
     _done(seen["cancel_task"])
-    stopped = _task(seen["after_cancel"], "train-a")
+    stopped = task_of(seen["after_cancel"], "train-a")
     assert stopped["execution"] == "STOPPED", stopped
     assert seen["lease_after_cancel"] == "RUNNING"
     assert seen["eval_after_cancel"] == "RUNNING"
@@ -465,9 +445,9 @@ def test_a_start_killed_after_its_offer_is_resolved_at_once_by_reconcile(
 def test_the_spec_python_example_runs_as_written(leases: dict[str, dict[str, Any]]) -> None:
     seen = _ok(leases["python"])
     assert seen["code"] == 0, seen["stderr"]
-    [step] = _steps(seen["final"], "eval-7")
+    [step] = steps_of(seen["final"], "eval-7")
     assert step["within"] == seen["first"]["lease"]
-    eval7 = _task(seen["final"], "eval-7")
+    eval7 = task_of(seen["final"], "eval-7")
     assert eval7["execution"] == "STOPPED", eval7
     # Withdrawn before the lease took it, or stopped at once: it never ran to its end.
     assert len(seen["runs"]) <= 1
@@ -485,8 +465,8 @@ def test_a_step_started_with_the_first_link_id_runs_in_the_second_once_the_first
     [(_step, job, key)] = STEPPED.findall(seen["late"].stdout)
     assert (int(job), key) == (second_job, "late")
     final = seen["final"]
-    assert _steps(final, "early")[-1]["within"] == first
-    assert _steps(final, "late")[-1]["within"] == second
+    assert steps_of(final, "early")[-1]["within"] == first
+    assert steps_of(final, "late")[-1]["within"] == second
     assert {task["key"]: task["execution"] for task in final["tasks"]} == {
         "early": "SUCCEEDED",
         "late": "SUCCEEDED",
@@ -495,7 +475,7 @@ def test_a_step_started_with_the_first_link_id_runs_in_the_second_once_the_first
 
 def test_a_step_is_given_the_spec_reserved_variables(leases: dict[str, dict[str, Any]]) -> None:
     seen = _ok(leases["variables"])
-    assert _task(seen["final"], "v")["execution"] == "SUCCEEDED"
+    assert task_of(seen["final"], "v")["execution"] == "SUCCEEDED"
     record = seen["record"]
     assert record is not None
     given = {name: record.get(name) for name in (
@@ -511,7 +491,7 @@ def test_a_step_is_given_the_spec_reserved_variables(leases: dict[str, dict[str,
         "SERVATUS_JOB_ID": str(seen["job"]),
         "SERVATUS_TASK_KEY": "v",
     }, record
-    [step] = _steps(seen["final"], "v")
+    [step] = steps_of(seen["final"], "v")
     assert record["SERVATUS_ALLOCATION_ID"] == step["allocation_id"]
     assert str(record["SERVATUS_JOB_END_TIME"]).isdigit()
 

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lane_helpers import Lane, wait_until
+from lane_helpers import FINAL, Lane, wait_until
 
 pytestmark = pytest.mark.cluster
 
 ROUNDS = 50
 AT_ONCE = 5
-FINAL = {"SUCCEEDED", "FAILED", "STOPPED", "LOST", "NOT_SUBMITTED"}
 
 
 def test_cancel_racing_the_lease_runs_or_withdraws_each_order_and_status_agrees(

@@ -32,6 +32,7 @@ from servatus.status import (
     link_execution,
     slot_execution,
     slot_run_time,
+    step_execution,
 )
 from servatus.store import CampaignState, Intent, LeaseTerms, Settlement, TaskResources
 
@@ -205,11 +206,11 @@ def build(state: CampaignState, report: Report, *, now: float) -> ReportData:
         attempt = projected
         intent = intents[attempt.allocation_id]
         key = attempt.task_key
+        if attempt.observation is None and attempt.allocation_id in settled:
+            attempt = settled_attempt(attempt, intent, settled, now=now)
         if intent.lease is not None or key is None:  # a lease's own attempt (ADR 0009)
             lease_attempts[attempt.allocation_id] = attempt
             continue
-        if attempt.observation is None and attempt.allocation_id in settled:
-            attempt = settled_attempt(attempt, intent, settled, now=now)
         attempt_counts[attempt.execution.value] += 1
         segments = attempt_segments(attempt, intent, now=now)
         by_task.setdefault(key, []).extend(segments)
@@ -310,13 +311,19 @@ def settled_attempt(
 ) -> Attempt:
     """An attempt ``status --offline`` leaves unobserved (``ACCEPTED``), read from its settled
     observation as an online status would read it: a settled job is one Slurm no longer lists,
-    so its markers alone decide. The picture of a campaign whose markers were all purged
-    still draws every settled allocation."""
+    so its markers alone decide, by the rules of what it is (a lease link, a step in one, a
+    chain link, a plain slot). The picture of a campaign whose markers were all purged still
+    draws every settled allocation."""
     observation = settled[attempt.allocation_id].observation
     slot, chain = attempt.slot, attempt.link
-    if slot is None:  # a lease's own attempt: no Task's slot to read
-        return attempt
-    if chain is None:
+    if attempt.slots is not None or slot is None:
+        # A lease link: its own start, stop and limit, no Task's slot (its chain, if it has
+        # one, is the lease's next link, never a hand-on).
+        slot = 0
+        decision = slot_execution(None, observation, slot)
+    elif attempt.within is not None:  # a step, judged inside its lease, which is forgotten
+        decision = step_execution(None, observation)
+    elif chain is None:
         decision = slot_execution(None, observation, slot)
     else:
         before = settled.get(chain.after)
