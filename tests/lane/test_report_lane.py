@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from reportkit import T, lease_report, lease_state
 from servatus import Campaign, Task, store
 from servatus.config import Profile
-from servatus.report import disagreements
+from servatus.report import build, disagreements, report_to_document
+from servatus.report_html import render
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE, run
 
@@ -255,3 +257,10 @@ def test_an_offline_report_of_a_settled_lease_draws_it_and_its_steps_as_online(
     ]
     assert offline["summary"]["used"] == online["summary"]["used"]
     assert offline["summary"]["attempts"] == online["summary"]["attempts"]
+
+
+def test_the_page_header_counts_in_words_that_agree_with_their_number() -> None:
+    document = report_to_document(
+        build(lease_state(), lease_report(lease_attempt=True), now=T + 1500)
+    )
+    assert "<p>3 Tasks, 1 lease link; made " in render(document)

@@ -284,7 +284,8 @@ def render(document: Mapping[str, Any]) -> str:
         f"<title>servatus report {_e(document['campaign_id'])}</title>"
         f"<style>{_asset('report_page.css')}</style></head><body>"
         f"<header><h1>Campaign {_e(document['campaign_id'])}</h1>"
-        f"<p>{len(document['lanes']):,} Tasks, {len(document['leases']):,} lease links; "
+        f"<p>{_count(len(document['lanes']), 'Task')}, "
+        f"{_count(len(document['leases']), 'lease link')}; "
         f'made <time id=made data-at="{document["made_at"]}"></time> ({_e(mode)})</p>'
         f"{warnings}</header>"
         "<div id=layout><div id=main>"
@@ -301,3 +302,8 @@ def render(document: Mapping[str, Any]) -> str:
         "document.getElementById('made').dataset.at*1000).toISOString();</script>"
         "</body></html>\n"
     )
+
+
+def _count(count: int, word: str) -> str:
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
+
