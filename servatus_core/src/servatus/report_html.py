@@ -306,4 +306,3 @@ def render(document: Mapping[str, Any]) -> str:
 
 def _count(count: int, word: str) -> str:
     return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
-
