@@ -228,8 +228,8 @@ def test_a_rest_of_exactly_a_minute_over_signal_before_end_is_dropped_with_a_war
     planned = chain([("a", 0)], budget, L40S)
     assert planned.tasks[0].dropped == lead + MINUTE
     assert chain_warnings([planned], L40S) == (
-        "a: the last 00:11:00 of the budget is within a minute of signal_before_end (00:10:00), "
-        "too short for a link; it is not planned",
+        "a: the last 00:11:00 of the budget is too short for a link, which must be more than a "
+        "minute longer than signal_before_end (00:10:00); it is not planned",
     )
 
 
@@ -344,7 +344,7 @@ def test_a_time_limit_equal_to_max_time_limit_is_a_full_link() -> None:
 def test_short_links_with_a_short_signal_as_the_cluster_tests_use() -> None:
     limits = Limits(time_limit=2 * MINUTE, max_time_limit=HOUR, signal_before_end=30)
     assert [x.time_limit for x in links(0, Continuation(budget="0:06:00"), limits)] == [120] * 3
-    # a 1-minute rest is within a minute of a 30 s signal: dropped
+    # a 1-minute rest is not more than a minute longer than a 30 s signal: dropped
     assert [x.time_limit for x in links(0, Continuation(budget="0:05:00"), limits)] == [120] * 2
 
 
@@ -386,8 +386,9 @@ def test_warnings_gather_the_same_kind_over_many_chains() -> None:
     budget = Continuation(budget=L40S.time_limit + lead)
     chains = [chain([(f"t{i}", 0)], budget, L40S) for i in range(8)]
     assert chain_warnings(chains, L40S) == (
-        "8 Tasks (t0, t1, t2, t3, t4 and 3 more): the last 00:10:00 of the budget is within a "
-        "minute of signal_before_end (00:10:00), too short for a link; it is not planned",
+        "8 Tasks (t0, t1, t2, t3, t4 and 3 more): the last 00:10:00 of the budget is too short "
+        "for a link, which must be more than a minute longer than signal_before_end (00:10:00); "
+        "it is not planned",
     )
 
 
@@ -462,7 +463,7 @@ def test_eligibility_under_a_budget(
 def test_eligibility_counts_a_rest_too_short_for_a_link_as_no_room() -> None:
     budget = Continuation(budget="1-12:00:00")
     for run_time, expected in (
-        (d("1-11:49:00"), Eligibility.SPENT),  # 11:00 left: within a minute of 10:00
+        (d("1-11:49:00"), Eligibility.SPENT),  # 11:00 left: not more than a minute over 10:00
         (d("1-11:48:00"), Eligibility.EXTENDS_SUCCEEDED),  # 12:00 left
     ):
         assert under_l40s(Execution.SUCCEEDED, budget, run_time=run_time, retried=True) is expected

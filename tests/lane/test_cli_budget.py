@@ -330,15 +330,15 @@ def test_show_scripts_renders_each_link_as_submit_would(
 def test_a_budget_too_short_for_any_link_holds_spent_with_the_dropped_rest_warning(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A Task that never ran, under a budget within a minute of signal_before_end: the whole
-    budget is a rest too short for a link, dropped with the spec's warning, not held in silence."""
+    """A Task that never ran, under a budget at most a minute longer than signal_before_end: the
+    whole budget is a rest too short for a link, dropped with a warning, not held in silence."""
     state = create(project, "a", "b")
     code, out, err = run(["plan", state, "--budget", "00:11:00"], FakeScheduler(), capsys)
     assert code == 0
     assert "held: 2 Tasks\n  a  SPENT\n  b  SPENT\n" in out
     warning = (
-        "2 Tasks (a, b): the last 00:11:00 of the budget is within a minute of "
-        "signal_before_end (00:10:00), too short for a link; it is not planned"
+        "2 Tasks (a, b): the last 00:11:00 of the budget is too short for a link, which must be "
+        "more than a minute longer than signal_before_end (00:10:00); it is not planned"
     )
     assert err == f"servatus: warning: {warning}\n"
     document = plan_json(state, FakeScheduler(), capsys, "--budget", "00:11:00")

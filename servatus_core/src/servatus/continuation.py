@@ -163,7 +163,8 @@ class _Lengths:
 
 def _lengths(run_time: int, continuation: Continuation, limits: Limits) -> _Lengths:
     """The time limits of one Task's links: full links, then the rest rounded down to whole
-    minutes unless it is within a minute of ``signal_before_end``; at most K (or MAX_LINKS)."""
+    minutes unless it is at most a minute longer than ``signal_before_end``; at most K (or
+    MAX_LINKS)."""
     full = limits.time_limit
     most = continuation.max_links or MAX_LINKS
     if continuation.budget is None:
@@ -305,8 +306,9 @@ def chain_warnings(
     lead = format_duration(limits.signal_before_end or 0)
     for rest, keys in sorted(dropped.items()):
         lines.append(
-            f"{_tasks(keys)}: the last {format_duration(rest)} of the budget is within a "
-            f"minute of signal_before_end ({lead}), too short for a link; it is not planned"
+            f"{_tasks(keys)}: the last {format_duration(rest)} of the budget is too short "
+            "for a link, which must be more than a minute longer than signal_before_end "
+            f"({lead}); it is not planned"
         )
     if capped:
         lines.append(
