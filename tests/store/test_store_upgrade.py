@@ -161,3 +161,46 @@ def test_unknown_fields_are_still_refused(old_campaign: Path, later: cattrs.Conv
         later.structure(document, LaterSnapshot)
     with pytest.raises(TypeError, match=r"\$\.state\.intents"):
         store.decode(json.dumps({"type": "snapshot", **document}).encode())
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, DATA / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+VERSION_4 = _script("make_d977980")
+"""Version 4 as main wrote it just before the settled summary: settlements, horizons, chains,
+a lease and its step, in the snapshot and in the tail."""
+
+
+@pytest.fixture
+def version_4(tmp_path: Path) -> Path:
+    return owner_only_copy(DATA / "d977980" / "campaign", tmp_path / "campaign")
+
+
+def test_version_4_reads_record_by_record(version_4: Path) -> None:
+    data = (version_4 / store.JOURNAL).read_bytes()
+    assert data.startswith(b"servatus.campaign/4\n")
+    first, *tail = map(store.decode, store.scan(data, "journal").payloads)
+    assert isinstance(first, store.Snapshot)
+    assert first.state == store.fold(VERSION_4.BEFORE_COMPACTION)
+    assert tail == VERSION_4.AFTER_COMPACTION
+    state = store.read(version_4)
+    assert state == store.fold(VERSION_4.BEFORE_COMPACTION + VERSION_4.AFTER_COMPACTION)
+    assert [item.allocation_id[0] for item in state.settlements] == ["a", "b", "c"]
+    assert state.settlements[0].handed == (1,)
+    assert [(h.intents, h.at) for h in state.horizons] == [(2, 1796000600.0), (5, 1796001000.0)]
+
+
+def test_version_4_is_taken_over_and_compacted(version_4: Path) -> None:
+    before = store.read(version_4)
+    with store.writing(version_4) as writer:
+        writer.compact()
+        writer.commit(store.Receipt(VERSION_4.F, 2005))
+    after = store.read(version_4)
+    assert after.receipts[-1] == store.Receipt(VERSION_4.F, 2005)
+    assert attrs.evolve(after, receipts=after.receipts[:-1], revision=before.revision) == before
