@@ -24,6 +24,9 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 html_theme = "furo"
 html_title = f"Servatus {release}"
+# Options, commands and messages are written as typed: smart quotes would turn ``--appendable``
+# in prose (a click help text, a heading) into an en dash and "x" into curly quotes.
+smartquotes = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 nitpicky = False
