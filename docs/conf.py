@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
+
+from docutils import nodes
+from sphinx import addnodes
+from sphinx.pycode import ModuleAnalyzer
 
 if TYPE_CHECKING:
     from sphinx.application import Sphinx
@@ -29,7 +34,24 @@ html_title = f"Servatus {release}"
 smartquotes = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-nitpicky = False
+# Every name a page or a docstring refers to must have an entry (docs/api.md); only the standard
+# library's and the libraries' own names, which this guide does not document, are let through.
+nitpicky = True
+nitpick_ignore = [
+    ("py:class", name)
+    for name in (
+        "collections.abc.Callable",
+        "collections.abc.Collection",
+        "collections.abc.Iterable",
+        "collections.abc.Iterator",
+        "collections.abc.Mapping",
+        "collections.abc.Sequence",
+        "contextlib.AbstractContextManager",
+        "os.PathLike",
+        "pathlib.Path",
+        "Path",  # pathlib's, as Campaign's own signature spells it
+    )
+]
 suppress_warnings: list[str] = []
 
 
@@ -47,5 +69,66 @@ def _examples_as_code(app: Sphinx, ctx: object, lines: list[str]) -> None:
     lines[:] = shown
 
 
+_PRIVATE_PARAMETER = re.compile(r",\s*_\w+(?:=[^,()]*)?(?=[,)])")
+
+
+def _without_private_parameters(
+    app: Sphinx, what: str, name: str, obj: object, options: object, args: str | None, ret: str
+) -> tuple[str | None, str] | None:
+    """A ``_name`` parameter is for Servatus' own calls (``Campaign(..., _state=...)``): it is not
+    part of the signature a reader may use."""
+    if args is None or "_" not in args:
+        return None
+    return _PRIVATE_PARAMETER.sub("", args), ret
+
+
+def _exported_constant(
+    app: Sphinx, what: str, name: str, obj: object, options: object, lines: list[str]
+) -> None:
+    """A constant ``servatus`` re-exports (``servatus.MAX_LINKS``) keeps the doc comment of the
+    module that defines it; autodoc would otherwise show the docstring of ``int``."""
+    if what != "data" or not name.startswith("servatus.") or name.count(".") != 1:
+        return
+    import servatus  # noqa: PLC0415 - the package being documented
+
+    short = name.partition(".")[2]
+    module = servatus._EXPORTS.get(short)
+    if module is not None:
+        found = ModuleAnalyzer.for_module(module).find_attr_docs().get(("", short))
+        if found:
+            lines[:] = list(found)
+
+
+def _fields_once(app: Sphinx, domain: str, objtype: str, content: Any) -> None:
+    """The parameter list autodoc builds from type hints, without what needs no entry there: a
+    private ``_name`` parameter, and a class's parameter that the class's own attribute entry
+    already describes (with its type). Runs after autodoc's own handler has added the list."""
+    if domain != "py":
+        return
+    described = {
+        child[0]["fullname"].rpartition(".")[2]
+        for child in content.children
+        if isinstance(child, addnodes.desc)
+        and child["objtype"] in ("attribute", "property")
+        and ":" in "".join(n.astext() for n in child[0].findall(addnodes.desc_annotation))
+    }
+    shown = {
+        parameter.astext().partition("=")[0].lstrip("*").strip()
+        for parameter in content.parent[0].findall(addnodes.desc_parameter)
+    }
+    for field_list in [c for c in content.children if isinstance(c, nodes.field_list)]:
+        for field in list(field_list.children):
+            words = field[0].astext().split()
+            if words[0] in ("param", "type") and len(words) > 1:
+                parameter = words[-1]
+                if parameter not in shown or parameter in described:
+                    field_list.remove(field)
+        if not field_list.children:
+            content.remove(field_list)
+
+
 def setup(app: Sphinx) -> None:
     app.connect("sphinx-click-process-epilog", _examples_as_code)
+    app.connect("autodoc-process-signature", _without_private_parameters)
+    app.connect("autodoc-process-docstring", _exported_constant)
+    app.connect("object-description-transform", _fields_once, priority=600)
