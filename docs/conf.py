@@ -127,8 +127,68 @@ def _fields_once(app: Sphinx, domain: str, objtype: str, content: Any) -> None:
             content.remove(field_list)
 
 
+def _option_extras(app: Sphinx, ctx: Any, lines: list[str]) -> None:
+    """What ``--help`` says of an option beyond its text, in the reference too: that it may be
+    repeated, and its range (``--bytes``: 1 to 1048576). Both are read from the option itself;
+    sphinx-click shows neither."""
+    import click  # noqa: PLC0415 - sphinx-click has loaded it
+
+    for option in ctx.command.params:
+        if not isinstance(option, click.Option):
+            continue
+        extras = []
+        if option.multiple:
+            extras.append("Repeatable.")
+        kind = option.type
+        if isinstance(kind, click.IntRange):
+            if kind.min is not None and kind.max is not None:
+                extras.append(f"Accepts {kind.min} to {kind.max}.")
+            elif kind.min is not None:
+                extras.append(f"Accepts at least {kind.min}.")
+            else:
+                extras.append(f"Accepts at most {kind.max}.")
+        if not extras:
+            continue
+        heading = f".. option:: {option.opts[0]}"
+        start = next(i for i, line in enumerate(lines) if line.split(" <")[0] == heading)
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith(".. option::")),
+            len(lines),
+        )
+        fields = [i for i in range(start + 1, end) if lines[i].startswith("    :")]
+        at = fields[0] if fields else end
+        while lines[at - 1] == "":
+            at -= 1
+        lines[at:at] = ["", "    " + " ".join(extras)]
+
+
+_ARGUMENTS = {
+    "STATE": "The campaign directory.",
+    "TASKS.jsonl": "A Tasks file: one Task per line, a JSON object with key and args.",
+    "PLAN": "A plan file saved by plan --output.",
+}
+"""What each argument name means, in every command that takes it: click 8.1 has no help for
+arguments, so each command's text describes them and the reference names them here too."""
+
+
+def _argument_meanings(app: Sphinx, ctx: Any, lines: list[str]) -> None:
+    """Each argument's meaning under its name, instead of only "Required argument"; a new
+    argument name with no meaning here fails the build."""
+    shown: list[str] = []
+    for line in lines:
+        shown.append(line)
+        if line.startswith(".. option:: "):
+            name = line.removeprefix(".. option:: ")
+            if name not in _ARGUMENTS:
+                raise ValueError(f"docs/conf.py: describe the argument {name} in _ARGUMENTS")
+            shown += ["", f"    {_ARGUMENTS[name]}"]
+    lines[:] = shown
+
+
 def setup(app: Sphinx) -> None:
     app.connect("sphinx-click-process-epilog", _examples_as_code)
+    app.connect("sphinx-click-process-options", _option_extras)
+    app.connect("sphinx-click-process-arguments", _argument_meanings)
     app.connect("autodoc-process-signature", _without_private_parameters)
     app.connect("autodoc-process-docstring", _exported_constant)
     app.connect("object-description-transform", _fields_once, priority=600)
