@@ -34,8 +34,8 @@ html_title = f"Servatus {release}"
 smartquotes = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-# Every name a page or a docstring refers to must have an entry (docs/api.md); only the standard
-# library's and the libraries' own names, which this guide does not document, are let through.
+# Every name a page or a docstring refers to must have an entry (docs/api.md). Only the standard
+# library's are let through: linking them would need intersphinx, and the build no network.
 nitpicky = True
 nitpick_ignore = [
     ("py:class", name)
@@ -43,7 +43,6 @@ nitpick_ignore = [
         "collections.abc.Callable",
         "collections.abc.Collection",
         "collections.abc.Iterable",
-        "collections.abc.Iterator",
         "collections.abc.Mapping",
         "collections.abc.Sequence",
         "contextlib.AbstractContextManager",
@@ -101,8 +100,9 @@ def _exported_constant(
 
 def _fields_once(app: Sphinx, domain: str, objtype: str, content: Any) -> None:
     """The parameter list autodoc builds from type hints, without what needs no entry there: a
-    private ``_name`` parameter, and a class's parameter that the class's own attribute entry
-    already describes (with its type). Runs after autodoc's own handler has added the list."""
+    parameter the signature does not show (a private ``_name`` one, or any of a value the page
+    documents with no constructor, as ``Plan()``), and a class's parameter that the class's own
+    attribute entry already describes with its type. Runs after autodoc's handler made the list."""
     if domain != "py":
         return
     described = {
@@ -172,7 +172,7 @@ arguments, so each command's text describes them and the reference names them he
 
 
 def _argument_meanings(app: Sphinx, ctx: Any, lines: list[str]) -> None:
-    """Each argument's meaning under its name, instead of only "Required argument"; a new
+    """Each argument's meaning under its name, beside sphinx-click's "Required argument"; an
     argument name with no meaning here fails the build."""
     shown: list[str] = []
     for line in lines:

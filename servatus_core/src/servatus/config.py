@@ -60,7 +60,8 @@ class Target:
     """Where and how to run, with ceilings that guard against mistakes.
 
     One attribute per ``[target]`` key of SERVATUS.toml, with these differences: durations are
-    whole seconds, arrays are tuples, and an omitted optional key is None. The Apptainer keys
+    whole seconds, arrays are tuples, and a key left out takes its default (None where the
+    configuration reference gives none). The Apptainer keys
     (``apptainer``, ``image``, ``binds``) are gathered in ``apptainer`` (None without them);
     ``launcher`` is the launcher's name, ``apptainer`` when those keys are set and ``direct``
     otherwise unless the file names one; ``launcher_options`` are that table's

@@ -171,7 +171,7 @@ class Allocation:
     allocation_id: str
     """Its id: the job is named ``servatus-<allocation_id>``."""
     task_keys: tuple[str, ...]
-    """The Task of each slot, slot 0 first."""
+    """The Task of each slot, slot 0 first (empty for a lease)."""
     link: Link | None = None
     """Its place in a chain (None for a plain allocation)."""
     after: str | None = None
