@@ -108,6 +108,7 @@ class Submitted:
     """What ``submit`` did: one receipt per accepted allocation, in submission order."""
 
     receipts: tuple[SubmittedAllocation, ...]
+    """Each allocation Slurm accepted, with its job number; empty for a plan of nothing."""
 
 
 @attrs.frozen
@@ -127,8 +128,11 @@ class ShapeCheck:
     """``sbatch --test-only`` of one allocation shape (its number of Tasks)."""
 
     tasks: int
+    """How many Tasks the shape holds (a lease: its slots)."""
     accepted: bool
+    """Whether Slurm accepted the request; a rejection is not an error here, the CLI exits 1."""
     message: str
+    """The last line Slurm printed about it, or ``exit N`` when it printed nothing."""
 
 
 @attrs.frozen
@@ -137,8 +141,11 @@ class Cancelled:
     steps whose orders it withdrew (they never start); the steps it asked their lease to stop."""
 
     allocations: tuple[str, ...]
+    """The allocation ids ``scancel`` was run for, newest first."""
     withdrawn: tuple[str, ...] = ()
+    """Lease steps taken back before their lease started them: they never run."""
     stopping: tuple[str, ...] = ()
+    """Lease steps already running, asked to stop; their lease runs on."""
 
 
 @attrs.frozen
@@ -146,10 +153,15 @@ class Authoring:
     """What one authoring command did: Tasks added, Tasks already present, and the result."""
 
     created: bool
+    """Whether this command created the campaign."""
     added: int
+    """Tasks new to the campaign, appended in the order given."""
     existing: int
+    """Tasks given that the campaign already held, identical (they are skipped)."""
     total: int
+    """Tasks the campaign holds now."""
     sealed: bool
+    """Whether the campaign is sealed now."""
 
     def to_document(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -288,8 +300,12 @@ class Campaign:
         _state: store.CampaignState | None = None,
     ) -> None:
         self.path = Path(path)
+        """The campaign directory."""
         self.probe = probe
+        """The result probe: given Tasks, the keys whose result is valid (None: no probe)."""
         self.connect = connect
+        """How Slurm is reached, a Target in and a Transport out (None: the ``ssh`` transport for
+        a Target with a ``host``, else ``local``)."""
         self.record_warning: str | None = None
         """Why the last read-only command could not record what it settled (a transient
         failure; a busy campaign is no failure), or None."""
@@ -343,10 +359,12 @@ class Campaign:
 
     @property
     def sealed(self) -> bool:
+        """No Task can be added any more (:meth:`seal`, or created without ``appendable``)."""
         return self._state.sealed
 
     @property
     def appendable(self) -> bool:
+        """Tasks can still be added: the opposite of :attr:`sealed`."""
         return not self._state.sealed
 
     def task(self, key: str) -> Task:
@@ -473,8 +491,8 @@ class Campaign:
         return report
 
     def report(self, *, offline: bool = False) -> ReportData:
-        """The picture's data (:mod:`servatus.report`): what :meth:`status` reads (the same two
-        listings, recording what settled the same way) with the times between."""
+        """The picture's data (:class:`~servatus.report.ReportData`): what :meth:`status` reads
+        (the same two listings, recording what settled the same way) with the times between."""
         from servatus.report import build  # noqa: PLC0415 - loaded only for a report
 
         projected = self.status(offline=offline)
@@ -1038,8 +1056,8 @@ class Campaign:
 
         Everything is tried; ``progress`` gets each allocation cancelled, and ``steps`` each
         step withdrawn or stopping (``"withdrawn"`` or ``"stopping"``, then its id), as it is.
-        If a ``scancel`` fails or a step's claim cannot be read, :class:`Unavailable` names what
-        was and was not done.
+        If a ``scancel`` fails or a step's claim cannot be read,
+        :class:`~servatus.errors.Unavailable` names what was and was not done.
         """
         self.refresh()
         tasks, allocations = tuple(tasks), tuple(allocations)
@@ -1301,7 +1319,10 @@ def _usable(profile: Profile) -> None:
 
 
 def diagnose(profile: Profile, *, connect: Connect | None = None) -> Diagnosis:
-    """What ``servatus doctor`` prints for ``profile``, as a :class:`Diagnosis`."""
+    """What ``servatus doctor`` prints for ``profile``, as a :class:`~servatus.doctor.Diagnosis`.
+
+    ``connect`` replaces how Slurm is reached, as on :class:`Campaign`.
+    """
     from servatus.doctor import diagnose as run  # noqa: PLC0415 - doctor imports the engine
 
     return run(profile, connect=connect)

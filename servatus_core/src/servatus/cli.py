@@ -539,7 +539,12 @@ def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) 
 @click.option("--appendable", is_flag=True, help="Allow appending Tasks later (default: sealed).")
 @json_option
 def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool) -> None:
-    """Create a campaign; fails if it exists. Sealed unless --appendable."""
+    """Create a campaign; fails if it exists. Sealed unless --appendable.
+
+    STATE is the campaign directory, made (owner-only) if it is missing. TASKS.jsonl holds one
+    Task per line: a JSON object with "key" and "args", and optionally "env" and "stdin_file" (a
+    path relative to the file's directory).
+    """
     from servatus.campaign import create_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
@@ -557,7 +562,11 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
 )
 @json_option
 def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> None:
-    """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it."""
+    """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it.
+
+    STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create. Run again with
+    the same file, it adds nothing.
+    """
     from servatus.campaign import ensure_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
@@ -570,7 +579,10 @@ def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> 
 @click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
 @json_option
 def append_command(state: str, tasks_file: str, as_json: bool) -> None:
-    """Append new Tasks to an appendable campaign; identical existing Tasks are skipped."""
+    """Append new Tasks to an appendable campaign; identical existing Tasks are skipped.
+
+    STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create.
+    """
     from servatus.campaign import append_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
@@ -582,7 +594,11 @@ def append_command(state: str, tasks_file: str, as_json: bool) -> None:
 @state_argument
 @json_option
 def seal_command(state: str, as_json: bool) -> None:
-    """End authoring irreversibly."""
+    """End authoring irreversibly.
+
+    STATE is the campaign directory. A sealed campaign takes no new Task: append, and ensure with
+    a key it lacks, are refused.
+    """
     from servatus.campaign import seal_state  # noqa: PLC0415
 
     _, done = seal_state(state)
@@ -666,7 +682,7 @@ def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> in
     "--max-links",
     type=click.IntRange(min=1, max=32),  # servatus.continuation.MAX_LINKS, not imported here
     metavar="K",
-    help="At most K links per chain, 1 to 32; without --budget, K full links.",
+    help="At most K links per chain; without --budget, K full links.",
 )
 @click.option(
     "--hold",
@@ -700,7 +716,12 @@ def plan_command(
     show_scripts: bool,
     as_json: bool,
 ) -> None:
-    """Show selected, held and deferred Tasks and what the plan requests at most."""
+    """Show selected, held and deferred Tasks and what the plan requests at most.
+
+    STATE is the campaign directory. The profile comes from SERVATUS.toml (--config, --profile),
+    or with --lease from the lease. --retry and --only may be given more than once. Nothing is
+    submitted: save the plan with --output, then validate or submit that file.
+    """
     from servatus.continuation import Continuation  # noqa: PLC0415
 
     if hold is not None:
@@ -825,7 +846,11 @@ def _read_plan(path: str) -> Plan:
 @click.argument("plan_file", metavar="PLAN", shell_complete=complete_file)
 @json_option
 def validate_command(state: str, plan_file: str, as_json: bool) -> None:
-    """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected."""
+    """sbatch --test-only once per distinct allocation shape; exit 1 if any is rejected.
+
+    STATE is the campaign directory; PLAN is a plan file saved by plan --output. Nothing is
+    submitted.
+    """
     from servatus.campaign import ShapeCheck, to_document  # noqa: PLC0415
     from servatus.errors import ShapeRejected  # noqa: PLC0415
 
@@ -846,7 +871,11 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
 @click.argument("plan_file", metavar="PLAN", shell_complete=complete_file)
 @json_option
 def submit_command(state: str, plan_file: str, as_json: bool) -> None:
-    """Submit the reviewed plan. Exit 3 if interrupted."""
+    """Submit the reviewed plan. Exit 3 if interrupted.
+
+    STATE is the campaign directory; PLAN is the plan file saved by plan --output. A plan the
+    campaign or Slurm has moved on from is refused as stale: plan again.
+    """
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.submission import SubmittedAllocation  # noqa: PLC0415
 
@@ -895,7 +924,11 @@ def start_command(
     as_json: bool,
 ) -> None:
     """Register the file's new Tasks and start its keys as steps in the lease. Exit 3 if
-    interrupted."""
+    interrupted.
+
+    STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create. --lease names
+    the lease by any of its links' ids. --retry may be given more than once.
+    """
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.submission import SubmittedAllocation  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
@@ -929,7 +962,11 @@ def start_command(
 @json_option
 @paused_gc
 def status_command(state: str, offline: bool, as_json: bool) -> None:
-    """Task and allocation status."""
+    """Task and allocation status.
+
+    STATE is the campaign directory. Unless --offline, it reads one squeue and one run-marker
+    listing for each Target the campaign has submitted to.
+    """
     from servatus.status import report_to_document  # noqa: PLC0415
 
     campaign = _campaign(state)
@@ -957,7 +994,10 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
 @paused_gc
 def report_command(state: str, output: str | None, offline: bool, as_json: bool) -> None:
     """A timeline of every Task and what the campaign cost, in one HTML file that needs no
-    network; --json prints the data behind it."""
+    network; --json prints the data behind it.
+
+    STATE is the campaign directory.
+    """
     from servatus.errors import ConfigurationError  # noqa: PLC0415
     from servatus.report import report_to_document  # noqa: PLC0415
     from servatus.report_html import render  # noqa: PLC0415
@@ -983,7 +1023,10 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
 @state_argument
 @json_option
 def reconcile_command(state: str, as_json: bool) -> None:
-    """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait."""
+    """Resolve every unresolved allocation from Slurm evidence; exit 75 while some still wait.
+
+    STATE is the campaign directory. Running it again is always safe.
+    """
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.errors import StillWaiting  # noqa: PLC0415
     from servatus.reconcile import Resolution  # noqa: PLC0415
@@ -1017,7 +1060,11 @@ def cancel_command(
     state: str, tasks: tuple[str, ...], allocations: tuple[str, ...], as_json: bool
 ) -> None:
     """scancel matching allocations that Slurm lists as queued or running, newest first; a step
-    stops inside its lease, and a lease ends with every step in it."""
+    stops inside its lease, and a lease ends with every step in it.
+
+    STATE is the campaign directory. Name at least one --task or --allocation; each may be given
+    more than once.
+    """
     if not tasks and not allocations:
         raise click.UsageError("name at least one --task or --allocation to cancel")
     cancelled: list[str] = []  # what Slurm cancelled, also if another scancel failed
@@ -1081,7 +1128,11 @@ def logs_command(
     size: int,
     output: str | None,
 ) -> None:
-    """Bounded log tail; writes 0600; refuses a terminal."""
+    """Bounded log tail; writes 0600; refuses a terminal.
+
+    STATE is the campaign directory. Name at least one --task or --allocation; each may be given
+    more than once. When there are several logs, each follows a line that names its path.
+    """
     from servatus.errors import ConfigurationError  # noqa: PLC0415
 
     if not tasks and not allocations:

@@ -47,7 +47,8 @@ APPTAINER = "apptainer"
 
 @attrs.frozen
 class Apptainer:
-    """The Apptainer launcher's settings: executable, image, and extra binds."""
+    """The Apptainer launcher's settings: ``executable`` (``[target] apptainer``), ``image``, and
+    the extra ``binds``."""
 
     executable: str
     image: str
@@ -56,7 +57,16 @@ class Apptainer:
 
 @attrs.frozen
 class Target:
-    """Where and how to run, with ceilings that guard against mistakes."""
+    """Where and how to run, with ceilings that guard against mistakes.
+
+    One attribute per ``[target]`` key of SERVATUS.toml, with these differences: durations are
+    whole seconds, arrays are tuples, and a key left out takes its default (None where the
+    configuration reference gives none). The Apptainer keys
+    (``apptainer``, ``image``, ``binds``) are gathered in ``apptainer`` (None without them);
+    ``launcher`` is the launcher's name, ``apptainer`` when those keys are set and ``direct``
+    otherwise unless the file names one; ``launcher_options`` are that table's
+    ``(key, value)`` pairs, sorted by key.
+    """
 
     slurm_bin: str
     work_root: str
@@ -81,7 +91,11 @@ class Target:
 
 @attrs.frozen
 class Resources:
-    """What each Task needs; an allocation of n Tasks requests n times cpus, memory and gpus."""
+    """What each Task needs; an allocation of n Tasks requests n times cpus, memory and gpus.
+
+    The ``[resources]`` keys of SERVATUS.toml, durations in seconds: ``time_limit`` is whole
+    minutes, and ``signal_before_end`` is None when no pre-limit signal is asked for.
+    """
 
     cpus: int
     memory_mib: int
@@ -95,8 +109,11 @@ class Profile:
     """A named Target and Resources pair from SERVATUS.toml."""
 
     name: str
+    """The profile's name: its ``[profiles.NAME]`` table, or ``default`` in a file without any."""
     target: Target
+    """Where its Tasks run, and the ceilings they must fit."""
     resources: Resources
+    """What each of its Tasks needs."""
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, name: str | None = None) -> Profile:
@@ -104,7 +121,8 @@ class Profile:
 
         ``name`` beats the document's ``default_profile``; without either, a sole profile
         selects itself, and a file without ``[profiles]`` tables is the one profile
-        ``"default"``. Raises :class:`ConfigurationError` naming the file and key.
+        ``"default"``. Raises :class:`~servatus.errors.ConfigurationError` naming the file and
+        key.
         """
         where = os.fspath(path)
         document = _read_document(path, where)

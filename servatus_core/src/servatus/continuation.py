@@ -66,7 +66,10 @@ class Continuation:
     """
 
     budget: int | None = attrs.field(default=None, converter=_budget)
+    """Each selected Task's lifetime run time in seconds, or None for ``max_links`` alone."""
     max_links: int | None = attrs.field(default=None, converter=_max_links)
+    """The most links one chain has, 1 to :data:`MAX_LINKS`; None: as many as the budget needs
+    (up to :data:`MAX_LINKS`)."""
 
     def __attrs_post_init__(self) -> None:
         if self.budget is None and self.max_links is None:
@@ -78,8 +81,11 @@ class Link:
     """One allocation of a chain: its 1-based ``position`` of ``of`` links, and its time limit."""
 
     position: int
+    """Which link, from 1."""
     of: int
+    """How many links the chain has."""
     time_limit: int
+    """This link's time limit in seconds, whole minutes."""
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.position <= self.of <= MAX_LINKS:
@@ -102,7 +108,9 @@ class Extends(enum.Enum):
     """What an extension continues past: a success, or a result the probe reports valid."""
 
     SUCCEEDED = "SUCCEEDED"
+    """The Task's latest work succeeded."""
     VALID = "VALID"
+    """The result probe reports its result valid."""
 
 
 @attrs.frozen
@@ -110,7 +118,9 @@ class Extension:
     """A Task that ``--retry KEY --budget D`` runs again past a finished result."""
 
     key: str
+    """The Task's key."""
     extends: Extends
+    """What it continues past."""
 
 
 @attrs.frozen

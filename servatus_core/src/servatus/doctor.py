@@ -44,8 +44,12 @@ class Check:
     """One check's name, result, and what it saw."""
 
     name: str
+    """The check, as ``doctor`` names it (``slurm version``, ``squeue``, ``MinJobAge``, ...)."""
     status: str
+    """``pass``, ``fail`` (it ran and said no, or said something unusable), or ``unavailable``
+    (no answer came back)."""
     detail: str
+    """What it saw, or why it failed."""
 
 
 @attrs.frozen
@@ -53,7 +57,9 @@ class Diagnosis:
     """What ``servatus doctor`` prints: the profile and each check in order."""
 
     profile: str
+    """The profile's name."""
     checks: tuple[Check, ...]
+    """Each check made, in the order ``doctor`` prints them."""
 
     @property
     def exit_code(self) -> int:

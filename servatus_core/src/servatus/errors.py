@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import errno
 
+#: The command did what it was asked.
 EXIT_OK = 0
+#: Running the command again will not help: bad input, a stale or refused plan, a rejected
+#: shape, conflicting or damaged state, or a bug.
 EXIT_ERROR = 1
+#: The command line itself is wrong (an unknown option, a missing argument); nothing was read.
 EXIT_USAGE = 2
+#: ``submit`` or ``start`` stopped after recording an intent whose outcome it does not know;
+#: ``reconcile`` decides it.
 EXIT_INTERRUPTED_SUBMISSION = 3
+#: Something that may pass (no answer, a held lock, a full disk, evidence not yet conclusive):
+#: run the same command again later. The value is ``EX_TEMPFAIL`` of ``sysexits.h``.
 EXIT_TEMPFAIL = 75
+#: Interrupted with Ctrl-C (128 + ``SIGINT``); what was recorded before stays recorded.
 EXIT_CTRL_C = 130
 
 
@@ -20,6 +29,7 @@ class ServatusError(Exception):
     """Base of every deliberate Servatus error."""
 
     exit_code: int = EXIT_ERROR
+    """The CLI's exit code for this error: :data:`EXIT_ERROR` unless a subclass says otherwise."""
 
 
 class ConfigurationError(ServatusError, ValueError):
@@ -66,6 +76,7 @@ class Unavailable(ServatusError):
     """A transient failure: cluster unreachable, no space, quota, I/O error, too many files."""
 
     exit_code = EXIT_TEMPFAIL
+    """:data:`EXIT_TEMPFAIL`, for this error and its subclasses: try again later."""
 
 
 class Busy(Unavailable):
@@ -80,6 +91,7 @@ class SubmissionInterrupted(ServatusError):
     """A submission stopped part-way; some allocations may be unresolved."""
 
     exit_code = EXIT_INTERRUPTED_SUBMISSION
+    """:data:`EXIT_INTERRUPTED_SUBMISSION`: run ``status``, then ``reconcile``."""
 
 
 class StateWarning(UserWarning):

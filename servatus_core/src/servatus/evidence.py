@@ -234,9 +234,13 @@ class MarkerQuery:
 class EvidenceReader(Protocol):
     """Names the two listing commands for a Target and parses what they print."""
 
-    def queue_command(self, target: Target) -> list[str]: ...
+    def queue_command(self, target: Target) -> list[str]:
+        """The ``squeue`` argv that lists this user's jobs on ``target``."""
+        ...
 
-    def parse_queue(self, result: CommandResult) -> list[QueueEntry]: ...
+    def parse_queue(self, result: CommandResult) -> list[QueueEntry]:
+        """The jobs that listing printed; a row not of the expected form is dropped."""
+        ...
 
     def marker_command(
         self, target: Target, query: MarkerQuery | None = None, *, clock: bool = True
@@ -247,7 +251,9 @@ class EvidenceReader(Protocol):
         lists without it). The clock never makes the listing fail."""
         ...
 
-    def parse_markers(self, result: CommandResult) -> list[Marker]: ...
+    def parse_markers(self, result: CommandResult) -> list[Marker]:
+        """The run markers a marker listing printed; a row not of the expected form is dropped."""
+        ...
 
     def parse_clock(self, result: CommandResult) -> float | None:
         """The file server's time that a ``clock`` listing printed, in UNIX seconds; None

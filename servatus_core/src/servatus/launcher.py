@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 ENV_COMMAND = "/usr/bin/env"
 SHELL = "/bin/sh"
+"""The POSIX shell, for a launcher whose step runs a short script before the Task."""
 
 
 @attrs.frozen
@@ -33,26 +34,32 @@ class StepCommand:
     """
 
     argv: tuple[str, ...]
+    """What ``srun`` executes; its program is an absolute path, since the step has no ``PATH``."""
     exported: tuple[tuple[str, str], ...] = ()
+    """``(name, value)`` pairs passed into the step by name, never on a command line."""
 
 
 class Launcher(Protocol):
     """A named step-command builder.
 
-    ``check`` runs at planning and raises :class:`ConfigurationError` for Tasks this launcher
-    cannot run (for example a relative ``args[0]`` for ``direct``). ``command`` receives the Task's
-    arguments and the static environment of the step: the Task's ``env`` plus the reserved
-    ``SERVATUS_*`` variables known at planning. ``inherit`` names variables whose values exist only
-    at run time (``SERVATUS_JOB_ID``, ``SERVATUS_JOB_END_TIME``, ...); the batch script passes them
-    into the step by name and the launcher must carry them into the Task's environment. ``gpus``
-    is the number of GPU units the step requests; GPU steps must also keep Slurm's step-local
-    ``CUDA_VISIBLE_DEVICES``.
+    ``check`` runs at planning and raises :class:`~servatus.errors.ConfigurationError` for Tasks
+    this launcher cannot run (for example a relative ``args[0]`` for ``direct``). ``command``
+    receives the Task's arguments and the static environment of the step: the Task's ``env`` plus
+    the reserved ``SERVATUS_*`` variables known at planning. ``inherit`` names variables whose
+    values exist only at run time (``SERVATUS_JOB_ID``, ``SERVATUS_JOB_END_TIME``, ...); the batch
+    script passes them into the step by name and the launcher must carry them into the Task's
+    environment. ``gpus`` is the number of GPU units the step requests; GPU steps must also keep
+    Slurm's step-local ``CUDA_VISIBLE_DEVICES``.
     """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """What ``[target] launcher`` selects it by; unique among installed launchers."""
+        ...
 
-    def check(self, target: Target, args: Sequence[str]) -> None: ...
+    def check(self, target: Target, args: Sequence[str]) -> None:
+        """Refuse, with a ConfigurationError, a Task's ``args`` this launcher cannot run."""
+        ...
 
     def command(
         self,
@@ -62,7 +69,9 @@ class Launcher(Protocol):
         *,
         inherit: Sequence[str],
         gpus: int,
-    ) -> StepCommand: ...
+    ) -> StepCommand:
+        """The step that runs ``args`` with ``env`` and the ``inherit`` variables."""
+        ...
 
 
 def check_program(args: Sequence[str], launcher: str) -> None:

@@ -53,11 +53,18 @@ class Hold(enum.Enum):
     """Why an eligible-looking Task is not selected."""
 
     VALID = "VALID"
+    """The result probe reports the Task's result valid."""
     SUBMITTED = "SUBMITTED"
+    """The Task has accepted work and the plan does not ask to run it again."""
     ACTIVE = "ACTIVE"
+    """Slurm still lists earlier work of the Task (queued, running, or ended and not yet
+    forgotten), a job of a submission recorded as never sent included."""
     UNRESOLVED = "UNRESOLVED"
+    """An intent of the Task has no recorded outcome: ``reconcile`` decides it."""
     SPENT = "SPENT"
+    """Under a budget, the Task's measured run time leaves no room for another link."""
     NOT_REQUESTED = "NOT_REQUESTED"
+    """``only`` (``--only``) leaves the Task out."""
 
 
 @attrs.frozen
@@ -112,9 +119,13 @@ class Request:
     """What the user asked for: ``--retry``, ``--retry-failed``, ``--only``, packing limits."""
 
     retry: tuple[str, ...] = ()
+    """Keys to run again (``--retry``)."""
     retry_failed: bool = False
+    """Run again every Task whose latest work failed or stopped (``--retry-failed``)."""
     only: tuple[str, ...] | None = None
+    """The only keys to consider (``--only``); None considers every Task."""
     tasks_per_allocation: int | None = None
+    """At most this many Tasks in one allocation (``--tasks-per-allocation``)."""
 
     @property
     def consults_slurm(self) -> bool:
@@ -134,11 +145,17 @@ class Decision:
     """
 
     selected: tuple[str, ...]
+    """The keys the plan runs, in roster order."""
     held: tuple[tuple[str, Hold], ...]
+    """Each held key with its reason, in roster order (``dict(decision.held)`` looks one up)."""
     deferred: tuple[str, ...] = ()
+    """Keys left for a later plan: their allocations were past ``max_allocations_per_submit``."""
     continuation: Continuation | None = None
+    """The budget and link count asked for, if any."""
     spent: dict[str, int] = attrs.field(factory=dict)
+    """Under a continuation, each selected key's measured run time in seconds."""
     extensions: tuple[Extension, ...] = ()
+    """Selected Tasks run again past a success or a valid result."""
 
 
 @attrs.frozen
@@ -152,10 +169,15 @@ class Allocation:
     """
 
     allocation_id: str
+    """Its id: the job is named ``servatus-<allocation_id>``."""
     task_keys: tuple[str, ...]
+    """The Task of each slot, slot 0 first (empty for a lease)."""
     link: Link | None = None
+    """Its place in a chain (None for a plain allocation)."""
     after: str | None = None
+    """The id of the chain's previous link (None for link 1 or a plain allocation)."""
     task_links: tuple[int, ...] = ()
+    """In a chain, each slot's own number of links (``SERVATUS_LINKS``)."""
 
     def time_limit(self, resources: Resources) -> int:
         """The allocation's time limit: its link's, or the profile's for a plain allocation."""
@@ -179,8 +201,11 @@ class Totals:
     """The most a plan can use, with every allocation run to its time limit."""
 
     cpu_hours: float
+    """CPUs times hours."""
     gpu_hours: float
+    """GPU units (of ``gpu_gres``) times hours."""
     memory_gib_hours: float
+    """GiB of memory times hours."""
 
 
 def decide(
@@ -514,7 +539,9 @@ class LeaseHold:
     per-Task resources, held by each of ``links`` lease allocations in turn."""
 
     slots: int
+    """How many Tasks' worth of resources each lease allocation holds."""
     links: int = 1
+    """How many lease allocations run one after the other."""
 
 
 @attrs.frozen
@@ -526,16 +553,27 @@ class Plan:
     """
 
     campaign_id: str
+    """The campaign it was made for."""
     revision: int
+    """The campaign's revision it was made from: any later change makes it stale."""
     profile: Profile
+    """The profile it runs under (for steps in a lease, the lease's slot)."""
     request: Request
+    """What was asked: retries, ``only``, packing."""
     probe: bool
+    """Whether it was made with a result probe (then only a Campaign with one submits it)."""
     decision: Decision
+    """Which Tasks are selected, held (and why) and deferred."""
     allocations: tuple[Allocation, ...]
+    """What ``submit`` sends, in order (a chain's links one after another)."""
     created_at: float
+    """When it was made, in UNIX seconds."""
     warnings: tuple[str, ...] = ()
+    """What the CLI prints as ``servatus: warning: ...`` before the plan."""
     hold: LeaseHold | None = None
+    """For a lease (:meth:`~servatus.Campaign.hold`): what it holds."""
     within: str | None = None
+    """For steps in a lease (``plan(lease=...)``): the lease link they start in."""
 
     @property
     def totals(self) -> Totals:
@@ -769,7 +807,8 @@ def plan_to_document(plan: Plan) -> dict[str, Any]:
 
 
 def plan_from_document(data: Any, *, where: str) -> Plan:
-    """Read a saved plan back; a document altered by even one byte is :class:`StalePlan`."""
+    """Read a saved plan back; a document altered by even one byte is
+    :class:`~servatus.errors.StalePlan`. ``where`` names the document in messages."""
     if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
         raise StalePlan(f"{where}: not a {PLAN_SCHEMA} document")
     if data.get("digest") != _digest(data):

@@ -35,9 +35,13 @@ class Resolution:
     """
 
     allocation_id: str
+    """The allocation (or lease step) decided."""
     outcome: str
+    """``accepted``, ``not_submitted`` or ``waiting``."""
     job: int | None = None
+    """Slurm's job number, for ``accepted`` (a step's: its lease's)."""
     retry_at: float | None = None
+    """For ``waiting``: when, in UNIX seconds, running ``reconcile`` again can decide it."""
 
 
 def resolve(

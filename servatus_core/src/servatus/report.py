@@ -174,7 +174,11 @@ class Summary:
 
 @attrs.frozen
 class ReportData:
-    """The whole picture: one lane per Task in roster order, one per lease link, the summary."""
+    """The whole picture: one lane per Task in roster order, one per lease link, the summary.
+
+    :func:`report_to_document` turns it into the document ``servatus report --json`` prints,
+    whose fields the guide's report page describes.
+    """
 
     campaign_id: str
     made_at: float

@@ -50,24 +50,38 @@ class Execution(_Word):
     """A Task's execution as ``status`` shows it."""
 
     NOT_SUBMITTED = "NOT_SUBMITTED"
+    """No work of the Task was accepted, or its last submission was recorded as never sent."""
     UNRESOLVED = "UNRESOLVED"
+    """An ``sbatch`` was recorded as about to happen and never answered: ``reconcile``."""
     ACCEPTED = "ACCEPTED"
+    """Slurm accepted the job; offline, nothing more is known."""
     QUEUED = "QUEUED"
+    """The job is pending, or a step waits for a slot in its lease."""
     RUNNING = "RUNNING"
+    """The job runs and the Task's step has not returned."""
     ENDING = "ENDING"
+    """Slurm lists the job as ended; the outcome is final once Slurm forgets it."""
     SUCCEEDED = "SUCCEEDED"
+    """The step exited 0."""
     FAILED = "FAILED"
+    """The step exited nonzero on its own (not 75, and not after being told to end)."""
     STOPPED = "STOPPED"
+    """The step was told to end, yielded (75), or never started; ``detail`` says which."""
     LOST = "LOST"
+    """The job started, then left Slurm without a word of how the step ended."""
 
 
 class StopReason(_Word):
     """Why a ``STOPPED`` Task stopped, where the evidence says."""
 
     NEVER_STARTED = "never started"
+    """Its allocation ended (cancelled, say) before the step began."""
     TIME_LIMIT = "time limit"
+    """Told to end after the pre-limit signal reached it."""
     YIELDED = "yielded"
+    """The step exited 75 (:data:`YIELD_EXIT`) and asks to be continued."""
     BUDGET_SPENT = "budget spent"
+    """The step exited 75 on its chain's last link: its budget is used up."""
 
 
 class Outcome(_Word):
@@ -117,7 +131,9 @@ class RunTime(NamedTuple):
     at its whole time limit (shown with ``~``). ``+`` adds two run times (not tuple joining)."""
 
     total: int
+    """Seconds run."""
     complete: bool = True
+    """False while the Task runs, or when a LOST run counts its whole time limit."""
 
     def __add__(self, other: RunTime) -> RunTime:  # type: ignore[override]
         return RunTime(self.total + other.total, self.complete and other.complete)
@@ -134,18 +150,31 @@ class Attempt(NamedTuple):
     has neither ended nor been withdrawn (ADR 0009), so a Task is held ``ACTIVE`` no longer."""
 
     allocation_id: str
+    """The allocation (or lease step) this attempt ran in."""
     task_key: str | None
+    """Its Task (None for a lease link)."""
     slot: int | None
+    """Its slot in the allocation (None for a lease link)."""
     job: int | None
+    """Slurm's job number (None while unresolved or never sent)."""
     execution: Execution
+    """What this attempt did, as for a Task."""
     exit_code: int | None
+    """The step's exit code, when its end was recorded."""
     detail: StopReason | None
+    """Why it stopped, for a ``STOPPED`` attempt where known."""
     run_time: RunTime | None
+    """How long it ran (None where that is not measured: offline, or no job)."""
     listed: bool | None
+    """Whether ``squeue`` lists its work (None when Slurm was not asked)."""
     observation: Observation | None
+    """What its run markers show, with their times."""
     link: ChainLink | None = None
+    """Its allocation's place in a chain (None outside one)."""
     slots: int | None = None
+    """A lease link's slot count (None for anything else)."""
     within: str | None = None
+    """A step's lease link (None for anything else)."""
 
 
 class TaskLink(NamedTuple):
@@ -153,28 +182,43 @@ class TaskLink(NamedTuple):
     links (``SERVATUS_LINKS``), and its lifetime ``budget`` in seconds (0 without one)."""
 
     position: int
+    """Which link, from 1."""
     of: int
+    """How many links the Task has in its chain."""
     budget: int
+    """Its lifetime budget in seconds (0 without one)."""
 
 
 class TaskStatus(NamedTuple):
     """One Task's current state: its current work decides
-    (docs/development/adr/0006-projection.md); run
-    time sums every attempt. ``link`` places that work in its chain (None outside a chain);
-    ``within`` is the lease link that work runs in, when it is a step."""
+    (``docs/development/adr/0006-projection.md``), and its run time sums every attempt.
+    ``link`` places that work in its chain (None outside a chain); ``within`` is the lease link
+    that work runs in, when it is a step."""
 
     key: str
+    """The Task's key."""
     execution: Execution
+    """The state of its current work."""
     exit_code: int | None
+    """That work's exit code, when its end was recorded."""
     detail: StopReason | None
+    """Why it stopped, for a ``STOPPED`` Task where known."""
     run_time: RunTime | None
+    """How long it has run over all its attempts (None offline)."""
     allocation_id: str | None
+    """The allocation of its current work (None before any)."""
     job: int | None
+    """That allocation's job number, when known."""
     accepted: bool
+    """Whether Slurm ever accepted work of it."""
     unresolved: bool
+    """Whether one of its submissions has no recorded outcome."""
     listed: bool
+    """Whether Slurm still lists any of its work."""
     link: TaskLink | None = None
+    """Where its current work is in its chain (None outside one)."""
     within: str | None = None
+    """The lease link its current work runs in, when it is a step."""
 
 
 @attrs.frozen
@@ -182,12 +226,17 @@ class Report:
     """The whole projection: Tasks in roster order, every attempt, counts and warnings."""
 
     tasks: tuple[TaskStatus, ...]
+    """Each Task's state, in roster order."""
     attempts: tuple[Attempt, ...]
+    """Every slot of every recorded allocation, lease links and steps included."""
     warnings: tuple[str, ...]
+    """What ``status`` prints as warnings (a late job, an unread clock)."""
     online: bool
+    """Whether Slurm was asked (False for ``offline``)."""
 
     @property
     def counts(self) -> dict[str, int]:
+        """How many Tasks are in each execution, by its name; executions with none left out."""
         counted = Counter(task.execution for task in self.tasks)
         return {state.value: counted[state] for state in Execution if counted[state]}
 
@@ -913,7 +962,11 @@ def _run_time_document(value: RunTime | None) -> dict[str, Any] | None:
 
 
 def report_to_document(report: Report, *, valid: Collection[str] | None = None) -> dict[str, Any]:
-    """The ``servatus.status/4`` document ``status --json`` prints."""
+    """The ``servatus.status/4`` document ``status --json`` prints.
+
+    ``valid`` is what the result probe reported valid (:meth:`~servatus.Campaign.valid_keys`):
+    each Task's ``result`` is then ``VALID`` or ``MISSING``; without it, ``UNOBSERVED``.
+    """
     tasks = [
         {
             "key": task.key,

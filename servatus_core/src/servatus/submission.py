@@ -68,8 +68,11 @@ class SubmittedAllocation:
     """A receipt as the user sees it: the allocation, Slurm's job number, and its Tasks."""
 
     allocation_id: str
+    """The allocation (or lease step) submitted."""
     job: int
+    """Slurm's job number (a step's: its lease's)."""
     task_keys: tuple[str, ...]
+    """Its Tasks, slot 0 first (empty for a lease)."""
 
 
 def command(target: Target, name: str) -> str:

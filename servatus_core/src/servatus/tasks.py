@@ -174,9 +174,14 @@ class Task:
     """
 
     key: str
+    """Unique in its campaign: 1 to 128 of ``A-Z a-z 0-9 . _ -``, starting with a letter or
+    digit."""
     args: tuple[str, ...]
+    """The command line, ``args[0]`` the program (absolute for the direct launcher)."""
     stdin: bytes
+    """What the step reads on standard input (empty by default)."""
     env: Env
+    """Variables set for the step on top of the reserved ``SERVATUS_*`` ones."""
 
     def __init__(
         self,
@@ -268,12 +273,13 @@ def content_size(task: Task) -> int:
 
 
 class Roster(Sequence[Task]):
-    """A campaign's Tasks in the order they were added, immutable.
+    """A campaign's Tasks in the order they were added, immutable: a sequence of :class:`Task`
+    whose ``keys`` attribute is the tuple of their keys, in the same order.
 
     Tasks read back from the store (where every field was checked when read) stay stored
-    documents until one is used: ``status`` of 100,000 Tasks needs their :attr:`keys`, not
-    100,000 Task values. ``build`` turns a document into its Task the first time it is asked
-    for, ``args`` reads a document's args without building it.
+    documents until one is used: ``status`` of 100,000 Tasks needs their keys, not 100,000 Task
+    values. The ``build`` argument turns a document into its Task the first time it is asked
+    for; ``args`` reads a document's args without building it.
     """
 
     __slots__ = ("_args", "_build", "_index", "_items", "_size", "keys")

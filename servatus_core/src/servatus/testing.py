@@ -101,17 +101,26 @@ class FakeJob:
     """One job the fake scheduler accepted."""
 
     job: int
+    """Its job number."""
     allocation_id: str
+    """The allocation it was submitted for (its name is ``servatus-<allocation_id>``)."""
     script: str
+    """The batch script ``sbatch`` received."""
     slots: int
+    """How many steps it runs (a lease: its slots)."""
     state: str = "PENDING"
+    """Its Slurm state word, ``PENDING`` until it starts (``RUNNING``, ``COMPLETED``,
+    ``FAILED``, ``CANCELLED``, ``TIMEOUT``)."""
     listed: bool = True
+    """Whether ``squeue`` lists it: False once purged, or once it vanished."""
     after: int | None = None
     """The job this one waits for (``afterok``) until it ends ``COMPLETED``."""
     kill_on_invalid_dep: bool = False
+    """Whether it was submitted with ``--kill-on-invalid-dep=yes``."""
     link: int = 0
     """Its position in its chain (``servatus_link``), 0 for a plain job."""
     links: int = 0
+    """How many links its chain has (``servatus_links``), 0 for a plain job."""
     after_id: str = ""
     """The allocation id of the link before it (``servatus_after``)."""
     slot_links: dict[int, int] = attrs.Factory(dict)
@@ -127,6 +136,7 @@ class FakeJob:
 
     @property
     def name(self) -> str:
+        """Its Slurm job name."""
         return f"servatus-{self.allocation_id}"
 
     @property
@@ -141,11 +151,17 @@ class FakeLease:
     names it), the steps it took in order, and which of them run, wait, or ended."""
 
     directory: str
+    """Its orders directory."""
     slot: str
+    """One slot's resources, as the header of each order names them."""
     taken: list[str] = attrs.Factory(list)
+    """Every step it took, in order."""
     running: list[str] = attrs.Factory(list)
+    """The steps running now."""
     waiting: list[str] = attrs.Factory(list)
+    """Steps taken and waiting for a free slot."""
     ended: dict[str, int] = attrs.Factory(dict)
+    """Each ended step's exit code."""
     stopping: set[str] = attrs.Factory(set)
     """Running steps asked to stop: they have their ``stop`` marker and run on until
     :meth:`FakeScheduler.finish_step` (the application's answer to ``SIGUSR1``)."""
@@ -176,16 +192,27 @@ class FakeScheduler:
         first_job: int = 1000,
     ) -> None:
         self.version = version
+        """What ``sbatch --version`` prints; change it to see ``doctor`` fail."""
         self.min_job_age = min_job_age
+        """The ``MinJobAge`` (seconds) ``scontrol show config`` reports."""
         self.proctrack = proctrack
+        """The ``ProctrackType`` ``scontrol show config`` reports."""
         self.clock = clock
+        """What the fake reads the time from: the mtime of each marker it writes."""
         self.jobs: list[FakeJob] = []
+        """Every job ``sbatch`` accepted, in submission order."""
         self._numbered: dict[int, FakeJob] = {}
         self.calls: list[tuple[str, ...]] = []
+        """Every command run through the fake, as its argv, in order."""
         self.markers: dict[str, float] = {}
+        """Every run marker by file name, with its mtime on :attr:`clock`."""
         self.logs: dict[str, bytes] = {}
+        """Log files by name (``servatus-ID-J.S.out`` for slot S of job J of allocation ID), as
+        ``servatus logs`` reads them."""
         self.missing_directories: set[str] = set()
+        """Paths ``doctor`` reports as missing."""
         self.read_only_directories: set[str] = set()
+        """Paths ``doctor`` reports as not writable."""
         self.foreign_directories: set[str] = set()
         """Paths where a lease's orders directory would be, held by something ``mkdir`` must
         refuse (another user's directory, one not 0700, a file)."""
@@ -361,6 +388,8 @@ class FakeScheduler:
     def run(
         self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
     ) -> CommandResult:
+        """Answer ``argv`` as a cluster would (a Transport's ``run``), after recording it in
+        :attr:`calls`; a control set for its command fires first."""
         call = tuple(argv)
         self.calls.append(call)
         name = _control_name(call)

@@ -28,10 +28,15 @@ class CommandResult:
     """What one command returned. ``truncated`` is set when output exceeded the read bound."""
 
     argv: tuple[str, ...]
+    """The command that ran."""
     returncode: int
+    """Its exit status."""
     stdout: bytes
+    """What it printed, at most :data:`OUTPUT_LIMIT` bytes."""
     stderr: bytes
+    """What it printed on standard error, bounded the same way."""
     truncated: bool = False
+    """Whether either output was cut at the bound."""
 
 
 class Transport(Protocol):
@@ -43,9 +48,13 @@ class Transport(Protocol):
 
     def run(
         self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
-    ) -> CommandResult: ...
+    ) -> CommandResult:
+        """Run ``argv`` with ``stdin``, waiting at most ``timeout`` seconds for all of it."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the connection; the Transport is not used again."""
+        ...
 
 
 class TransportFactory(Protocol):
@@ -56,7 +65,9 @@ class TransportFactory(Protocol):
         """Unique among installed transports; read-only, so frozen factories satisfy it."""
         ...
 
-    def connect(self, target: Target) -> Transport: ...
+    def connect(self, target: Target) -> Transport:
+        """A Transport to ``target``'s Slurm client commands."""
+        ...
 
 
 Connect = Callable[["Target"], Transport]

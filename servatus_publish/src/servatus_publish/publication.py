@@ -50,7 +50,10 @@ class Publication:
     """What a publication committed, and whether removing its stage or work is still pending."""
 
     path: Path
+    """The published destination, absolute."""
     cleanup_pending: bool = False
+    """True when the private stage (or a workspace's work) could not be proven removed; the
+    publication stands, and a warning names what may be left."""
 
 
 def check_mode(mode: object, *, directory: bool) -> int:
@@ -255,7 +258,8 @@ def remove_empty_container(parent: HeldDirectory) -> None:
 
 
 class Draft:
-    """The directory a builder fills; usable only while the builder runs."""
+    """The directory a builder fills; usable only while the builder runs (afterwards every use
+    raises ``RuntimeError``). ``publish`` and ``Workspace.publish`` make it."""
 
     def __init__(self, stage: Stage, root_fd: int) -> None:
         self._stage = stage

@@ -76,6 +76,7 @@ class Workspace:
         if not isinstance(identity, bytes | bytearray | memoryview):
             raise ConfigurationError(f"identity must be bytes, not {type(identity).__name__}")
         self.destination = _fs.absolute(destination)
+        """Where the result is published, absolute."""
         self.name = _fs.check_name(self.destination.name, "workspace destination")
         self._record = _record(bytes(identity))
         self._parent = _parent
@@ -85,6 +86,8 @@ class Workspace:
         self._lock: AbstractContextManager[None] | None = None
         self._finished = False
         self.cleanup_pending = False
+        """True after :meth:`publish` or :meth:`discard` when the private work could not be
+        proven removed (a warning names it)."""
 
     @property
     def private(self) -> Path:
