@@ -107,3 +107,30 @@ def test_the_browser_draws_a_lease_with_its_steps(tmp_path: Path) -> None:
                            "c": ["queued", "running"]}  # fmt: skip
     shots = os.environ.get("SERVATUS_REPORT_SCREENSHOTS")
     screenshot(page, Path(shots, "report-lease.png") if shots else tmp_path / "lease.png")
+
+
+def test_scrolling_a_long_report_draws_the_lanes_in_view_and_not_the_rest(tmp_path: Path) -> None:
+    """3,000 lanes are virtualised: the browser draws those near the view, and after a scroll
+    (a script appended to a copy of the page sets the scroll position and asks for a redraw at
+    once, as a resize does, rather than wait for the scroll's animation frame) the ones now in
+    view."""
+    document = report_to_document(
+        build(lease_state(), lease_report(lease_attempt=True), now=T + 1500)
+    )
+    (template,) = [lane for lane in document["lanes"] if lane["key"] == "a"]
+    document["lanes"] = [{**template, "key": f"t{i:04d}"} for i in range(3000)]
+    document["leases"] = []
+    page = tmp_path / "long.html"
+    page.write_text(render(document))
+    top = sorted(drawn_page(page).lanes)
+    assert top[0] == "t0000" and len(top) < 100  # only the first screenful and a margin
+    scrolled = tmp_path / "scrolled.html"
+    scrolled.write_text(
+        page.read_text().replace(
+            "</body>",
+            "<script>const t=document.getElementById('timeline');t.scrollTop=22*2000;"
+            "window.dispatchEvent(new Event('resize'));</script></body>",
+        )
+    )
+    there = sorted(drawn_page(scrolled).lanes)
+    assert "t2000" in there and "t0000" not in there and len(there) < 100
