@@ -28,6 +28,7 @@ def link_script(
     of: int = 0,
     after: str = "",
     task_links: Sequence[int] = (),
+    later: Sequence[str] = (),
 ) -> str:
     """The lines of a batch script FakeScheduler reads: its name, slots and chain lines."""
     lines = [
@@ -38,6 +39,7 @@ def link_script(
     if position:
         lines += [f"servatus_link={position}", f"servatus_links={of}"]
         lines += [f"servatus_after={after}"] if after else []
+        lines += [f"servatus_later='{' '.join(reversed(later))}'"] if position < of else []
     for slot in range(slots):
         lines.append(f"# slot {slot}")
         if position:
@@ -45,10 +47,16 @@ def link_script(
     return "\n".join(lines) + "\n"
 
 
-def sbatch(fake: FakeScheduler, script: str, after: int | None = None) -> int:
+def sbatch(
+    fake: FakeScheduler, script: str, after: int | None = None, *, afterok: bool = False
+) -> int:
+    """Queue ``script``, after job ``after`` as ``submit`` chains links (``afterany``), or with
+    ``afterok`` and ``--kill-on-invalid-dep=yes``, which the fake models too."""
     argv = [*SBATCH]
-    if after is not None:
+    if after is not None and afterok:
         argv += [f"--dependency=afterok:{after}", "--kill-on-invalid-dep=yes"]
+    elif after is not None:
+        argv += [f"--dependency=afterany:{after}"]
     result = fake.run(argv, stdin=script.encode())
     assert result.returncode == 0, result.stderr
     return int(result.stdout)
@@ -73,6 +81,7 @@ def submit_chain(
             of=links,
             after=after,
             task_links=own,
+            later=[link_id(chain, later) for later in range(position + 1, links + 1)],
         )
         jobs.append(sbatch(fake, script, jobs[-1] if jobs else None))
     return jobs
@@ -116,6 +125,7 @@ def chain_campaign(
                     of=links,
                     after=after,
                     task_links=own,
+                    later=[link_id(number, later) for later in range(position + 1, links + 1)],
                 )
                 job = sbatch(fake, script, mine[-1] if mine else None)
                 writer.add(store.Receipt(allocation_id, job))

@@ -1,5 +1,5 @@
-"""FakeScheduler's chains: afterok dependencies, the handoffs a link's watchers write, the
-batch shell's early stop, and Slurm removing the rest of a chain
+"""FakeScheduler's chains: afterany dependencies, the handoffs a link's watchers write and the
+next link claims, the batch shell's early stop, and a link removing the rest of its chain
 (docs/development/adr/0005-chains.md)."""
 
 from __future__ import annotations
@@ -123,12 +123,77 @@ def test_a_link_handed_nothing_starts_runs_nothing_and_fails() -> None:
     assert states(fake, [second, third]) == ["FAILED", "CANCELLED"]
 
 
-def test_scancel_of_a_pending_link_removes_its_successors() -> None:
+def test_a_raw_scancel_of_a_pending_link_costs_one_empty_allocation() -> None:
+    """A pending link's script never runs, so it removes nothing; afterany releases the next
+    link, which finds no handoff of the cancelled one, runs nothing and removes the rest."""
+    fake = FakeScheduler()
+    jobs = submit_chain(fake, 1, 4)
+    fake.start(jobs[0])
+    fake.run(["/usr/bin/scancel", "--me", f"--name=servatus-{link_id(1, 2)}"])
+    assert states(fake, jobs) == ["RUNNING", "CANCELLED", "PENDING", "PENDING"]
+    fake.start()
+    assert states(fake, jobs) == ["RUNNING", "CANCELLED", "FAILED", "CANCELLED"]
+    assert [job_of(fake, job).allocated for job in jobs] == [True, False, True, False]
+
+
+def test_a_raw_scancel_after_the_signal_hands_on_and_the_chain_continues() -> None:
+    fake = FakeScheduler()
+    first, second, third = submit_chain(fake, 1, 3)
+    fake.start(first)
+    fake.signal_limit(first)
+    fake.run(["/usr/bin/scancel", f"--name=servatus-{link_id(1, 1)}"])
+    assert names(fake, first) == ["start", "limit", "stop", "end.0.143", "handoff.0"]
+    assert states(fake, [first, second, third]) == ["CANCELLED", "PENDING", "PENDING"]
+    fake.start(second)
+    assert fake.claims[f"servatus-{link_id(1, 1)}.{first}.taken.0"][1] == f"{second}\n".encode()
+    assert job_of(fake, second).skipped == frozenset()
+    fake.finish(second, 0)
+    assert states(fake, [second, third]) == ["FAILED", "CANCELLED"]
+    assert not job_of(fake, third).allocated
+
+
+def test_a_raw_scancel_before_the_signal_removes_the_rest_unallocated() -> None:
     fake = FakeScheduler()
     jobs = submit_chain(fake, 1, 3)
     fake.start(jobs[0])
-    fake.run(["/usr/bin/scancel", "--me", f"--name=servatus-{link_id(1, 2)}"])
-    assert states(fake, jobs) == ["RUNNING", "CANCELLED", "CANCELLED"]
+    fake.run(["/usr/bin/scancel", f"--name=servatus-{link_id(1, 1)}"])
+    assert names(fake, jobs[0]) == ["start", "stop", "end.0.143"]
+    assert states(fake, jobs) == ["CANCELLED", "CANCELLED", "CANCELLED"]
+    assert [job_of(fake, job).allocated for job in jobs] == [True, False, False]
+
+
+def test_a_link_whose_shell_was_killed_leaves_the_removal_to_the_next() -> None:
+    fake = FakeScheduler()
+    jobs = submit_chain(fake, 1, 3)
+    fake.start(jobs[0])
+    fake.vanish(jobs[0])  # no marker, no removal: the node failed
+    fake.start()
+    assert names(fake, jobs[1]) == ["start"]
+    assert states(fake, jobs[1:]) == ["FAILED", "CANCELLED"]
+    assert not job_of(fake, jobs[2]).allocated
+
+
+def test_a_handoff_is_claimed_once() -> None:
+    """A second job of the next link (a late sbatch of it) finds the handoff taken and runs
+    nothing; so does one whose handoff reconcile withheld first (an empty claim)."""
+    fake = FakeScheduler()
+    first, second = submit_chain(fake, 1, 2)
+    fake.finish(first, 75)
+    script = link_script(link_id(1, 2), 1, position=2, of=2, after=link_id(1, 1), task_links=[2])
+    late = sbatch(fake, script, first)
+    fake.start(second)
+    fake.start(late)
+    assert states(fake, [second, late]) == ["RUNNING", "COMPLETED"]
+    assert names(fake, late) == ["start"]
+    claim = ["/bin/sh", "-c", "", "claim", "/logs", link_id(1, 1), str(first), "n", "0"]
+    assert fake.run(claim).stdout.decode() == f"taken 0 {second}\n"
+    other, withheld = submit_chain(fake, 2, 2)
+    fake.finish(other, 75)
+    claim[5:7] = [link_id(2, 1), str(other)]
+    assert fake.run(claim).stdout.decode() == "withdrawn 0\n"
+    fake.start(withheld)
+    assert names(fake, withheld) == ["start"]
+    assert job_of(fake, withheld).state == "COMPLETED"
 
 
 def test_afterok_on_a_job_slurm_does_not_know_is_refused() -> None:
@@ -152,8 +217,8 @@ def test_afterok_on_a_job_that_already_ended_but_is_still_listed() -> None:
     fake.finish(done, 0)
     fake.finish(failed, 3)
     job_of(fake, failed).state = "FAILED"
-    eligible = sbatch(fake, link_script("c" * 24, 1), after=done)
-    removed = sbatch(fake, link_script("d" * 24, 1), after=failed)
+    eligible = sbatch(fake, link_script("c" * 24, 1), after=done, afterok=True)
+    removed = sbatch(fake, link_script("d" * 24, 1), after=failed, afterok=True)
     assert states(fake, [eligible, removed]) == ["PENDING", "CANCELLED"]
     fake.start()
     assert states(fake, [eligible, removed]) == ["RUNNING", "CANCELLED"]

@@ -14,7 +14,7 @@ from servatus import Campaign, Task, store
 from servatus.config import Profile
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError, ShapeRejected
-from servatus.plan import Allocation, earlier_links
+from servatus.plan import Allocation, earlier_links, later_links
 from servatus.submission import script_problem, script_room, script_spec, submit_allocations
 from servatus.testing import FakeScheduler
 from servatus.transport import CommandResult
@@ -73,12 +73,15 @@ def test_each_later_link_depends_on_the_job_of_the_one_before(
     calls = sbatch_calls(fake)
     assert [call[1:] for call in calls] == [
         ("--parsable",),
-        ("--parsable", "--dependency=afterok:500", "--kill-on-invalid-dep=yes"),
-        ("--parsable", "--dependency=afterok:501", "--kill-on-invalid-dep=yes"),
+        ("--parsable", "--dependency=afterany:500"),
+        ("--parsable", "--dependency=afterany:501"),
     ]
     scripts = [job.script for job in fake.jobs]
     assert "servatus_link=1\nservatus_links=3\n" in scripts[0]
     assert f"servatus_link=3\nservatus_links=3\nservatus_after={IDS[1]}\n" in scripts[2]
+    # A link that hands nothing on removes the later ones, newest first.
+    assert f"servatus_later='{IDS[2]} {IDS[1]}'\n" in scripts[0]
+    assert f"servatus_later='{IDS[2]}'\n" in scripts[1]
     assert "SERVATUS_BUDGET=180\n" in scripts[1]
 
 
@@ -140,7 +143,7 @@ def test_planning_measures_a_chain_link_as_long_as_submission_renders_it(
         Allocation(f"{j:024x}", ("a",), Link(j, 32, 60), f"{j - 1:024x}" if j > 1 else None, (32,))
         for j in range(1, 33)
     ]
-    earlier = earlier_links(links)
+    earlier, later = earlier_links(links), later_links(links)
     rendered = [
         len(
             hooks.batch_script(
@@ -150,6 +153,7 @@ def test_planning_measures_a_chain_link_as_long_as_submission_renders_it(
                     tasks,
                     launcher,
                     earlier=earlier.get(link.allocation_id, ()),
+                    later=later.get(link.allocation_id, ()),
                     budget=10**6,
                     spent={"a": 10**6},
                 )

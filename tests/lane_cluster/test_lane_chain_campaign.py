@@ -46,7 +46,7 @@ PROTOCOL = {  # key: chain_step.py modes per link, under BUDGET
     "b": "exit75",  # 75 on every link, the last planned one included
     "ct": "exit75,ignore",  # cancel --task while link 2 runs
     "ca": "ignore,exit0",  # cancel --allocation <link 2> while link 1 runs
-    "cs": "ignore",  # raw scancel of link 1 after its pre-limit signal
+    "cs": "ignore,exit0",  # raw scancel of link 1 after its pre-limit signal
 }
 PACKED = {"p0": "exit0", "p1": "exit75,exit0"}
 
@@ -64,6 +64,8 @@ if [ -e "$here/mode" ]; then
     if [ "$(wc -l <"$here/calls")" -ge 2 ]; then
         mode=$(cat "$here/mode")
         rm -f "$here/mode" "$here/calls"
+        # The script of the link never sent, for a late sbatch of it after reconcile.
+        if [ "$mode" = before ]; then cat >"$here/late.sh"; fi
         case $mode in
 {kill_cases("/usr/bin/sbatch", 1)}        esac
     fi
@@ -359,11 +361,40 @@ def chains(
         for state, campaign in (("before", watched.before), ("after", watched.after)):
             killed[f"{state}-later"] = local.later("reconcile", state)
             campaign.poll()
+        _late_link(watched, trap)
+        watched.before.poll()  # kb read again once the late link ran nothing
         print(f"chains settled in {time.monotonic() - started:.0f} s")
         yield watched
     finally:
         local.cleanup()
         ssh.cleanup()
+
+
+def _late_link(chains: Chains, trap: Trap) -> None:
+    """kb's link 2, which reconcile recorded as never submitted, reaches Slurm after all:
+    its script sent by hand, after link 1's (long forgotten) job, as the lost sbatch would."""
+    lane, killed = chains.local, chains.killed
+    script = (trap.directory / "late.sh").read_text()
+    first = chains.before.links("kb")[0][1]
+    sent = lane.cluster.login(
+        [f"{lane.cluster.slurm_bin}/sbatch", "--parsable", f"--dependency=afterany:{first}"],
+        input=script,
+    )
+    killed["late"] = sent
+    assert sent.returncode == 0, sent.stderr
+    job = int(sent.stdout.strip().split(";")[0])
+    killed["late-job"] = job
+
+    def ended() -> bool:
+        return not [
+            row
+            for row in lane.squeue()
+            if row[0] == job and row[2] in ("PENDING", "RUNNING", "COMPLETING")
+        ]
+
+    time.sleep(2)
+    wait_until("the late link to end", ended, seconds=120)
+    killed["late-state"] = [row for row in lane.squeue() if row[0] == job]
 
 
 def _run_times(campaign: Campaign, key: str, positions: list[int]) -> list[int]:
@@ -383,7 +414,7 @@ def test_the_budget_counting_application_runs_a_chain_end_to_end(chains: Chains)
     links = budget.links("bud")[:3]
     assert len(links) == 3
     assert [budget.kinds("bud", j) for j in (1, 2)] == [
-        {"start", "limit", "end.0.75", "handoff.0"}
+        {"start", "limit", "end.0.75", "handoff.0", "taken.0"}
     ] * 2
     assert budget.kinds("bud", 3) == {"start", "limit", "end.0.0"}
     *expected, total = _run_times(budget, "bud", [1, 2, 3])
@@ -482,8 +513,8 @@ def test_the_protocol_rows_read_as_the_spec_says(chains: Chains) -> None:
         "f": ["FAILED", "STOPPED", "STOPPED"],
         "b": ["STOPPED", "STOPPED", "STOPPED"],
     }
-    assert protocol.kinds("i", 1) == {"start", "limit", "end.0.137", "handoff.0"}
-    assert protocol.kinds("d", 1) == {"start", "limit", "end.0.138", "handoff.0"}
+    assert protocol.kinds("i", 1) == {"start", "limit", "end.0.137", "handoff.0", "taken.0"}
+    assert protocol.kinds("d", 1) == {"start", "limit", "end.0.138", "handoff.0", "taken.0"}
     for key in "syidfb":
         assert not [r for r in protocol.readings[key] if r[0] == "LOST"], key
         positions = protocol.allocated(key)
@@ -504,7 +535,7 @@ def test_a_packed_chain_continues_with_the_task_that_yielded(chains: Chains) -> 
     print(packed.report("p0", "p1"))
     assert packed.links("p0") == packed.links("p1")
     assert len(packed.links("p0")) == 2
-    assert packed.kinds("p0", 1) == {"start", "end.0.0", "end.1.75", "handoff.1"}
+    assert packed.kinds("p0", 1) == {"start", "end.0.0", "end.1.75", "handoff.1", "taken.1"}
     assert packed.kinds("p0", 2) == {"start", "end.1.0"}
     assert packed.run("p0", 2) is None  # the first never runs again
     run = packed.run("p1", 2)
@@ -532,12 +563,13 @@ def test_cancellations_mid_chain(chains: Chains) -> None:
     assert protocol.allocated("ca") == [1]
     assert protocol.kinds("ca", 1) == {"start", "limit", "end.0.137", "handoff.0"}
     assert _reading(protocol, "ca") == ("STOPPED", "time limit", 1)
-    # A raw scancel after the signal: the slot still hands on, but Slurm calls the link
-    # CANCELLED, so afterok removes the rest (ADR 0005, conflict 1): the chain ends, and the
-    # Task reads as a time limit at link 1, as the spec says, link 1's run time counted.
-    assert protocol.allocated("cs") == [1]
-    assert {"start", "limit", "stop", "handoff.0"} <= protocol.kinds("cs", 1)
-    assert _reading(protocol, "cs") == ("STOPPED", "time limit", 1)
+    # A raw scancel after the signal: the slot hands on, Slurm calls the link CANCELLED, and
+    # afterany releases link 2, which claims the handoff and runs the Task to its end (the
+    # spec's "reads as a time limit, and the chain continues"); link 3 is removed unallocated.
+    assert protocol.allocated("cs") == [1, 2]
+    assert {"start", "limit", "stop", "handoff.0", "taken.0"} <= protocol.kinds("cs", 1)
+    assert protocol.link_executions("cs")[:2] == ["STOPPED", "SUCCEEDED"]
+    assert _reading(protocol, "cs") == ("SUCCEEDED", None, 2)
     for key in ("ct", "ca", "cs"):
         *_, total = _run_times(protocol, key, protocol.allocated(key))
         assert protocol.task(key)["run_time"] == {"total": total, "complete": True}, key
@@ -551,7 +583,7 @@ def _reading(campaign: Campaign, key: str) -> tuple[str, str | None, int]:
 
 
 def _spans_disjoint_and_handed_on(campaign: Campaign, key: str) -> None:
-    positions = campaign.allocated(key)
+    positions = [p for p in campaign.allocated(key) if campaign.kinds(key, p) != {"start"}]
     spans = [campaign.span(key, position) for position in positions]
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start, (key, spans)
@@ -572,8 +604,9 @@ def test_a_submit_killed_between_two_links(chains: Chains) -> None:
     print(before.report("kb"))
     print(after.report("ka"))
     assert killed["before"].returncode == -9 and killed["after"].returncode == -9
-    # before: link 1 recorded and run; link 2's sbatch never ran.
-    assert before.allocated("kb") == [1]
+    # before: link 1 recorded and run; link 2's sbatch never ran (link 2's start marker is the
+    # late sbatch's, below, which ran nothing).
+    assert before.allocated("kb") == [1, 2]
     assert "handoff.0" in before.kinds("kb", 1)
     # after: link 2 accepted by Slurm without a receipt; reconcile records it and it runs.
     [job] = re.findall(r"^([1-9][0-9]*)$", killed["answer"], flags=re.MULTILINE)
@@ -595,6 +628,16 @@ def test_a_submit_killed_between_two_links(chains: Chains) -> None:
     assert _reading(before, "kb") == ("STOPPED", "yielded", 1)  # its link 2 was never sent
     assert _reading(after, "ka") == ("STOPPED", "yielded", 2)
     assert after.task("ka")["exit_code"] == 75
+    # A late sbatch of kb's link 2 after reconcile decided it was never submitted: afterany on
+    # the forgotten link 1 lets it start, but reconcile's empty claim holds the handoff, so it
+    # runs nothing (its start marker alone) and the Task still reads as link 1 left it.
+    print("late", killed["late"].stdout, killed["late"].stderr, killed["late-state"])
+    late = killed["late-job"]
+    assert before.kinds("kb", 2) == {"start"}
+    print("kb's links once the late one ran:", before.links("kb"), before.link_executions("kb"))
+    claim = before.marker("kb", 1, "taken.0")
+    assert claim is not None and claim.stat().st_size == 0
+    assert not [r for r in before.lane.run_records("kb") if f".{late}." in r]
     for campaign, key in ((before, "kb"), (after, "ka")):
         _spans_disjoint_and_handed_on(campaign, key)
         assert not [r for r in campaign.readings[key] if r[0] == "LOST"], key

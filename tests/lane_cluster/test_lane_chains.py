@@ -6,8 +6,9 @@ link run to its early stop, about two minutes), not their sum. Each link is 2 mi
 ``signal_before_end`` 40 s; ``chain_step.py`` (``lane_chain_worker.py``) behaves per link as its
 modes say. While they run, the fixture polls ``squeue --states=all`` every second and keeps every
 state each job was seen in, and runs the two raw ``scancel`` cases (before and after the
-pre-limit signal). Status is not asserted here: only markers, job states, the allocation logs and
-the environment each step recorded.
+pre-limit signal; links wait with ``afterany`` and claim their handoffs). Status is not
+asserted here: only markers, job states, the allocation logs and the environment each step
+recorded.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ CASES: dict[str, tuple[dict[str, str], int]] = {
     "succeeds": ({"s": "exit0"}, 3),
     "middle": ({"m": "exit75,exit3"}, 4),
     "packed": ({"p0": "exit0", "p1": "exit75,exit0"}, 2),
-    "cancel-early": ({"ce": "ignore"}, 2),
-    "cancel-late": ({"cl": "ignore"}, 2),
+    "cancel-early": ({"ce": "ignore"}, 3),
+    "cancel-late": ({"cl": "ignore,exit0"}, 2),
     "ignores-short": ({"is": "ignore,exit0"}, 2),
     "dies-short": ({"ds": "die,exit0"}, 2),
 }
@@ -226,8 +227,13 @@ def report(chains: Chains, chain: str) -> str:
 
 def test_a_step_that_yields_continues_with_its_run_time(chains: Chains) -> None:
     print(report(chains, "yields"))
-    for position in (1, 2):
-        assert chains.markers("yields", position) == {"start", "end.0.75", "handoff.0"}
+    for position in (1, 2):  # each handoff claimed by the next link (taken)
+        assert chains.markers("yields", position) == {
+            "start",
+            "end.0.75",
+            "handoff.0",
+            "taken.0",
+        }
         assert chains.state("yields", position) == "COMPLETED"
     assert chains.markers("yields", 3) == {"start", "end.0.0"}
     assert chains.state("yields", 3) == "COMPLETED"
@@ -249,7 +255,7 @@ def test_a_step_that_ignores_the_signal_is_stopped_in_time_and_continues(
     chains: Chains, chain: str, key: str, before: int
 ) -> None:
     print(report(chains, chain))
-    assert chains.markers(chain, 1) == {"start", "limit", "end.0.137", "handoff.0"}
+    assert chains.markers(chain, 1) == {"start", "limit", "end.0.137", "handoff.0", "taken.0"}
     assert chains.state(chain, 1) == "COMPLETED"
     stopped = chains.mtime(chain, 1, "end.0.137") - chains.mtime(chain, 1, "limit")
     run = chains.run(key, chain, 1)
@@ -271,7 +277,7 @@ def test_a_step_that_ignores_the_signal_is_stopped_in_time_and_continues(
 @pytest.mark.parametrize(("chain", "key"), [("dies", "d"), ("dies-short", "ds")])
 def test_a_step_that_dies_of_the_signal_continues(chains: Chains, chain: str, key: str) -> None:
     print(report(chains, chain))
-    assert chains.markers(chain, 1) == {"start", "limit", "end.0.138", "handoff.0"}
+    assert chains.markers(chain, 1) == {"start", "limit", "end.0.138", "handoff.0", "taken.0"}
     assert chains.state(chain, 1) == "COMPLETED"
     assert chains.markers(chain, 2) == {"start", "end.0.0"}
     assert chains.state(chain, 2) == "COMPLETED"
@@ -282,7 +288,7 @@ def test_a_failure_before_the_signal_ends_the_chain_unallocated(chains: Chains) 
     print(report(chains, "fails"))
     assert chains.markers("fails", 1) == {"start", "end.0.3"}
     assert chains.state("fails", 1) == "FAILED"
-    assert "servatus: link 1/3 hands nothing on; Slurm removes the rest of the chain" in (
+    assert "servatus: link 1/3 hands nothing on; it removes the rest of the chain" in (
         chains.log("fails", 1)
     )
     assert chains.never_ran("fails", 2) and chains.never_ran("fails", 3)
@@ -297,7 +303,7 @@ def test_a_success_on_the_first_link_ends_the_chain(chains: Chains) -> None:
 
 def test_a_middle_link_that_hands_nothing_on_cascades_the_rest_away(chains: Chains) -> None:
     print(report(chains, "middle"))
-    assert chains.markers("middle", 1) == {"start", "end.0.75", "handoff.0"}
+    assert chains.markers("middle", 1) == {"start", "end.0.75", "handoff.0", "taken.0"}
     assert chains.markers("middle", 2) == {"start", "end.0.3"}
     assert chains.state("middle", 2) == "FAILED"
     assert chains.never_ran("middle", 3) and chains.never_ran("middle", 4)
@@ -305,7 +311,13 @@ def test_a_middle_link_that_hands_nothing_on_cascades_the_rest_away(chains: Chai
 
 def test_a_packed_chain_goes_on_with_the_task_that_yields(chains: Chains) -> None:
     print(report(chains, "packed"))
-    assert chains.markers("packed", 1) == {"start", "end.0.0", "end.1.75", "handoff.1"}
+    assert chains.markers("packed", 1) == {
+        "start",
+        "end.0.0",
+        "end.1.75",
+        "handoff.1",
+        "taken.1",
+    }
     assert chains.state("packed", 1) == "COMPLETED"
     assert chains.markers("packed", 2) == {"start", "end.1.0"}
     assert chains.run("p0", "packed", 2) is None
@@ -313,15 +325,29 @@ def test_a_packed_chain_goes_on_with_the_task_that_yields(chains: Chains) -> Non
     assert run is not None and run["SERVATUS_SLOT"] == "1"
 
 
-def test_a_raw_scancel_ends_the_chain(chains: Chains) -> None:
-    """ADR 0005, conflict 1: a cancelled link is CANCELLED, so afterok removes the rest; after
-    the signal the slot still hands on (nothing takes it)."""
+def test_a_raw_scancel_before_the_signal_removes_the_rest_unallocated(chains: Chains) -> None:
+    """ADR 0005, conflict 1 revisited: the link's TERM trap, before any handoff can exist,
+    removes its later links while they still pend on it (afterany), so none is allocated."""
     print(report(chains, "cancel-early"))
-    print(report(chains, "cancel-late"))
     early = chains.markers("cancel-early", 1)
     assert {"start", "stop"} <= early and "handoff.0" not in early and "limit" not in early
     assert chains.state("cancel-early", 1) == "CANCELLED"
+    assert chains.never_ran("cancel-early", 2) and chains.never_ran("cancel-early", 3)
+    assert chains.state("cancel-early", 2) in ("CANCELLED", "(forgotten)")
+
+
+def test_a_raw_scancel_after_the_signal_continues_the_chain(chains: Chains) -> None:
+    """The spec's behaviour: the cancelled link is CANCELLED but handed its slot on; afterany
+    releases the next link, which claims the handoff and runs the Task to its end."""
+    print(report(chains, "cancel-late"))
     late = chains.markers("cancel-late", 1)
-    assert {"start", "limit", "stop", "handoff.0"} <= late
+    assert {"start", "limit", "stop", "handoff.0", "taken.0"} <= late
     assert chains.state("cancel-late", 1) == "CANCELLED"
-    assert chains.never_ran("cancel-early", 2) and chains.never_ran("cancel-late", 2)
+    assert chains.markers("cancel-late", 2) == {"start", "end.0.0"}
+    assert chains.state("cancel-late", 2) == "COMPLETED"
+    run = chains.run("cl", "cancel-late", 2)
+    assert run is not None and run["SERVATUS_LINK"] == "2"
+    claim = Path(chains.lane.log_root) / (
+        f"servatus-{chains.links['cancel-late'][0][0]}.{chains.links['cancel-late'][0][1]}.taken.0"
+    )
+    assert claim.read_text().strip() == str(chains.links["cancel-late"][1][1])

@@ -110,6 +110,10 @@ def make_fake_cluster(tmp_path: Path) -> FakeCluster:
     srun = tmp_path / "bin" / "srun"
     srun.write_text(f"#!{PYTHON}\n" + (HERE / "fake_srun.py").read_text())
     srun.chmod(0o755)
+    # What a link that hands nothing on removes: each scancel's words, one line per call.
+    scancel = tmp_path / "bin" / "scancel"
+    scancel.write_text(f'#!/bin/sh\necho "$*" >>{tmp_path}/scancel.log\n')
+    scancel.chmod(0o755)
     assert shutil.which("dash"), "dash is needed: it is /bin/sh on Debian clusters"
     os.chmod(tmp_path, 0o755)
     return FakeCluster(tmp_path)

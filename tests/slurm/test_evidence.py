@@ -162,7 +162,9 @@ def test_marker_names_round_trip(kind: MarkerKind, job: int, slot: int, code: in
     marker = parse_marker_name(name, 5.0)
     assert marker is not None
     assert (marker.allocation_id, marker.job, marker.kind) == (ALLOCATION, job, kind)
-    assert marker.slot == (slot if kind in (MarkerKind.END, MarkerKind.HANDOFF) else None)
+    assert marker.slot == (
+        slot if kind in (MarkerKind.END, MarkerKind.HANDOFF, MarkerKind.TAKEN) else None
+    )
     assert marker.exit_code == (code if kind is MarkerKind.END else None)
     assert parse_marker_name(step_log_name(ALLOCATION, job, slot), 5.0) is None
 

@@ -21,6 +21,7 @@ AT = 5.0
 
 START, END, STOP, LIMIT = MarkerKind.START, MarkerKind.END, MarkerKind.STOP, MarkerKind.LIMIT
 HANDOFF, STEP_START, CLAIM = MarkerKind.HANDOFF, MarkerKind.STEP_START, MarkerKind.CLAIM
+TAKEN = MarkerKind.TAKEN
 
 ROWS: list[tuple[str, Marker | None]] = [
     # id: exactly 24 lowercase hex digits
@@ -76,6 +77,13 @@ ROWS: list[tuple[str, Marker | None]] = [
     ("servatus-0123456789abcdef01234567.7.handoff.012", None),
     ("servatus-0123456789abcdef01234567.7.handoff", None),
     ("servatus-0123456789abcdef01234567.7.handoff.1.0", None),
+    # taken.<slot>: the same slot bound, and its size kept (the claim's verdict)
+    ("servatus-0123456789abcdef01234567.7.taken.0", Marker(ID, 7, TAKEN, AT, 0, None, 0)),
+    ("servatus-0123456789abcdef01234567.7.taken.9999", Marker(ID, 7, TAKEN, AT, 9999, None, 0)),
+    ("servatus-0123456789abcdef01234567.7.taken.10000", None),
+    ("servatus-0123456789abcdef01234567.7.taken.01", None),
+    ("servatus-0123456789abcdef01234567.7.taken", None),
+    ("servatus-0123456789abcdef01234567.7.Taken.0", None),
     # logs share the prefix and are never markers
     ("servatus-0123456789abcdef01234567-7.out", None),
     ("servatus-0123456789abcdef01234567-7.0.out", None),

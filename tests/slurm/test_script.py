@@ -200,7 +200,7 @@ def test_bad_steps_are_refused(tmp_path: Path) -> None:
         render(make_spec(target, [ok], inherit=("SERVATUS_SECRET",)))
     with pytest.raises(ConfigurationError, match="slots"):
         render(make_spec(target, [ok, ok]))
-    with pytest.raises(ConfigurationError, match="earlier links but no link"):
+    with pytest.raises(ConfigurationError, match="other links but no link"):
         render(make_spec(target, [ok], earlier=("f" * 24,)))
 
 
@@ -494,6 +494,7 @@ def test_no_start_marker_no_step(
 # -- chain links (ADR 0005) ---------------------------------------------------------------------
 
 EARLIER = ("a" * 24, "b" * 24)
+LATER = ("c" * 24, "d" * 24, "e" * 24)
 CHAIN_INHERIT = (*INHERIT, *CHAIN_VARIABLES)
 
 
@@ -526,6 +527,7 @@ def chain_spec(
         steps,
         link=Link(position, of, 600),
         earlier=EARLIER[: position - 1],
+        later=LATER[: of - position],
         budget=budget,
         inherit=inherit,
         signal_before_end=signal_before_end,
@@ -535,6 +537,12 @@ def chain_spec(
 def step_env(cluster: FakeCluster, name: str) -> dict[str, str]:
     env = decode_env(record(cluster, name)["env"])  # type: ignore[arg-type]
     return {k.decode(): v.decode() for k, v in env.items() if k.startswith(b"SERVATUS_")}
+
+
+def removed(cluster: FakeCluster) -> list[str]:
+    """What the link's scancel calls named, in order (none: the file is absent)."""
+    log = cluster.root / "scancel.log"
+    return log.read_text().splitlines() if log.exists() else []
 
 
 def handoff(cluster: FakeCluster, allocation: str, job: int, slot: int) -> None:
@@ -561,7 +569,9 @@ def test_a_chain_link_carries_its_machine_readable_lines(tmp_path: Path) -> None
             assert lines[at + 1] == f"# slot {slot} links {links}"
     # The last link is a plain allocation: no early stop, no handoff, exit 0.
     last = "\n".join(later)
-    assert "servatus_early" not in last and "handoff." not in last.replace('handoff.$1"', "")
+    guard = last.replace('handoff.$1"', "").replace("handoff.$1}", "")
+    assert "servatus_early" not in last and "handoff." not in guard
+    assert "servatus_remove" not in last and "scancel" not in last
     assert last.endswith("until wait; do :; done\nexit 0")
     plain = render(make_spec(target, [direct_step(target, 0, ["/bin/true"])]))
     assert "servatus_link" not in plain and "links" not in plain
@@ -571,7 +581,7 @@ def test_a_chain_link_is_refused_without_its_chain(tmp_path: Path) -> None:
     target = make_target(tmp_path)
     step = chain_step(target, 0, ["/bin/true"], links=2)
     spec = chain_spec(target, [step], 2, 2)
-    with pytest.raises(ConfigurationError, match="names 0 earlier links"):
+    with pytest.raises(ConfigurationError, match="names 0 earlier"):
         render(attrs.evolve(spec, earlier=()))
     with pytest.raises(ConfigurationError, match="allocation id"):
         render(attrs.evolve(spec, earlier=("x",)))
@@ -637,8 +647,9 @@ def test_a_middle_link_that_hands_nothing_on_exits_1(
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 1
     assert out.decode().splitlines() == [
-        "servatus: link 2/3 hands nothing on; Slurm removes the rest of the chain"
+        "servatus: link 2/3 hands nothing on; it removes the rest of the chain"
     ]
+    assert removed(fake_cluster) == [f"--name=servatus-{LATER[0]}"]
     prefix = f"servatus-{ALLOCATION}.4242."
     assert {n for n in markers(fake_cluster) if n.startswith(prefix)} == {
         prefix + "start",
@@ -777,8 +788,9 @@ def test_a_link_handed_nothing_runs_nothing_and_exits_1(
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 1
     assert out.decode().splitlines() == [
-        "servatus: link 2/3 hands nothing on; Slurm removes the rest of the chain"
+        "servatus: link 2/3 hands nothing on; it removes the rest of the chain"
     ]
+    assert removed(fake_cluster) == [f"--name=servatus-{LATER[0]}"]
     assert set(markers(fake_cluster)) == {f"servatus-{ALLOCATION}.4242.start"}
     assert not os.listdir(fake_cluster.root / "srun")
 

@@ -61,7 +61,7 @@ from servatus.plan import (
     plan_to_document,
 )
 from servatus.plugins import Hooks, hooks
-from servatus.reconcile import Resolution, resolve, resolve_step
+from servatus.reconcile import Resolution, claim_handoffs, decide_link, resolve, resolve_step
 from servatus.settlement import listed, queries, settle
 from servatus.status import (
     Execution,
@@ -962,6 +962,7 @@ class Campaign:
             decisions = resolve(
                 [s for s in pending if s.allocation_id not in within], evidence, now=now
             )
+            decisions = self._withhold_handoffs(decisions, recorded, now=now)
             for decision in decisions:
                 if decision.outcome != "waiting":
                     writer.add(store.Resolved(decision.allocation_id, decision.job))
@@ -995,6 +996,42 @@ class Campaign:
                 writer.settle(store.Settled(found, listed(evidence)))
         self.refresh()
         return tuple(decisions)
+
+    def _withhold_handoffs(
+        self, decisions: Sequence[Resolution], recorded: Sequence[Submission], *, now: float
+    ) -> list[Resolution]:
+        """Before a later chain link is recorded as never submitted, claim the handoffs it
+        would take (ADR 0005): a late ``sbatch`` of it then runs nothing, and a claim it made
+        first shows it was accepted after all (:func:`~servatus.reconcile.decide_link`)."""
+        by_id = {s.allocation_id: s for s in recorded}
+        decided: list[Resolution] = []
+        connect = self._connector()
+        for decision in decisions:
+            link = by_id[decision.allocation_id]
+            chain = link.chain
+            before = by_id.get(chain.after) if chain is not None and chain.after else None
+            if decision.outcome != "not_submitted" or link.slots is not None or before is None:
+                decided.append(decision)
+                continue
+            if before.job is None:  # its predecessor never ran: nothing to hand on
+                decided.append(decision)
+                continue
+            target = target_from_identity(link.target)
+            claims = None
+            with contextlib.suppress(Unavailable):
+                transport = connect(target)
+                try:
+                    claims = claim_handoffs(
+                        transport,
+                        target.log_root,
+                        before.allocation_id,
+                        before.job,
+                        range(len(link.task_keys)),
+                    )
+                finally:
+                    transport.close()
+            decided.append(decide_link(decision, claims, now=now))
+        return decided
 
     def _resolve_steps(
         self,

@@ -38,7 +38,9 @@ class MarkerKind(enum.Enum):
     ``END``: one step returned, with its slot and exit code. ``STOP``: the job was interrupted.
     ``LIMIT``: the pre-limit signal arrived. ``HANDOFF``: a chain link handed a slot on.
     ``STEP_START``: a lease step really began. ``CLAIM``: the decision on a lease step's order,
-    listed from its lease's orders directory and read by its size (ADR 0009)."""
+    listed from its lease's orders directory and read by its size (ADR 0009). ``TAKEN``: the
+    claim on a chain link's handoff of a slot, read by its size: more than 0 taken by the next
+    link, 0 withheld by ``reconcile`` (ADR 0005)."""
 
     START = "start"
     END = "end"
@@ -47,12 +49,13 @@ class MarkerKind(enum.Enum):
     HANDOFF = "handoff"
     STEP_START = "step-start"
     CLAIM = "claim"
+    TAKEN = "taken"
 
 
 class Marker(NamedTuple):
     """One run marker: which allocation and job wrote it, what it says, and its mtime (the file
     server's clock, so spans between markers never mix clocks). ``size`` is a claim's file size,
-    its verdict: 0 withdrawn, more taken (None for every other kind)."""
+    its verdict: 0 withdrawn (or withheld), more taken (None for every kind but the claims)."""
 
     allocation_id: str
     job: int

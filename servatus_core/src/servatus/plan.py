@@ -196,6 +196,26 @@ def earlier_links(allocations: Iterable[Allocation]) -> dict[str, tuple[str, ...
     return earlier
 
 
+def later_links(allocations: Iterable[Allocation]) -> dict[str, tuple[str, ...]]:
+    """Each chain link's later links, in chain order, by allocation id: what a link that hands
+    nothing on removes (ADR 0005)."""
+    following: dict[str, str] = {}
+    for allocation in allocations:
+        if allocation.after is not None:
+            following[allocation.after] = allocation.allocation_id
+    later: dict[str, tuple[str, ...]] = {}
+    for allocation in allocations:
+        if allocation.link is None:
+            continue
+        chain = []
+        step = following.get(allocation.allocation_id)
+        while step is not None:
+            chain.append(step)
+            step = following.get(step)
+        later[allocation.allocation_id] = tuple(chain)
+    return later
+
+
 @attrs.frozen
 class Totals:
     """The most a plan can use, with every allocation run to its time limit."""

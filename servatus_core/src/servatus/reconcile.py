@@ -6,9 +6,12 @@ lists and what run markers name, and waits while the evidence cannot yet be conc
 
 A chain link is an intent like any other: it is found by its own name or markers, and
 resolving it never submits the links after it. A chain an interruption cut short is simply
-shorter; its Tasks hand on at the new end and read ``STOPPED`` (ADR 0005, ADR 0006). So is a
-lease link. A step in a lease is decided at once by its order's claim instead (``resolve_step``,
-ADR 0009 "Recovery").
+shorter; its Tasks hand on at the new end and read ``STOPPED`` (ADR 0005, ADR 0006). Before a
+later link is recorded as never submitted, ``reconcile`` claims the handoffs it would take
+(:func:`claim_handoffs`), so a late ``sbatch`` of it, which ``afterany`` lets start, runs
+nothing; a claim a link made first shows that it was accepted. A lease link is resolved like
+any other intent; a step in a lease is decided at once by its order's claim instead
+(``resolve_step``, ADR 0009 "Recovery").
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence
-from servatus.ids import job_name
-from servatus.lease import Verdict, Withdrawal
+from servatus.ids import ALLOCATION_ID, job_name
+from servatus.lease import Verdict, Withdrawal, nonce
 from servatus.status import Submission
+from servatus.transport import Transport
 
 RECONCILE_AFTER = 15 * 60
 """Seconds after its intent that an allocation with no evidence at all counts as never sent."""
@@ -124,3 +129,83 @@ class _Jobs:
             if known is None or marker.job < known:
                 marked[marker.allocation_id] = marker.job
         return cls(listed, marked)
+
+
+CLAIM_SCRIPT = r"""
+umask 077
+d=$1 id=$2 job=$3 nonce=$4
+shift 4
+for s in "$@"; do
+    c="$d/servatus-$id.$job.taken.$s" v="$d/.servatus-$id.$job.void.$s.$nonce"
+    # An empty file of our own linked into the claim; the claim is read whoever linked it.
+    if (set -C && : >"$v") 2>/dev/null; then
+        ln "$v" "$c" 2>/dev/null
+        rm -f "$v"
+    fi
+    if [ -f "$c" ] && [ ! -h "$c" ] && t=$(cat -- "$c" 2>/dev/null); then
+        case $t in
+        '') echo "withdrawn $s" ;;
+        *[!0-9]* | 0*) echo "undecided $s" ;;
+        *) echo "taken $s $t" ;;
+        esac
+    else
+        echo "undecided $s"
+    fi
+done
+""".lstrip("\n")
+"""``sh -c CLAIM_SCRIPT claim LOG_ROOT ID JOB NONCE SLOT...``: claims the handoff of each slot of
+link ``ID``'s job ``JOB`` (``servatus-<id>.<job>.taken.<slot>``) with an empty file, and answers
+``withdrawn SLOT`` (the claim is empty: no link can take that handoff any more), ``taken SLOT
+JOB`` (a link claimed it first, with its job number), or ``undecided SLOT``."""
+
+
+def claim_command(log_root: str, previous: str, job: int, slots: Sequence[int]) -> list[str]:
+    """The command that claims link ``previous``'s handoffs of ``slots`` for ``reconcile``."""
+    if not ALLOCATION_ID.fullmatch(previous) or job < 1:
+        raise ConfigurationError(f"not a link to claim from: {previous!r} job {job}")
+    words = [str(slot) for slot in slots]
+    return ["/bin/sh", "-c", CLAIM_SCRIPT, "claim", log_root, previous, str(job), nonce(), *words]
+
+
+def read_claims(stdout: bytes, slots: Sequence[int]) -> dict[int, int | bool | None]:
+    """Each slot's claim: the job number of the link that took it, False when ``reconcile``'s
+    empty claim holds, None when undecided (a slot the answer does not name included)."""
+    found: dict[int, int | bool | None] = dict.fromkeys(slots)
+    for line in stdout.decode("ascii", "replace").splitlines():
+        words = line.split()
+        if len(words) < 2 or not words[1].isdigit() or int(words[1]) not in found:
+            continue
+        slot = int(words[1])
+        if words[0] == "withdrawn" and len(words) == 2:
+            found[slot] = False
+        elif words[0] == "taken" and len(words) == 3 and words[2].isdigit():
+            found[slot] = int(words[2])
+    return found
+
+
+def claim_handoffs(
+    transport: Transport, log_root: str, previous: str, job: int, slots: Sequence[int]
+) -> dict[int, int | bool | None]:
+    """Claim link ``previous``'s (job ``job``) handoffs of ``slots``, so no late link can take
+    them: :func:`read_claims` of the answer, every slot undecided when none came back. Raises
+    :class:`~servatus.errors.Unavailable` when the transport has no answer at all."""
+    result = transport.run(claim_command(log_root, previous, job, slots))
+    if result.returncode != 0 or result.truncated:
+        return dict.fromkeys(slots)
+    return read_claims(result.stdout, slots)
+
+
+def decide_link(
+    decision: Resolution, claims: Mapping[int, int | bool | None] | None, *, now: float
+) -> Resolution:
+    """A later link's ``not_submitted`` decision, checked against its predecessor's handoffs:
+    a claim a link took means that link was accepted (with the job that took it), every claim
+    withheld confirms the decision, and anything undecided (``claims`` None: no answer) waits."""
+    if claims is None:
+        return Resolution(decision.allocation_id, "waiting", retry_at=now)
+    taken = [job for job in claims.values() if job is not None and job is not False]
+    if taken:
+        return Resolution(decision.allocation_id, "accepted", job=int(min(taken)))
+    if all(value is False for value in claims.values()):
+        return decision
+    return Resolution(decision.allocation_id, "waiting", retry_at=now)

@@ -48,7 +48,8 @@ class ScriptSpec:
     step (``SERVATUS_JOB_ID``, ``SERVATUS_JOB_END_TIME``, ...).
 
     A chain link has its ``link``; ``earlier`` holds the allocation ids of every earlier link of
-    its chain in order (the last is ``depends_on``, the one it hands on from), and ``budget`` the
+    its chain in order (the last is ``depends_on``, the one it hands on from), ``later`` those of
+    every later link in order (the ones it removes when it hands nothing on), and ``budget`` the
     lifetime budget in seconds (None for ``--max-links`` alone).
     """
 
@@ -64,6 +65,7 @@ class ScriptSpec:
     link: Link | None = None
     earlier: tuple[str, ...] = ()
     budget: int | None = None
+    later: tuple[str, ...] = ()
 
     @property
     def depends_on(self) -> str | None:

@@ -20,7 +20,7 @@ from servatus.continuation import MAX_LINKS, Link
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.launcher import Launcher
 from servatus.lease import Directory, Offer, make_directory, offer, orders_path
-from servatus.plan import Allocation, earlier_links
+from servatus.plan import Allocation, earlier_links, later_links
 from servatus.plugins import Hooks
 from servatus.script import (
     BUDGET_VARIABLE,
@@ -97,11 +97,13 @@ def script_spec(
     launcher: Launcher,
     *,
     earlier: tuple[str, ...] = (),
+    later: tuple[str, ...] = (),
     budget: int | None = None,
     spent: Mapping[str, int] | None = None,
 ) -> ScriptSpec:
     """What the allocation's batch script must do, decided entirely by the core. A chain link
-    also needs its ``earlier`` links' ids, the ``budget``, and what each Task had ``spent``."""
+    also needs its ``earlier`` and ``later`` links' ids, the ``budget``, and what each Task had
+    ``spent``."""
     resources = profile.resources
     inherit: tuple[str, ...] = RUNTIME_VARIABLES
     if allocation.link is not None:
@@ -128,6 +130,7 @@ def script_spec(
         inherit=inherit,
         link=allocation.link,
         earlier=earlier,
+        later=later,
         budget=budget,
     )
 
@@ -210,9 +213,15 @@ class ScriptRoom:
 
 _WIDEST = 10**12 - 1
 """A budget and a run time no real one reaches in digits: chain sizes are measured with it."""
-_PROBE_LINKS = (None, Link(MAX_LINKS - 1, MAX_LINKS, 60), Link(MAX_LINKS, MAX_LINKS, 60))
+_PROBE_LINKS = (
+    None,
+    Link(1, MAX_LINKS, 60),
+    Link(MAX_LINKS - 1, MAX_LINKS, 60),
+    Link(MAX_LINKS, MAX_LINKS, 60),
+)
 """A plain allocation, and the chain links with the most in their scripts: the last that hands
-on (the early stop and 30 earlier links to read) and the chain's last (31)."""
+on (the early stop and 30 earlier links to read), the first (31 later links to remove) and the
+chain's last (31 earlier)."""
 
 
 def _sized(allocation: Allocation, keys: tuple[str, ...]) -> tuple[Allocation, dict[str, Any]]:
@@ -229,6 +238,7 @@ def _sized(allocation: Allocation, keys: tuple[str, ...]) -> tuple[Allocation, d
     )
     widest = {
         "earlier": ("0" * 24,) * (position - 1),
+        "later": ("0" * 24,) * (allocation.link.of - position),
         "budget": _WIDEST,
         "spent": dict.fromkeys(keys, _WIDEST),
     }
@@ -381,7 +391,7 @@ def batch_scripts(
 ) -> list[str]:
     """Every allocation's batch script, as ``submit`` sends it: a chain link's knows its earlier
     links (from ``allocations``, in order), the ``budget`` and what each Task had ``spent``."""
-    earlier = earlier_links(allocations)
+    earlier, later = earlier_links(allocations), later_links(allocations)
     return [
         hooks.batch_script(
             script_spec(
@@ -390,6 +400,7 @@ def batch_scripts(
                 tasks,
                 launcher,
                 earlier=earlier.get(allocation.allocation_id, ()),
+                later=later.get(allocation.allocation_id, ()),
                 budget=budget,
                 spent=spent,
             )
@@ -450,7 +461,7 @@ def submit_allocations(
     target = ""
     for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
         done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
-        argv = [*sbatch, *dependency(allocation, jobs, after="afterany" if terms else "afterok")]
+        argv = [*sbatch, *dependency(allocation, jobs)]
         try:
             # The Target is recorded once per campaign, before its first intent.
             target = target or writer.target(target_identity)
@@ -673,17 +684,14 @@ def submit_steps(
     return tuple(accepted)
 
 
-def dependency(
-    allocation: Allocation, jobs: Mapping[str, int], *, after: str = "afterok"
-) -> list[str]:
-    """The ``sbatch`` options that chain a link to the job of the link before it, accepted
-    earlier in the same submission. ``afterok`` on the command line (the job number exists only
-    now): a predecessor that fails, times out or is cancelled takes this link, and through it
-    the rest of the chain, away before Slurm allocates it; ``--kill-on-invalid-dep=yes`` makes
-    that so whatever the site's ``DependencyParameters`` say (ADR 0005).
+def dependency(allocation: Allocation, jobs: Mapping[str, int]) -> list[str]:
+    """The ``sbatch`` option that chains a link to the job of the link before it, accepted
+    earlier in the same submission, on the command line (the job number exists only now).
 
-    A lease's links use ``afterany`` alone (ADR 0009): each starts when the one before it
-    ended, however it ended (a lease that reaches its limit ends ``TIMEOUT``)."""
+    ``afterany``, for a Task's chain (ADR 0005) and a lease's (ADR 0009) alike: the link becomes
+    eligible when the one before it ended, however it ended (``COMPLETED``, ``TIMEOUT``, a raw
+    ``scancel``), and the handoff it claims decides what it runs. A link that hands nothing on
+    removes the rest of its chain itself, while they are still pending."""
     if allocation.after is None:
         return []
     job = jobs.get(allocation.after)
@@ -692,9 +700,7 @@ def dependency(
             f"chain link {allocation.allocation_id} follows {allocation.after}, which was not "
             "accepted in this submission"
         )
-    if after == "afterany":
-        return [f"--dependency=afterany:{job}"]
-    return [f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes"]
+    return [f"--dependency=afterany:{job}"]
 
 
 def _interrupted(what: str) -> SubmissionInterrupted:

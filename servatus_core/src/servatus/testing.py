@@ -14,26 +14,31 @@ Chains (budgeted continuation, ``docs/development/adr/0005-chains.md``) are mode
 the batch
 script run them, so a chain application can be tested without a cluster:
 
-* ``sbatch --dependency=afterok:J --kill-on-invalid-dep=yes`` queues a job that stays
-  ``PENDING`` (:meth:`FakeScheduler.start` skips it) until J ends ``COMPLETED``. When J ends
-  any other way the dependent is cancelled without ever being allocated, and so is every job
-  that depends on it (Slurm removing the rest of a chain); without ``--kill-on-invalid-dep=yes``
-  it stays pending for ever. ``afterok`` on a job the fake does not list (unknown, or forgotten
-  by :meth:`~FakeScheduler.purge`) is refused as Slurm refuses it: exit 1, ``Job dependency
-  problem``.
-* A script's ``servatus_link=``, ``servatus_links=``, ``servatus_after=`` and
-  ``# slot <s> links <n>`` lines make its job a chain link. A later link runs only the slots its
-  predecessor handed on (a ``handoff`` marker of that allocation id); with none it writes its
-  start marker, runs nothing and ends ``FAILED``. :attr:`FakeJob.allocated` says whether a job
-  ever started.
+* ``sbatch --dependency=afterany:J`` queues a job that stays ``PENDING``
+  (:meth:`FakeScheduler.start` skips it) until J ended, however it ended; ``afterany`` on a job
+  the fake does not list (unknown, or forgotten by :meth:`~FakeScheduler.purge`) is met at once,
+  as Slurm's is. ``afterok`` (with ``--kill-on-invalid-dep=yes``) is modelled too: met by
+  ``COMPLETED`` only, otherwise the dependent is cancelled unallocated; on a job the fake does
+  not list it is refused as Slurm refuses it: exit 1, ``Job dependency problem``.
+* A script's ``servatus_link=``, ``servatus_links=``, ``servatus_after=``, ``servatus_later=``
+  and ``# slot <s> links <n>`` lines make its job a chain link. A later link runs only the slots
+  whose handoff (a ``handoff`` marker of its predecessor's allocation id) it claims: the claim
+  ``servatus-<id>.<job>.taken.<slot>`` (in :attr:`~FakeScheduler.claims`, listed by the marker
+  ``find``) holds the job number of whoever made it first, a link or ``reconcile`` (empty). A
+  link that runs nothing writes its start marker and ends ``FAILED``. :attr:`FakeJob.allocated`
+  says whether a job ever started.
 * A link's step that returns 75, or any nonzero code after :meth:`~FakeScheduler.signal_limit`,
   hands its slot on (a ``handoff`` marker after its end marker), unless this is that Task's own
   last link. So ``finish(job, 75)`` on a middle link writes the end and the handoff and ends the
-  link ``COMPLETED``, and the next link may start; a link that hands nothing on ends ``FAILED``
-  and its successors are cancelled. :meth:`~FakeScheduler.time_out` of a middle link that had its
-  pre-limit signal is the batch shell's own early stop (143 for each step still running, no
-  stop marker, handoffs, then ``COMPLETED``); without the signal, and on a chain's last link, it
-  is Slurm's ``TIMEOUT``, and ``TIMEOUT`` removes the rest of the chain.
+  link ``COMPLETED``, and the next link may start. A link that ends having handed nothing on
+  (``FAILED``, cancelled before its signal, Slurm's ``TIMEOUT``) first cancels every later link
+  of its chain, which was never allocated, as its batch shell does; one that vanishes
+  (:meth:`~FakeScheduler.vanish`, a node failure) cannot, so its next link starts, runs nothing
+  and removes the rest. :meth:`~FakeScheduler.time_out` of a middle link that had its pre-limit
+  signal is the batch shell's own early stop (143 for each step still running, no stop marker,
+  handoffs, then ``COMPLETED``); without the signal, and on a chain's last link, it is Slurm's
+  ``TIMEOUT``. A ``scancel`` after the signal hands on (143 after ``limit``), and the chain
+  continues.
 
 Leases (``docs/development/adr/0009-leases.md``) are modelled as the lease's batch script runs
 them, so a
@@ -86,6 +91,7 @@ _NTASKS = re.compile(r"^#SBATCH --ntasks=([0-9]+)$", re.MULTILINE)
 _LINK = re.compile(r"^servatus_link='?([0-9]+)'?$", re.MULTILINE)
 _LINKS = re.compile(r"^servatus_links='?([0-9]+)'?$", re.MULTILINE)
 _AFTER = re.compile(r"^servatus_after='?([0-9a-f]+)'?$", re.MULTILINE)
+_LATER = re.compile(r"^servatus_later='([0-9a-f ]*)'$", re.MULTILINE)
 _SLOT_LINKS = re.compile(r"^# slot ([0-9]+) links ([0-9]+)$", re.MULTILINE)
 _LEASE = re.compile(r"^servatus_lease=([0-9a-f]{24})$", re.MULTILINE)
 _LEASE_LOG = re.compile(r"^servatus_log='?([^'\n]+)'?$", re.MULTILINE)
@@ -123,6 +129,9 @@ class FakeJob:
     """How many links its chain has (``servatus_links``), 0 for a plain job."""
     after_id: str = ""
     """The allocation id of the link before it (``servatus_after``)."""
+    later: tuple[str, ...] = ()
+    """The allocation ids of the later links it removes when it hands nothing on, newest first
+    (``servatus_later``)."""
     slot_links: dict[int, int] = attrs.Factory(dict)
     """Each slot's own number of links (``# slot <s> links <n>``)."""
     skipped: frozenset[int] = frozenset()
@@ -130,7 +139,7 @@ class FakeJob:
     allocated: bool = False
     """Whether the job ever started (a removed chain link never does)."""
     after_any: bool = False
-    """Whether it waits with ``afterany`` (a lease's later link) rather than ``afterok``."""
+    """Whether it waits with ``afterany`` (a chain's or a lease's later link), not ``afterok``."""
     lease: FakeLease | None = None
     """What a lease job holds: its orders directory and its steps."""
 
@@ -221,7 +230,8 @@ class FakeScheduler:
         self.orders: dict[str, dict[str, bytes]] = {}
         """Each orders directory the fake made, with the orders offered and not yet taken."""
         self.claims: dict[str, tuple[float, bytes]] = {}
-        """Each claim by name (``servatus-<step>.<job>.claim``): when it was made, what it holds."""
+        """Each claim by name (a lease step's ``servatus-<step>.<job>.claim``, a chain handoff's
+        ``servatus-<link>.<job>.taken.<slot>``): when it was made, what it holds."""
         self._next_job = first_job
         self._faults: dict[str, _Fault] = {}
         self._dependents: dict[int, list[FakeJob]] = {}
@@ -283,10 +293,10 @@ class FakeScheduler:
             if item.lease is not None:
                 self._take(item)
             if item.link > 1:
-                handed = self._handed(item.after_id)
-                item.skipped = frozenset(range(item.slots)) - handed
-                if not handed & set(range(item.slots)):
-                    self._ends(item, "FAILED")  # runs no step, exits 1
+                taken = self._claim(item)
+                item.skipped = frozenset(range(item.slots)) - taken
+                if not taken:  # runs no step; one before the last removes the rest, exits 1
+                    self._ends(item, "FAILED" if item.link < item.links else "COMPLETED")
 
     def finish(self, job: int, *exit_codes: int) -> None:
         """End a job's steps with these exit codes, one per slot (all 0 if none are given); the
@@ -444,8 +454,8 @@ class FakeScheduler:
         if "--test-only" in argv:
             message = f"sbatch: Job {self._next_job} to start at now using 1 processors\n"
             return CommandResult(argv, 0, b"", message.encode())
-        ntasks, link, links, before = (
-            pattern.search(script) for pattern in (_NTASKS, _LINK, _LINKS, _AFTER)
+        ntasks, link, links, before, later = (
+            pattern.search(script) for pattern in (_NTASKS, _LINK, _LINKS, _AFTER, _LATER)
         )
         job = FakeJob(
             job=self._next_job,
@@ -457,6 +467,7 @@ class FakeScheduler:
             link=int(link[1]) if link else 0,
             links=int(links[1]) if links else 0,
             after_id=before[1] if before else "",
+            later=tuple(later[1].split()) if later else (),
             slot_links={int(s): int(n) for s, n in _SLOT_LINKS.findall(script)},
             after_any=after_any,
             lease=_lease_of(script),
@@ -585,6 +596,18 @@ class FakeScheduler:
             lines.append(f"{'taken' if self.claims[name][1] else 'withdrawn'} {step}")
         return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
 
+    def _cmd_claim(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        """``sh -c CLAIM_SCRIPT claim LOG_ROOT ID JOB NONCE SLOT...``: an empty claim of each
+        handoff unless a link claimed it first; the answer is what the claim holds."""
+        allocation_id, job = argv[5], argv[6]
+        lines = []
+        for slot in argv[8:]:
+            name = f"servatus-{allocation_id}.{job}.taken.{slot}"
+            self.claims.setdefault(name, (self.clock(), b""))
+            held = self.claims[name][1].decode().strip()
+            lines.append(f"taken {slot} {held}" if held else f"withdrawn {slot}")
+        return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
+
     def _cmd_stop(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         """``sh -c STOP_SCRIPT stop DIR STEP...``: a stop request, acted on at once as the
         lease's next poll would: a running step gets its ``stop`` marker (then ``SIGUSR1``) and
@@ -674,8 +697,42 @@ class FakeScheduler:
         return "FAILED"
 
     def _ends(self, job: FakeJob, state: str) -> None:
+        if job.later and job.allocated and not self._handed_by(job):
+            self._remove(job)
         job.state = state
         self._dependents_end(job, state)
+
+    def _handed_by(self, job: FakeJob) -> bool:
+        markers = self.markers
+        return any(
+            f"servatus-{job.allocation_id}.{job.job}.handoff.{slot}" in markers
+            for slot in range(job.slots)
+        )
+
+    def _remove(self, job: FakeJob) -> None:
+        """A link's batch shell that hands nothing on cancels its later links by name, newest
+        first, while they are still pending."""
+        for allocation_id in job.later:
+            for item in self._by_allocation.get(allocation_id, ()):
+                if item.listed and item.state in ("PENDING", "RUNNING"):
+                    self._told_to_end(item, "CANCELLED")
+
+    def _claim(self, job: FakeJob) -> set[int]:
+        """The slots a later link claims: each handoff of its predecessor (any job number) is
+        claimed once, by the first to link its claim; the link runs the slots whose claim holds
+        its own job number."""
+        mine = f"{job.job}\n".encode()
+        taken = set()
+        for before in self._by_allocation.get(job.after_id, ()):
+            for slot in range(job.slots):
+                handoff = f"servatus-{job.after_id}.{before.job}.handoff.{slot}"
+                if handoff not in self.markers:
+                    continue
+                name = f"servatus-{job.after_id}.{before.job}.taken.{slot}"
+                self.claims.setdefault(name, (self.clock(), mine))
+                if self.claims[name][1] == mine:
+                    taken.add(slot)
+        return taken
 
     def _dependents_end(self, job: FakeJob, state: str) -> None:
         for item in self._dependents.get(job.job, ()):
@@ -772,11 +829,12 @@ class FakeScheduler:
 
 CONTROL_NAMES = (
     "ping", "sbatch", "squeue", "scancel", "scontrol", "find", "tail", "sh",
-    "mkdir", "offer", "withdraw", "stop",
+    "mkdir", "offer", "withdraw", "stop", "claim",
 )  # fmt: skip
 """What a control may name: each command the fake answers, by basename (``sh`` is doctor's
 directory probe), and ``ping``, the ``sbatch --version`` check. A lease's ``sh -c`` commands are
-named by their ``$0``: ``mkdir`` (its orders directory), ``offer``, ``withdraw`` and ``stop``."""
+named by their ``$0``: ``mkdir`` (its orders directory), ``offer``, ``withdraw`` and ``stop``;
+``claim`` is ``reconcile``'s claim of a chain link's handoffs."""
 
 
 def _lease_of(script: str) -> FakeLease | None:

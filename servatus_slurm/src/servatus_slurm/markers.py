@@ -8,6 +8,9 @@ a ``-`` a log, so one ``find -name`` :data:`MARKER_GLOB` lists every marker and 
     servatus-<id>.<job>.stop              the job was told to end (SIGTERM: scancel, time limit)
     servatus-<id>.<job>.limit             the pre-limit SIGUSR1 arrived and was relayed
     servatus-<id>.<job>.handoff.<slot>    a chain link hands <slot> on to its next link
+    servatus-<id>.<job>.taken.<slot>      the claim on that handoff, made once by ln: its size
+                                          is the verdict, more than 0 taken by the next link
+                                          (it holds that job's number), 0 withheld by reconcile
     servatus-<id>.<job>.step-start        a lease step (<id> is the step's own id) really began
     servatus-<id>.<job>.claim             the decision on a step's order (in its lease's orders
                                           directory): its size is the verdict, 0 withdrawn,
@@ -18,7 +21,8 @@ a ``-`` a log, so one ``find -name`` :data:`MARKER_GLOB` lists every marker and 
 ``<id>`` is :data:`ID_LENGTH` lowercase hex digits, ``<job>`` Slurm's job number without leading
 zeros, ``<slot>`` a non-negative integer without leading zeros. A marker is an empty file whose
 mtime, stamped by the file server when it was created, is the time of the event; a claim is the
-one marker read by its size instead (``docs/development/adr/0009-leases.md``).
+one marker read by its size instead (``docs/development/adr/0009-leases.md``), and so is a
+handoff's claim (``taken``, ADR 0005).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ MARKER_NAME = re.compile(
     rf"servatus-(?P<id>[0-9a-f]{{{ID_LENGTH}}})\.(?P<job>[1-9][0-9]{{0,9}})\."
     rf"(?:(?P<plain>start|stop|limit|step-start|claim)"
     rf"|end\.(?P<end_slot>{_NUMBER})\.(?P<exit>{_NUMBER})"
-    rf"|handoff\.(?P<handoff_slot>{_NUMBER}))"
+    rf"|(?P<handoff>(?:handoff|taken)\.{_NUMBER}))"
 )
 """A marker name in full. The listing parser embeds this pattern in its row pattern and reads the
 groups by position, so it stays unanchored, ASCII, and keeps its group order."""
@@ -59,8 +63,8 @@ def marker_name(
     base = f"servatus-{allocation_id}.{job}."
     if kind is MarkerKind.END:
         return f"{base}end.{slot}.{exit_code}"
-    if kind is MarkerKind.HANDOFF:
-        return f"{base}handoff.{slot}"
+    if kind is MarkerKind.HANDOFF or kind is MarkerKind.TAKEN:
+        return f"{base}{kind.value}.{slot}"
     return base + str(kind.value)
 
 
@@ -75,7 +79,12 @@ def parse_marker_name(name: str, at: float, size: int = 0) -> Marker | None:
 
 
 _KINDS = {kind.value: kind for kind in MarkerKind}
-_END, _HANDOFF, _CLAIM = MarkerKind.END, MarkerKind.HANDOFF, MarkerKind.CLAIM
+_END, _HANDOFF, _CLAIM, _TAKEN = (
+    MarkerKind.END,
+    MarkerKind.HANDOFF,
+    MarkerKind.CLAIM,
+    MarkerKind.TAKEN,
+)
 _new = tuple.__new__
 
 
@@ -85,11 +94,12 @@ def marker_from_groups(
     plain: str,
     end_slot: str,
     exit_code: str,
-    handoff_slot: str,
+    handoff: str,
     at: float,
     size: str = "0",
 ) -> Marker | None:
-    """The marker that :data:`MARKER_NAME`'s six groups describe (a group that did not take part
+    """The marker that :data:`MARKER_NAME`'s six groups describe (the last is a whole
+    ``handoff.<slot>`` or ``taken.<slot>``) (a group that did not take part
     is None from a match, ``""`` from ``findall``), or None when a number is out of bounds: the
     one reading of the grammar, for a single name and for a whole listing (which calls it once
     per row, so it builds the named tuple without its Python ``__new__``). ``size`` (the row's
@@ -107,9 +117,12 @@ def marker_from_groups(
         if slot > MAX_SLOT or code > MAX_EXIT:
             return None
         return _new(Marker, (identity, number, _END, at, slot, code, None))
-    slot = int(handoff_slot)
+    dot = handoff.index(".")
+    slot = int(handoff[dot + 1 :])
     if slot > MAX_SLOT:
         return None
+    if dot == 5:  # taken
+        return _new(Marker, (identity, number, _TAKEN, at, slot, None, int(size)))
     return _new(Marker, (identity, number, _HANDOFF, at, slot, None, None))
 
 

@@ -10,9 +10,10 @@ The body runs every step concurrently as its own exact ``srun`` step and leaves 
 * ``stop`` when the job is told to end (``SIGTERM`` from ``scancel`` or the time limit), by the
   batch shell's trap or by a watcher whose step failed while Slurm ends the job;
 * in a chain link (ADR 0005), ``handoff.<slot>`` right after a step's end when the Task goes on in
-  the next link. A later link runs a slot only on its predecessor's handoff; every link but the
-  chain's last stops its own steps shortly before its limit and exits 0 only if it handed
-  something on, so Slurm's ``afterok`` removes the rest of a chain that has nothing left to run.
+  the next link. Each later link waits with ``afterany`` and runs a slot only on a handoff it
+  claims (``taken.<slot>``, made once by ``ln``); every link but the chain's last stops its own
+  steps shortly before its limit, and one that hands nothing on removes the rest of its chain
+  (``scancel --name``) while they are still pending.
 
 The script holds only printable ASCII: stdin bytes and any argument or value that is not plain
 printable text are rebuilt at run time from ``printf`` octal escapes, so no byte can be mangled
@@ -269,6 +270,9 @@ def _chain_prelude() -> str:
         '    if [ -n "$servatus_tlate" ]; then kill -TERM "$2" 2>/dev/null; fi\n',
     )
     text = _anchor(text, '    servatus_mark "end.$1.$servatus_s"', ' && servatus_handoff "$1" "$3"')
+    text = _anchor(
+        text, "        servatus_stopped=1\n        servatus_mark stop\n", "        servatus_told\n"
+    )
     return _anchor(text, "trap servatus_stop TERM INT\n", "trap servatus_end USR2\n")
 
 
@@ -277,6 +281,28 @@ _CHAIN_PRELUDE = _chain_prelude()
 _HANDING_ON = r"""
 servatus_timer=
 servatus_ending=
+servatus_removed=
+# Whether some slot of this link handed on.
+servatus_handed() {
+    for servatus_h in $servatus_slots; do
+        if [ -e "$servatus_prefix.handoff.$servatus_h" ]; then return 0; fi
+    done
+    return 1
+}
+# The later links wait (afterany) for this one to end, so they are still pending: removing them
+# by name, newest first, means none is ever allocated.
+servatus_remove() {
+    if [ -n "$servatus_removed" ]; then return; fi
+    servatus_removed=1
+    for servatus_r in $servatus_later; do
+        "$servatus_scancel" --name="servatus-$servatus_r" </dev/null
+    done
+}
+# Told to end before the pre-limit signal (scancel): no step can hand on any more, so the rest of
+# the chain goes now, while this shell still runs. After the signal the handoffs decide, at the end.
+servatus_told() {
+    if [ ! -e "$servatus_prefix.limit" ] && ! servatus_handed; then servatus_remove; fi
+}
 # A link that hands on must end COMPLETED, inside its limit, for the next link's afterok: at the
 # earlier of (signal + signal_before_end - grace) and (SLURM_JOB_END_TIME - grace) a timer asks
 # the batch shell to stop every step still running.
@@ -324,10 +350,24 @@ servatus_handoff() {
 """.lstrip("\n")
 
 _HANDED_ON = r"""
-# A slot runs only if the previous link handed it on, whatever that link's job number.
+# A slot runs only on a handoff of the previous link (whatever its job number) that this job
+# claims: ln creates the claim name once, on NFS too, and the claim holds the job number of
+# whoever linked it first, so at most one job ever runs a slot on it. reconcile claims with an
+# empty file to keep a link it decided was never submitted from running anything.
 servatus_given() {
     for servatus_g in "$servatus_log/servatus-$servatus_after".*".handoff.$1"; do
-        if [ -e "$servatus_g" ]; then return 0; fi
+        if [ -e "$servatus_g" ]; then
+            servatus_c="${servatus_g%.handoff.$1}.taken.$1"
+            servatus_v="$servatus_log/.${servatus_prefix##*/}.take.$1"
+            if (set -C && umask 077 && echo "$SLURM_JOB_ID" >"$servatus_v") 2>/dev/null; then
+                ln "$servatus_v" "$servatus_c" 2>/dev/null
+                rm -f "$servatus_v"
+            fi
+            if [ -f "$servatus_c" ] && [ ! -h "$servatus_c" ] &&
+                [ "$(cat "$servatus_c" 2>/dev/null)" = "$SLURM_JOB_ID" ]; then
+                return 0
+            fi
+        fi
     done
     return 1
 }
@@ -359,20 +399,18 @@ exit 0
 """.lstrip("\n")
 
 
-def _handing_on_epilogue(spec: ScriptSpec, link: Link) -> str:
-    """Waits for the watchers only (not the timer), then exits 0 only if a slot handed on: a
-    nonzero exit is what makes Slurm remove the rest of the chain before allocating it."""
-    slots = " ".join(str(step.slot) for step in spec.steps)
+def _handing_on_epilogue(link: Link) -> str:
+    """Waits for the watchers only (not the timer); a link that handed nothing on removes the
+    rest of its chain before it exits 1 (the exit code is for a human reading ``sacct``)."""
     return (
         "for servatus_w in $servatus_pids; do\n"
         '    until wait "$servatus_w"; [ $? -le 128 ]; do :; done\n'
         "done\n"
         'if [ -n "$servatus_timer" ]; then kill "$servatus_timer" 2>/dev/null; fi\n'
-        f"for servatus_s in {slots}; do\n"
-        '    if [ -e "$servatus_prefix.handoff.$servatus_s" ]; then exit 0; fi\n'
-        "done\n"
-        f'echo "servatus: link {link.position}/{link.of} hands nothing on; Slurm removes the rest'
+        "if servatus_handed; then exit 0; fi\n"
+        f'echo "servatus: link {link.position}/{link.of} hands nothing on; it removes the rest'
         ' of the chain" >&2\n'
+        "servatus_remove\n"
         "exit 1\n"
     )
 
@@ -468,19 +506,20 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _locations(spec: ScriptSpec, log_root: str, squeue: str) -> list[str]:
+def _locations(spec: ScriptSpec, log_root: str, slurm_bin: str) -> list[str]:
     """Where markers go, and the ``squeue`` a watcher asks; set before the traps."""
     return [
         "# Rendered by servatus-slurm; run markers: docs/development/markers.md.",
         f"servatus_log={sh_quote(log_root)}",
         f'servatus_prefix="$servatus_log/servatus-{spec.allocation_id}.$SLURM_JOB_ID"',
-        f"servatus_squeue={squeue}",
-        *_chain_lines(spec),
+        f"servatus_squeue={sh_quote(slurm_bin + '/squeue')}",
+        *_chain_lines(spec, slurm_bin),
     ]
 
 
-def _chain_lines(spec: ScriptSpec) -> list[str]:
-    """A chain link's place, machine-readable (the FakeScheduler reads these lines back)."""
+def _chain_lines(spec: ScriptSpec, slurm_bin: str) -> list[str]:
+    """A chain link's place, machine-readable (the FakeScheduler reads these lines back): a link
+    that may hand on also names its slots and its later links, newest first (what it removes)."""
     link = spec.link
     if link is None:
         return []
@@ -490,6 +529,9 @@ def _chain_lines(spec: ScriptSpec) -> list[str]:
     if not link.last:
         lines.append(f"servatus_before={spec.signal_before_end or ''}")
         lines.append(f"servatus_grace={GRACE}")
+        lines.append(f"servatus_slots={sh_quote(' '.join(str(s.slot) for s in spec.steps))}")
+        lines.append(f"servatus_later={sh_quote(' '.join(reversed(spec.later)))}")
+        lines.append(f"servatus_scancel={sh_quote(slurm_bin + '/scancel')}")
     return lines
 
 
@@ -529,12 +571,12 @@ def _variables(spec: ScriptSpec) -> list[str]:
 def _check_link(spec: ScriptSpec, link: Link) -> None:
     """A link renders only with its whole chain before it: the guard and the run-time sum read
     the earlier links' markers by their ids."""
-    if len(spec.earlier) != link.position - 1:
+    if len(spec.earlier) != link.position - 1 or len(spec.later) != link.of - link.position:
         raise ConfigurationError(
             f"chain link {spec.allocation_id} is link {link.position}/{link.of} but names "
-            f"{len(spec.earlier)} earlier links"
+            f"{len(spec.earlier)} earlier and {len(spec.later)} later links"
         )
-    for earlier in spec.earlier:
+    for earlier in (*spec.earlier, *spec.later):
         if not ALLOCATION_ID.fullmatch(earlier):
             raise ConfigurationError(f"not an allocation id: {earlier!r}")
     for step in spec.steps:
@@ -564,8 +606,8 @@ def render(spec: ScriptSpec) -> str:
     if not spec.steps:
         raise ConfigurationError(f"allocation {spec.allocation_id} has no steps")
     link = spec.link
-    if link is None and spec.earlier:
-        raise ConfigurationError(f"allocation {spec.allocation_id} has earlier links but no link")
+    if link is None and (spec.earlier or spec.later):
+        raise ConfigurationError(f"allocation {spec.allocation_id} has other links but no link")
     if link is not None:
         _check_link(spec, link)
     slots = [step.slot for step in spec.steps]
@@ -577,13 +619,13 @@ def render(spec: ScriptSpec) -> str:
     log_root = _absolute(target.log_root, "log_root")
     work_root = _absolute(target.work_root, "work_root")
     slurm_bin = _absolute(target.slurm_bin, "slurm_bin").rstrip("/")
-    srun, squeue = sh_quote(slurm_bin + "/srun"), sh_quote(slurm_bin + "/squeue")
+    srun = sh_quote(slurm_bin + "/srun")
     if not _PLAIN.fullmatch(srun) or not _PLAIN.fullmatch(log_root):
         raise ConfigurationError("slurm_bin and log_root must be printable ASCII")
     handing_on = link is not None and not link.last
     parts: Iterable[str] = [
         "\n".join(directives(spec)) + "\n",
-        "\n".join(_locations(spec, log_root, squeue)) + "\n",
+        "\n".join(_locations(spec, log_root, slurm_bin)) + "\n",
         _CHAIN_PRELUDE if handing_on else _PRELUDE,
         _HANDING_ON if handing_on else "",
         _HANDED_ON if spec.earlier else "",
@@ -591,7 +633,7 @@ def render(spec: ScriptSpec) -> str:
         _START,
         _found(spec),
         *(_step(spec, step, srun, work_root) for step in spec.steps),
-        _handing_on_epilogue(spec, link) if link is not None and handing_on else _EPILOGUE,
+        _handing_on_epilogue(link) if link is not None and handing_on else _EPILOGUE,
     ]
     script = "".join(parts)
     size = len(script.encode("ascii"))
