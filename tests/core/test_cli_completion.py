@@ -44,6 +44,13 @@ def environment(launch: Path, **variables: str) -> dict[str, str]:
     return {**os.environ, "PATH": path, "HOME": str(launch), **variables}
 
 
+def in_shell(launch: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """A real shell's run in the launch directory, with the installed program on PATH."""
+    return subprocess.run(
+        argv, env=environment(launch), cwd=launch, capture_output=True, text=True, timeout=60
+    )
+
+
 def answer(launch: Path, instruction: str, words: str, cword: str) -> list[str]:
     """What the installed program answers a shell that completes ``words`` (``cword`` is the
     index of the word being completed, or for fish the word itself)."""
@@ -147,14 +154,7 @@ def test_bash_sources_the_script_and_its_function_completes(launch: Path) -> Non
         tab servatus plan state --ret
         tab servatus plan state --profile ""
     """
-    done = subprocess.run(
-        [bash, "--norc", "--noprofile", "-c", session],
-        env=environment(launch),
-        cwd=launch,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = in_shell(launch, bash, "--norc", "--noprofile", "-c", session)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == [
         "complete -o nosort -F _servatus_completion servatus",
@@ -188,14 +188,7 @@ pseudo-terminal, and print what it shows until ``$2`` appears in the listing."""
 )
 def test_zsh_completes_at_a_terminal(launch: Path, typed: str, last: str, shown: list[str]) -> None:
     zsh = real_shell("zsh")
-    done = subprocess.run(
-        [zsh, "-f", "-c", ZPTY, "zpty", typed, last],
-        env=environment(launch),
-        cwd=launch,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = in_shell(launch, zsh, "-f", "-c", ZPTY, "zpty", typed, last)
     assert done.returncode == 0, done.stderr
     screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|[\r\x07]", "", done.stdout)
     listing = [line.split(" -- ")[0].strip() for line in screen.splitlines() if " -- " in line]
@@ -210,14 +203,7 @@ def test_fish_completes_through_its_own_engine(launch: Path) -> None:
         complete -C 'servatus plan state --ret'
         complete -C 'servatus doctor --profile '
     """
-    done = subprocess.run(
-        [fish, "--no-config", "-c", session],
-        env=environment(launch),
-        cwd=launch,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = in_shell(launch, fish, "--no-config", "-c", session)
     assert (done.returncode, done.stderr) == (0, "")
     assert [line.split("\t")[0] for line in done.stdout.splitlines()] == [
         "plan",
