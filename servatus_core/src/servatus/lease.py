@@ -133,15 +133,24 @@ _OWNED_DIRECTORY = (
 """Only an owner-only directory may hold orders or claims: an order is a command run as the
 user, and nobody else must be able to place one or pre-empt a claim."""
 
-_WITHDRAW_ONE = r"""
-# Link an empty file of our own into the claim, then read the claim whoever linked it. Only a
-# regular file is a claim: a directory under its name reads as empty, which is no verdict.
-withdraw() {
-    v="$d/$1.void.$nonce" c="$d/servatus-$1.$job.claim"
-    if (set -C && : >"$v") 2>/dev/null; then
-        ln "$v" "$c" 2>/dev/null
-        rm -f "$v"
+LINK_EMPTY = r"""
+# link_empty CLAIM VOID: link an empty file of our own (VOID, a name nobody else uses) into
+# CLAIM, unless something holds CLAIM already; the claim is then read whoever linked it.
+link_empty() {
+    if (set -C && : >"$2") 2>/dev/null; then
+        ln "$2" "$1" 2>/dev/null
+        rm -f "$2"
     fi
+}
+""".lstrip("\n")
+"""The one way a withdrawer claims a name empty (a lease order, a chain link's handoff):
+``link(2)`` is atomic, on NFS too, so exactly one of it and the lease or link wins."""
+
+_WITHDRAW_ONE = r"""
+# Only a regular file is a claim: a directory under its name reads as empty, which is no verdict.
+withdraw() {
+    c="$d/servatus-$1.$job.claim"
+    link_empty "$c" "$d/$1.void.$nonce"
     z=
     if [ -f "$c" ] && [ ! -h "$c" ]; then z=$(wc -c <"$c" 2>/dev/null); fi
     case $z in
@@ -154,7 +163,11 @@ withdraw() {
 
 WITHDRAW_SCRIPT = (
     "umask 077\n"
-    "d=$1 job=$2 nonce=$3\nshift 3\n" + _OWNED_DIRECTORY + _WITHDRAW_ONE + 'if ! owned "$d"; then\n'
+    "d=$1 job=$2 nonce=$3\nshift 3\n"
+    + _OWNED_DIRECTORY
+    + LINK_EMPTY
+    + _WITHDRAW_ONE
+    + 'if ! owned "$d"; then\n'
     '    for s in "$@"; do echo "undecided $s directory"; done\n'
     "    exit 0\n"
     "fi\n"
@@ -192,6 +205,7 @@ OFFER_SCRIPT = (
     "umask 077\n"
     "d=$1 job=$2 nonce=$3\nshift 3\n"
     + _OWNED_DIRECTORY
+    + LINK_EMPTY
     + _WITHDRAW_ONE
     + r"""
 if ! owned "$d"; then

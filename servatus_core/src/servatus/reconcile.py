@@ -23,7 +23,7 @@ import attrs
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence
 from servatus.ids import ALLOCATION_ID, job_name
-from servatus.lease import Verdict, Withdrawal, nonce
+from servatus.lease import LINK_EMPTY, Verdict, Withdrawal, nonce
 from servatus.status import Submission
 from servatus.transport import Transport
 
@@ -131,17 +131,13 @@ class _Jobs:
         return cls(listed, marked)
 
 
-CLAIM_SCRIPT = r"""
-umask 077
-d=$1 id=$2 job=$3 nonce=$4
-shift 4
+CLAIM_SCRIPT = (
+    "umask 077\nd=$1 id=$2 job=$3 nonce=$4\nshift 4\n"
+    + LINK_EMPTY
+    + r"""
 for s in "$@"; do
-    c="$d/servatus-$id.$job.taken.$s" v="$d/.servatus-$id.$job.void.$s.$nonce"
-    # An empty file of our own linked into the claim; the claim is read whoever linked it.
-    if (set -C && : >"$v") 2>/dev/null; then
-        ln "$v" "$c" 2>/dev/null
-        rm -f "$v"
-    fi
+    c="$d/servatus-$id.$job.taken.$s"
+    link_empty "$c" "$d/.servatus-$id.$job.void.$s.$nonce"
     if [ -f "$c" ] && [ ! -h "$c" ] && t=$(cat -- "$c" 2>/dev/null); then
         case $t in
         '') echo "withdrawn $s" ;;
@@ -152,7 +148,8 @@ for s in "$@"; do
         echo "undecided $s"
     fi
 done
-""".lstrip("\n")
+"""
+)
 """``sh -c CLAIM_SCRIPT claim LOG_ROOT ID JOB NONCE SLOT...``: claims the handoff of each slot of
 link ``ID``'s job ``JOB`` (``servatus-<id>.<job>.taken.<slot>``) with an empty file, and answers
 ``withdrawn SLOT`` (the claim is empty: no link can take that handoff any more), ``taken SLOT
