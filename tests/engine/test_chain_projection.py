@@ -1,7 +1,6 @@
 """The chain projection (docs/development/adr/0006-projection.md): every row of the spec's
-application
-protocol on the first, middle and last link, a Task's current work across links, queued and
-removed links, run time summed over links, and settled chains read as their markers did."""
+application protocol on the first, middle and last link, a Task's current work across links, queued
+and removed links, run time summed over links, and settled chains read as their markers did."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Chains for FakeScheduler tests: batch scripts with the chain lines the script renders
 (docs/development/adr/0005-chains.md), and a campaign whose chain intents are written through the
-store, so
-these tests do not wait for ``plan --budget`` or the script's renderer."""
+store, so these tests do not wait for ``plan --budget`` or the script's renderer."""
 
 from __future__ import annotations
 

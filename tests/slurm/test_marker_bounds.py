@@ -1,6 +1,5 @@
 """Every bound of the run-marker grammar (docs/development/markers.md), at it and one beyond, as
-literal names
-with the reading written out by hand.
+literal names with the reading written out by hand.
 
 The listing tests compare the parsers with a reference built on the product's own name parser,
 so a bound dropped from that parser drops from the reference too; these rows cannot follow it.

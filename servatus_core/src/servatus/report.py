@@ -8,9 +8,7 @@ the HTML page (:mod:`servatus.report_html`) draws the same document.
 
 Times are seconds since the epoch. An intent's time is the submitting machine's clock; every
 marker's is the file server's (docs/development/markers.md), so a queued span mixes the two clocks
-and is
-clamped at zero, while running spans and run times never do.
-"""
+and is clamped at zero, while running spans and run times never do."""
 
 from __future__ import annotations
 

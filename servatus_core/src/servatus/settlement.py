@@ -1,13 +1,11 @@
 """Settlement: which allocations are final, what is kept of them, and which markers to list.
 
 Pure functions over values (``docs/development/adr/0004-settlement.md`` gives the reasons). An
-accepted
-allocation settles once Slurm no longer lists its job, in a listing that read the queue before
-the markers, and every slot projects to a final execution; what is recorded is its job and its
-:class:`~servatus.evidence.Observation`, the raw evidence the projection reads, so an answer from
-the record is the answer from the markers it was made from. Markers are then never read for it,
-and a listing asks only for the markers of allocations still unsettled.
-"""
+accepted allocation settles once Slurm no longer lists its job, in a listing that read the queue
+before the markers, and every slot projects to a final execution; what is recorded is its job and
+its :class:`~servatus.evidence.Observation`, the raw evidence the projection reads, so an answer
+from the record is the answer from the markers it was made from. Markers are then never read for it,
+and a listing asks only for the markers of allocations still unsettled."""
 
 from __future__ import annotations
 

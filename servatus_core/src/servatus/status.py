@@ -311,11 +311,10 @@ def _execution(
 def link_execution(
     entry: QueueEntry | None, observation: Observation, slot: int, *, last: bool
 ) -> tuple[Execution, int | None, StopReason | None]:
-    """A chain link's slot that ran, by the chain rules (docs/development/adr/0006-projection.md):
-    a slot
-    it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
-    exit), even without a ``stop``; 75 on the Task's ``last`` link is ``budget spent``; else as
-    a plain allocation's slot."""
+    """A chain link's slot that ran, by the chain rules (docs/development/adr/0006-projection.md): a
+    slot it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
+    exit), even without a ``stop``; 75 on the Task's ``last`` link is ``budget spent``; else as a
+    plain allocation's slot."""
     start, stop, limit, ends, handed, _, _ = observation
     end = ends[slot] if slot < len(ends) else None
     if end is not None:
@@ -400,8 +399,8 @@ def project(
     path, as the commands a warning suggests name it.
 
     A Task reads as its current work (docs/development/adr/0006-projection.md): its latest
-    allocation, where
-    a later chain link counts only once the slot was handed to it (:func:`_link_attempts`).
+    allocation, where a later chain link counts only once the slot was handed to it
+    (:func:`_link_attempts`).
 
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once

@@ -11,8 +11,7 @@ It is a stand-in for tests of *your* code and of Servatus' own decisions; every 
 models is also proven against a real Slurm in Servatus' own test suite.
 
 Chains (budgeted continuation, ``docs/development/adr/0005-chains.md``) are modelled as Slurm and
-the batch
-script run them, so a chain application can be tested without a cluster:
+the batch script run them, so a chain application can be tested without a cluster:
 
 * ``sbatch --dependency=afterany:J`` queues a job that stays ``PENDING``
   (:meth:`FakeScheduler.start` skips it) until J ended, however it ended; ``afterany`` on a job
@@ -40,9 +39,8 @@ script run them, so a chain application can be tested without a cluster:
   ``TIMEOUT``. A ``scancel`` after the signal hands on (143 after ``limit``), and the chain
   continues.
 
-Leases (``docs/development/adr/0009-leases.md``) are modelled as the lease's batch script runs
-them, so a
-lease application can be tested without a cluster:
+Leases (``docs/development/adr/0009-leases.md``) are modelled as the lease's batch script runs them,
+so a lease application can be tested without a cluster:
 
 * ``sbatch`` of a lease script (one with a ``servatus_lease=`` line) makes a lease job of
   ``--ntasks`` slots. ``--dependency=afterany:J`` (a later lease link) waits until J ended, however
