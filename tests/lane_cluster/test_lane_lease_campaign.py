@@ -3,7 +3,7 @@
 real cluster").
 
 Each scenario has its own lane and runs in its own thread, all at once, so the file costs about
-its longest scenario (the lease links, which wait for a 1-minute link to reach its limit). A
+its longest scenario (the lease links, which wait for a 2-minute link to reach its limit). A
 scenario only records what it saw; the tests below judge it, so one failing scenario does not
 hide what the others showed.
 
@@ -245,9 +245,14 @@ def python_example(lane: Lane, seen: dict[str, Any]) -> None:
 
 
 def lease_links(lane: Lane, seen: dict[str, Any]) -> None:
-    """``--hold 1 --max-links 2`` of 1-minute leases: a step started with the first link's id
-    once that link ended runs in the second."""
-    _prepare(lane, time_limit="00:01:00", signal="00:00:20")
+    """``--hold 1 --max-links 2`` of 2-minute leases: a step started with the first link's id
+    once that link ended runs in the second.
+
+    Two minutes, not one: slurmctld sends the pre-limit signal at its first 30-second check
+    once the job is within ``signal_before_end`` plus 30 s of its end, so a 1-minute link may be
+    signalled 10 s after it starts, which stops a step started a few seconds late (seen in CI).
+    """
+    _prepare(lane, time_limit="00:02:00", signal="00:00:20")
     lane.ok(
         "ensure", "state", _tasks(lane, "all", {"early": ["sleep", "5"], "late": ["sleep", "5"]})
     )
@@ -259,7 +264,7 @@ def lease_links(lane: Lane, seen: dict[str, Any]) -> None:
         "start", "state", _tasks(lane, "early", {"early": ["sleep", "5"]}), "--lease", first
     ).stdout
     seen["second_while_first"] = lane.job_state(second_job)
-    wait_until("link 2 running", lambda: lane.job_state(second_job) == "RUNNING", seconds=180)
+    wait_until("link 2 running", lambda: lane.job_state(second_job) == "RUNNING", seconds=300)
     seen["first_then"] = lane.job_state(first_job)
     seen["late"] = lane.servatus(
         "start", "state", _tasks(lane, "late", {"late": ["sleep", "5"]}), "--lease", first
