@@ -25,6 +25,7 @@ from servatus.continuation import (
     limits_for,
     link_slots,
     links,
+    stops_short,
 )
 from servatus.errors import ConfigurationError
 from servatus.plan import Allocation, format_totals, resource_hours, totals
@@ -562,6 +563,22 @@ def test_links_keep_every_bound(situation: tuple[int, Continuation, Limits]) -> 
     if left > 0 and len(planned) < (asked.max_links or MAX_LINKS):
         # nothing is lost but the seconds under a minute and a rest too short for a link
         assert left - spent < 60 + (limits.signal_before_end or 0) + 60
+
+
+@given(situations())
+def test_links_stop_short_exactly_when_the_budget_after_them_has_room(
+    situation: tuple[int, Continuation, Limits],
+) -> None:
+    run_time, asked, limits = situation
+    planned = links(run_time, asked, limits)
+    short = stops_short(run_time, asked, limits)
+    if asked.budget is None:
+        assert not short  # no budget to stop short of
+        return
+    after = run_time + sum(link.time_limit for link in planned)
+    assert short == (bool(planned) and has_room(after, asked, limits))
+    if short:
+        assert len(planned) == (asked.max_links or MAX_LINKS)
 
 
 @given(situations(), st.lists(st.integers(0, 45 * 86400), min_size=1, max_size=4))

@@ -343,3 +343,67 @@ def test_a_budget_too_short_for_any_link_holds_spent_with_the_dropped_rest_warni
     assert err == f"servatus: warning: {warning}\n"
     document = plan_json(state, FakeScheduler(), capsys, "--budget", "00:11:00")
     assert document["warnings"] == [warning]
+
+
+def _run_links(fake: FakeScheduler, clock: Clock, seconds: int, *exits: int) -> None:
+    """Run every queued link in turn, each for ``seconds`` with ``exits`` (per slot), until
+    nothing is left pending; then let Slurm forget the jobs."""
+    while pending := [job for job in fake.jobs if job.state == "PENDING"]:
+        fake.start(pending[0].job)
+        clock.now += seconds
+        fake.finish(pending[0].job, *exits)
+    fake.purge()
+
+
+@pytest.mark.parametrize(
+    ("options", "links"),
+    [
+        (["--budget", "3-00:00:00", "--max-links", "2"], 2),  # capped at K
+        (["--budget", "22-00:00:00"], 32),  # capped at MAX_LINKS: 33 links of 16 hours
+    ],
+)
+def test_a_chain_stopping_short_of_its_budget_yields_on_its_last_link_and_continues(
+    project: Path, capsys: pytest.CaptureFixture[str], options: list[str], links: int
+) -> None:
+    clock = Clock()
+    fake = FakeScheduler(clock=clock)
+    state = create(project, "a")
+    plan = str(project / "chain.json")
+    assert run(["plan", state, *options, "--output", plan], fake, capsys)[0] == 0
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    chains = [intent.chain for intent in store.read(state).intents]
+    assert [(c.position, c.short) for c in chains if c] == [(j, (0,)) for j in range(1, links + 1)]
+    _run_links(fake, clock, HOUR, 75)  # 75 on every link, the last one included
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    [task] = json.loads(out)["tasks"]
+    assert (task["execution"], task["detail"], task["exit_code"]) == ("STOPPED", "yielded", 75)
+    assert task["link"]["position"] == task["link"]["of"] == links
+    budget = options[1]
+    document = plan_json(state, fake, capsys, "--retry-failed", *options)
+    assert document["decision"]["selected"] == ["a"]
+    assert document["decision"]["spent"] == {"a": links * HOUR}
+    # The same budget planned again reaches its end (each link measured at an hour), and 75 on
+    # that chain's last link says the budget is spent, though measured run time leaves room.
+    again = str(project / "again.json")
+    code, _, err = run(["plan", state, "--retry-failed", "--budget", budget, "--output", again],
+                       fake, capsys)  # fmt: skip
+    assert code == 0, err
+    assert run(["submit", state, again], fake, capsys)[0] == 0
+    _run_links(fake, clock, HOUR, 75)
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    [task] = json.loads(out)["tasks"]
+    assert (task["execution"], task["detail"]) == ("STOPPED", "budget spent"), task
+    document = plan_json(state, fake, capsys, "--retry-failed", "--budget", budget)
+    assert document["decision"]["held"] == [["a", "SPENT"]]
+
+
+def test_a_chain_that_reaches_its_budget_records_no_short_slot(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state = create(project, "a", "b")
+    plan = str(project / "chain.json")
+    assert run(["plan", state, "--budget", "1-08:00:00", "--output", plan], fake, capsys)[0] == 0
+    assert run(["submit", state, plan], fake, capsys)[0] == 0
+    chains = [intent.chain for intent in store.read(state).intents]
+    assert [(c.position, c.of, c.short) for c in chains if c] == [(1, 2, ()), (2, 2, ())]

@@ -46,6 +46,27 @@ def test_a_snapshot_keeps_each_link_and_no_link_for_a_plain_allocation() -> None
     assert back.state.intents == state.intents
 
 
+def test_a_link_stopping_short_of_its_budget_keeps_its_slots_and_others_write_none() -> None:
+    state = chained_state()
+    short = attrs.evolve(
+        state.intents[2],
+        chain=state.intents[2].chain._replace(short=(1,)),  # type: ignore[union-attr]
+    )
+    intents = (*state.intents[:2], short)
+    with_short = attrs.evolve(state, intents=intents)
+    document = json.loads(store.encode(store.Snapshot(with_short)))
+    assert document["state"]["intents"]["chain"][1:] == [
+        [1, 2, "", [2, 1], 600],  # five items, as every link before short existed
+        [2, 2, FIRST, [2, 1], 600, [1]],
+    ]
+    back = store.decode(json.dumps(document).encode())
+    assert isinstance(back, store.Snapshot) and back.state.intents == intents
+    assert store.decode(store.encode(short)) == short
+    link = short.chain
+    assert link is not None and (link.spends(0), link.spends(1)) == (True, False)
+    assert (link.links_of(0), link.links_of(1), link.links_of(5)) == (2, 1, 2)
+
+
 def test_a_campaign_without_chains_writes_no_chain_column() -> None:
     plain = store.fold(
         [
@@ -77,6 +98,13 @@ def test_a_single_intent_record_round_trips_its_link() -> None:
         [1, 2, "", [True], 0],
         [1.0, 2, "", [1], 0],
         [1, 2, "", [1]],
+        [1, 2, "", [1], 0, []],  # an empty short list is written as none
+        [1, 2, "", [1], 0, [1]],  # short names a slot the link lacks
+        [1, 2, "", [1, 1], 0, [1, 0]],  # not ascending
+        [1, 2, "", [1, 1], 0, [0, 0]],
+        [1, 2, "", [1], 0, [True]],
+        [1, 2, "", [1], 0, 0],
+        [1, 2, "", [1], 0, [0], []],
         "1/2",
     ],
 )

@@ -27,7 +27,7 @@ from servatus.config import (
     target_from_identity,
     target_identity,
 )
-from servatus.continuation import Continuation
+from servatus.continuation import Continuation, limits_for, stops_short
 from servatus.errors import (
     Busy,
     ConfigurationError,
@@ -783,6 +783,7 @@ class Campaign:
             progress=progress,
             budget=budget,
             spent=spent,
+            short=_stopping_short(plan),
         )
 
     def _submit_steps(
@@ -1287,6 +1288,19 @@ def _chain_arguments(plan: Plan) -> tuple[int | None, dict[str, int] | None]:
     if continuation is None:
         return None, None
     return continuation.budget, plan.decision.spent
+
+
+def _stopping_short(plan: Plan) -> frozenset[str]:
+    """The plan's Tasks whose links end before their budget does (capped at K or 32 links):
+    pure arithmetic over the plan, as planning did it."""
+    continuation = plan.decision.continuation
+    if continuation is None or continuation.budget is None:
+        return frozenset()
+    limits = limits_for(continuation, plan.profile)
+    spent = plan.decision.spent
+    return frozenset(
+        key for key, seconds in spent.items() if stops_short(seconds, continuation, limits)
+    )
 
 
 _ENDED = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED, Execution.LOST})

@@ -169,6 +169,9 @@ class _Lengths:
     lengths: tuple[int, ...]
     dropped: int = 0
     capped: bool = False
+    """The budget needs more than MAX_LINKS links (what the plan warns of)."""
+    short: bool = False
+    """The links end before the budget does: capped at MAX_LINKS, or at an explicit K."""
 
 
 def _lengths(run_time: int, continuation: Continuation, limits: Limits) -> _Lengths:
@@ -188,7 +191,7 @@ def _lengths(run_time: int, continuation: Continuation, limits: Limits) -> _Leng
     rest -= rest % 60
     keep = rest > 0 and rest - limits.signal_before_end > _SLACK
     if count + keep > most:  # capped before the rest: the rest is neither kept nor dropped
-        return _Lengths((full,) * most, capped=continuation.max_links is None)
+        return _Lengths((full,) * most, capped=continuation.max_links is None, short=True)
     if rest and not keep:
         return _Lengths((full,) * count, dropped=rest)
     return _Lengths((full,) * count + ((rest,) if keep else ()))
@@ -210,6 +213,16 @@ def links(run_time: int, continuation: Continuation, limits: Limits) -> tuple[Li
 def has_room(run_time: int, continuation: Continuation, limits: Limits) -> bool:
     """Whether one more link fits the Task's budget; without room it is held ``SPENT``."""
     return bool(_lengths(run_time, continuation, limits).lengths)
+
+
+def stops_short(run_time: int, continuation: Continuation, limits: Limits) -> bool:
+    """Whether the links planned for ``run_time`` end before the Task's budget does (capped at
+    K or :data:`MAX_LINKS`), so that the budget left after all of them still has room.
+
+    Such a Task's last link is not the last of its budget: a 75 there yields rather than says
+    the budget is spent, and planning the same budget again continues it.
+    """
+    return _lengths(run_time, continuation, limits).short
 
 
 @attrs.frozen
@@ -453,4 +466,5 @@ __all__ = [
     "limits_for",
     "link_slots",
     "links",
+    "stops_short",
 ]

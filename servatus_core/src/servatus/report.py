@@ -332,8 +332,7 @@ def settled_attempt(
         handed = () if before is None else before.handed
         end = observation.ends[slot] if slot < len(observation.ends) else None
         if chain.position == 1 or end is not None or slot in handed:
-            links = chain.task_links[slot] if slot < len(chain.task_links) else chain.of
-            decision = link_execution(None, observation, slot, last=links <= chain.position)
+            decision = link_execution(None, observation, slot, last=chain.spends(slot))
         else:
             decision = (Execution.STOPPED, None, StopReason.NEVER_STARTED)
     execution, exit_code, detail = decision

@@ -313,8 +313,8 @@ def link_execution(
 ) -> tuple[Execution, int | None, StopReason | None]:
     """A chain link's slot that ran, by the chain rules (docs/development/adr/0006-projection.md): a
     slot it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
-    exit), even without a ``stop``; 75 on the Task's ``last`` link is ``budget spent``; else as a
-    plain allocation's slot."""
+    exit), even without a ``stop``; 75 on the ``last`` link of the Task's budget
+    (``ChainLink.spends``) is ``budget spent``; else as a plain allocation's slot."""
     start, stop, limit, ends, handed, _, _ = observation
     end = ends[slot] if slot < len(ends) else None
     if end is not None:
@@ -658,7 +658,7 @@ def _link_attempts(
     submitted, or gone from Slurm without a start) is kept aside too: the Task reads as the link
     that handed it on left it, ``STOPPED (yielded)`` or ``(time limit)``."""
     append, latest, history, listed_unsubmitted = tally
-    position, task_links = chain.position, chain.task_links
+    position = chain.position
     handed_on = () if before is None else before.handed
     if observation is None:
         execution = _UNOBSERVED[outcome]
@@ -682,9 +682,8 @@ def _link_attempts(
     for slot, key in enumerate(task_keys):
         end = ends[slot]
         if position == 1 or end is not None or (slot in handed_on and not gone):
-            links = task_links[slot] if slot < len(task_links) else chain.of
             execution, exit_code, detail = link_execution(
-                entry, observation, slot, last=links <= position
+                entry, observation, slot, last=chain.spends(slot)
             )
             run_time = _run_time(execution, start, stop, ends, slot, time_limit, now)
             ran = True
@@ -833,8 +832,7 @@ def _aside(
 
 
 def _task_link(link: ChainLink, slot: int | None) -> TaskLink:
-    task_links = link.task_links
-    own = task_links[slot] if slot is not None and slot < len(task_links) else link.of
+    own = link.of if slot is None else link.links_of(slot)
     return _new(TaskLink, (link.position, own, link.budget))
 
 

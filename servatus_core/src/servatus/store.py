@@ -154,7 +154,9 @@ class ChainLink(NamedTuple):
 
     ``position`` of ``of`` links; ``after`` is the allocation id of the previous link ("" for
     link 1); ``task_links`` holds each slot's own number of links; ``budget`` is the lifetime
-    budget in seconds, 0 for ``--max-links`` alone.
+    budget in seconds, 0 for ``--max-links`` alone. ``short`` holds the slots, ascending, whose
+    links end before their budget does (capped at K or 32): the journal stores it only when it
+    is not empty, so a chain link recorded before it existed reads as stopping short nowhere.
     """
 
     position: int
@@ -162,6 +164,16 @@ class ChainLink(NamedTuple):
     after: str
     task_links: tuple[int, ...]
     budget: int
+    short: tuple[int, ...] = ()
+
+    def links_of(self, slot: int) -> int:
+        """The slot's own number of links (``SERVATUS_LINKS``)."""
+        return self.task_links[slot] if slot < len(self.task_links) else self.of
+
+    def spends(self, slot: int) -> bool:
+        """Whether this link is the last of the slot's budget: the Task's own last link, and
+        its links did not stop short of the budget. A 75 here says the budget is spent."""
+        return self.links_of(slot) <= self.position and slot not in self.short
 
 
 class LeaseTerms(NamedTuple):
@@ -817,8 +829,7 @@ def _unstructure_columns(kind: type[Any]) -> Callable[[tuple[Any, ...]], dict[st
                 document[name] = list(map(list, document[name]))
             elif column == "chain or none" and name in document:
                 document[name] = [
-                    None if link is None else [*link[:3], list(link[3]), link[4]]
-                    for link in document[name]
+                    None if link is None else _chain_row(link) for link in document[name]
                 ]
             elif column in {"lease or none", "resources or none"} and name in document:
                 document[name] = [
@@ -872,14 +883,20 @@ _MAX_EXIT = 255
 _MAX_LINKS = 32
 
 
+def _chain_row(link: ChainLink) -> list[Any]:
+    row = [link.position, link.of, link.after, list(link.task_links), link.budget]
+    return [*row, list(link.short)] if link.short else row
+
+
 def _chain_link(name: str, value: list[Any]) -> ChainLink:
-    """``[position, of, after, [links per slot], budget]``, checked as strictly as a column."""
-    if len(value) != 5 or type(value[3]) is not list:
+    """``[position, of, after, [links per slot], budget]``, then ``[short slots]`` when any
+    stops short, checked as strictly as a column."""
+    if len(value) not in (5, 6) or not all(type(part) is list for part in value[3::2]):
         raise _ColumnProblem(f"a wrong type in {name}")
-    position, of, after, task_links, budget = value
-    if not {type(position), type(of), type(budget), *map(type, task_links)} <= {int}:
-        raise _ColumnProblem(f"a wrong type in {name}")
-    if type(after) is not str:
+    position, of, after, task_links, budget, *rest = value
+    short = rest[0] if rest else []
+    numbers = {type(position), type(of), type(budget), *map(type, task_links), *map(type, short)}
+    if not numbers <= {int} or type(after) is not str:
         raise _ColumnProblem(f"a wrong type in {name}")
     shaped = 1 <= position <= of <= _MAX_LINKS and (after == "") == (position == 1)
     if (
@@ -887,9 +904,12 @@ def _chain_link(name: str, value: list[Any]) -> ChainLink:
         or (after and not ALLOCATION_ID.fullmatch(after))
         or not all(1 <= links <= of for links in task_links)
         or not 0 <= budget < _LATEST
+        or (rest and not short)
+        or short != sorted(set(short))
+        or not all(0 <= slot < len(task_links) for slot in short)
     ):
         raise _ColumnProblem(f"a value out of range in {name}")
-    return ChainLink(position, of, after, tuple(task_links), budget)
+    return ChainLink(position, of, after, tuple(task_links), budget, tuple(short))
 
 
 def _lease_terms(name: str, value: list[Any]) -> LeaseTerms:
@@ -1009,6 +1029,7 @@ def _converter(roster: Callable[[Any, Any], Roster]) -> cattrs.Converter:
     converter = make_converter(forbid_extra_keys=True)
     converter.register_unstructure_hook(Roster, _unstructure_roster)
     converter.register_structure_hook(Roster, roster)
+    converter.register_unstructure_hook(ChainLink, _chain_row)
     for kind in _COLUMNS:
         converter.register_structure_hook(kind, _structure_record(kind))
         converter.register_structure_hook_func(_is_tuple_of(kind), _structure_columns(kind))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -135,14 +135,22 @@ def script_spec(
     )
 
 
-def chain_link(allocation: Allocation, budget: int | None) -> ChainLink | None:
+def chain_link(
+    allocation: Allocation, budget: int | None, short: Collection[str] = ()
+) -> ChainLink | None:
     """What an intent records of a link's place in its chain (a lease's links hold no Tasks,
-    so their ``task_links`` are empty)."""
+    so their ``task_links`` are empty), the slots of the Tasks in ``short`` among them, whose
+    links stop short of their budget."""
     if allocation.link is None:
         return None
     link = allocation.link
     return ChainLink(
-        link.position, link.of, allocation.after or "", allocation.task_links, budget or 0
+        link.position,
+        link.of,
+        allocation.after or "",
+        allocation.task_links,
+        budget or 0,
+        tuple(slot for slot, key in enumerate(allocation.task_keys) if key in short),
     )
 
 
@@ -423,9 +431,12 @@ def submit_allocations(
     progress: Progress | None = None,
     budget: int | None = None,
     spent: Mapping[str, int] | None = None,
+    short: Collection[str] = (),
     lease: int | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
-    """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced).
+    """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced). A chain
+    link's intent records which of its Tasks are ``short``: their links stop short of their
+    budget.
 
     A definite refusal by ``sbatch`` records the allocation as not submitted and stops with
     :class:`ShapeRejected`; no answer, an answer that is not a job number, or a failure that
@@ -473,7 +484,7 @@ def submit_allocations(
                     created_at=time.time(),
                     target=target,
                     time_limit=allocation.time_limit(profile.resources),
-                    chain=chain_link(allocation, budget),
+                    chain=chain_link(allocation, budget, short),
                     lease=terms,
                     resources=None if terms is not None else slot,
                 )
