@@ -10,6 +10,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from fake_bin import make_fake_bin
 
 from servatus.cli import main
 from servatus.config import Profile
@@ -34,7 +35,7 @@ def sweep(tmp_path: Path, config_path: Path) -> Path:
 
 
 def run(
-    args: list[str], fake: FakeScheduler, capsys: pytest.CaptureFixture[str]
+    args: list[str], fake: FakeScheduler | None, capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, str, str]:
     code = main(args, connect=fake)
     out, err = capsys.readouterr()
@@ -184,6 +185,7 @@ def test_validate_and_doctor(
     assert list(checks) == [
         "slurm version",
         "squeue",
+        "scancel",
         "MinJobAge",
         "ProctrackType",
         "work_root",
@@ -204,6 +206,53 @@ def test_validate_and_doctor(
     silent.unavailable("ping")
     code, out, _ = run(["doctor", "--config", str(config_path)], silent, capsys)
     assert code == 75 and "unavailable" in out and len(silent.calls) == 1
+
+
+def test_doctor_asks_scancel_at_slurm_bin(
+    config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``servatus cancel`` and every chain link's epilogue run ``slurm_bin/scancel``: doctor
+    asks it for its version, reads a missing one as ``fail`` (exit 1), saying what breaks, and
+    no answer as ``unavailable`` (exit 75)."""
+    fake = FakeScheduler()
+    code, out, _ = run(["doctor", "--config", str(config_path)], fake, capsys)
+    assert code == 0, out
+    assert "  pass         scancel             /usr/bin/scancel answers" in out.splitlines()
+    assert fake.count("scancel") == 1 and ("/usr/bin/scancel", "--version") in fake.calls
+    missing = FakeScheduler()
+    missing.fail("scancel", returncode=127, stderr="/usr/bin/scancel: not found\n")
+    code, out, _ = run(["doctor", "--config", str(config_path), "--json"], missing, capsys)
+    checks = {c["name"]: (c["status"], c["detail"]) for c in json.loads(out)["checks"]}
+    assert code == 1
+    assert checks.pop("scancel") == (
+        "fail",
+        "/usr/bin/scancel: not found (servatus cancel and chains need scancel in slurm_bin)",
+    )
+    assert {status for status, _ in checks.values()} == {"pass"}
+    silent = FakeScheduler()
+    silent.unavailable("scancel")
+    code, out, _ = run(["doctor", "--config", str(config_path), "--json"], silent, capsys)
+    checks = {c["name"]: (c["status"], c["detail"]) for c in json.loads(out)["checks"]}
+    assert (code, checks["scancel"]) == (75, ("unavailable", "no answer"))
+
+
+def test_doctor_finds_no_scancel_in_a_real_slurm_bin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The local transport's own answer for a program that is not there, read the same way."""
+    config, _ = make_fake_bin(tmp_path)
+    bindir = tmp_path / "bin"
+    code, out, _ = run(["doctor", "--config", str(config), "--json"], None, capsys)
+    checks = {c["name"]: (c["status"], c["detail"]) for c in json.loads(out)["checks"]}
+    assert checks["scancel"] == ("pass", f"{bindir}/scancel answers"), out
+    (bindir / "scancel").unlink()
+    code, out, _ = run(["doctor", "--config", str(config), "--json"], None, capsys)
+    checks = {c["name"]: (c["status"], c["detail"]) for c in json.loads(out)["checks"]}
+    assert code == 1
+    assert checks["scancel"] == (
+        "fail",
+        f"{bindir}/scancel: not found (servatus cancel and chains need scancel in slurm_bin)",
+    )
 
 
 def test_cancel_and_logs(

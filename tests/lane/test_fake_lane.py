@@ -287,6 +287,19 @@ def test_no_clock_is_no_warning_while_nothing_runs(tmp_path: Path, profile: Prof
     assert campaign.status().warnings == ()  # nothing wanted: no marker listing at all
 
 
+def test_scancel_version_tells_the_version_and_cancels_nothing(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """doctor's ``scancel --version`` is answered as Slurm's is, by the same release as
+    ``sbatch``, and names no job, so a queued one stays queued."""
+    fake = FakeScheduler(version="slurm 23.11.10")
+    campaign = Campaign.ensure(tmp_path / "state", tasks(1), connect=fake)
+    campaign.submit(campaign.plan(profile))
+    answer = fake.run(["/usr/bin/scancel", "--version"])
+    assert (answer.returncode, answer.stdout, answer.stderr) == (0, b"slurm 23.11.10\n", b"")
+    assert [job.state for job in fake.jobs] == ["PENDING"]
+
+
 @pytest.mark.parametrize("control", ["fail", "unavailable", "lose_answer"])
 @pytest.mark.parametrize("name", ["/usr/bin/squeue", "sqeue", "sbatch --version", ""])
 def test_a_control_naming_no_known_command_is_refused(control: str, name: str) -> None:

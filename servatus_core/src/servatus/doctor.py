@@ -3,7 +3,8 @@
 Each check is ``pass``, ``fail`` (the command ran and said no, or its output is unusable) or
 ``unavailable`` (no answer came back). A cluster that does not answer ``sbatch --version`` stops
 the run there, since every other command would wait for its deadline too. Nothing is submitted
-or written: ``sbatch --test-only`` only asks.
+or written: ``sbatch --test-only`` only asks. Every command runs where the transport runs, so
+no check sees a compute node.
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
     else:
         checks.append(Check("squeue", PASS, "answers under the scrubbed environment"))
 
+    checks.append(_scancel(target, transport))
+
     checks.extend(_config_checks(_run(transport, [command(target, "scontrol"), "show", "config"])))
 
     for name, path in (("work_root", target.work_root), ("log_root", target.log_root)):
@@ -192,6 +195,31 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
 
     checks.append(_test_only(profile, transport, hooks))
     return checks
+
+
+SCANCEL_NEEDED = "servatus cancel and chains need scancel in slurm_bin"
+"""What a ``scancel`` that does not answer breaks, and where it must be, in one clause."""
+
+
+def _scancel(target: Target, transport: Transport) -> Check:
+    """``scancel --version`` at ``slurm_bin``, run where the transport runs (the login host).
+
+    ``servatus cancel`` runs this ``scancel``, and a chain link that hands nothing on runs the
+    one at the same path on its compute node to remove its chain's later links; without it each
+    later link is allocated, finds no handoff and exits 1. So a missing one is a ``fail``, though
+    a sweep without chains could still run. Nothing short of a job runs a command on a compute
+    node (sites refuse a login there without a job, and ``scontrol`` reports no node's files),
+    and doctor submits nothing, so the compute nodes' ``scancel`` is taken to be the login
+    host's: one Slurm installation, as the client commands usually are. ``--version`` never asks
+    the controller, so any nonzero exit means no usable ``scancel``.
+    """
+    path = command(target, "scancel")
+    result = _run(transport, [path, "--version"])
+    if result is None:
+        return Check("scancel", UNAVAILABLE, "no answer")
+    if result.returncode != 0:
+        return Check("scancel", FAIL, f"{_said(result)} ({SCANCEL_NEEDED})")
+    return Check("scancel", PASS, f"{path} answers")
 
 
 def _config_checks(result: CommandResult | None) -> list[Check]:

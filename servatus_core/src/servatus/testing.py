@@ -199,7 +199,8 @@ class FakeScheduler:
         first_job: int = 1000,
     ) -> None:
         self.version = version
-        """What ``sbatch --version`` prints; change it to see ``doctor`` fail."""
+        """What ``sbatch --version`` (and ``scancel --version``) prints; change it to see
+        ``doctor`` fail."""
         self.min_job_age = min_job_age
         """The ``MinJobAge`` (seconds) ``scontrol show config`` reports."""
         self.proctrack = proctrack
@@ -497,6 +498,8 @@ class FakeScheduler:
         return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")
 
     def _cmd_scancel(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        if "--version" in argv:  # doctor's check: one Slurm release installed the client commands
+            return CommandResult(argv, 0, f"{self.version}\n".encode(), b"")
         names = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--name=")]
         for job in list(self.jobs):
             if job.listed and job.name in names and job.state in ("PENDING", "RUNNING"):
