@@ -49,6 +49,7 @@ PROTOCOL = {  # key: chain_step.py modes per link, under BUDGET
     "cs": "ignore,exit0",  # raw scancel of link 1 after its pre-limit signal
 }
 PACKED = {"p0": "exit0", "p1": "exit75,exit0"}
+CAPPED_BUDGET = "00:05:00"  # five 1-minute links, capped at two: the chain stops short
 
 # The SIGKILL at the second ``sbatch --parsable``: link 1 submitted and recorded, then killed
 # at link 2's sbatch ("before") or after it answered ("after"); each arm is consumed by one call.
@@ -194,6 +195,8 @@ class Chains:
     killed: dict[str, Any]
     extension: dict[str, Any]
     cancels: dict[str, Any]
+    capped: Campaign
+    capped_retry: dict[str, Any]
 
 
 def _planned(lane: Lane, state: str, tasks: dict[str, list[str]], *options: str) -> None:
@@ -231,6 +234,24 @@ def _cancel_cases(chains: Chains) -> None:
         if limit is not None and time.time() >= limit.stat().st_mtime + 2:
             job = protocol.links("cs")[0][1]
             done["cs"] = lane.cluster.login([f"{lane.cluster.slurm_bin}/scancel", str(job)])
+
+
+def _retry_capped(chains: Chains) -> None:
+    """Once the capped chain settled and Slurm forgot its links: ``plan --retry-failed`` with
+    the same budget (held ``ACTIVE`` until then)."""
+    capped, retry = chains.capped, chains.capped_retry
+    if "plan" in retry or not capped.settled():
+        return
+    shown = capped.lane.servatus(
+        "plan", "capped", "--retry-failed", "--budget", CAPPED_BUDGET, "--json"
+    )
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    retry.setdefault("held", []).append(document["decision"]["held"])
+    if document["decision"]["selected"]:
+        retry["plan"] = document
+        retry["task"] = capped.task("cap")
+        retry["row"] = capped.row("cap")
 
 
 def _extend(chains: Chains) -> None:
@@ -306,7 +327,11 @@ def chains(
             "--tasks-per-allocation",
             "2",
         )
+        _planned(
+            ssh, "capped", {"cap": _step("exit75")}, "--budget", CAPPED_BUDGET, "--max-links", "2"
+        )
         ssh.ok("submit", "protocol", "protocol.json")
+        ssh.ok("submit", "capped", "capped.json")
         ssh.ok("submit", "packed", "packed.json")
         local.ok("submit", "state", "state.json")
         killed: dict[str, Any] = {}
@@ -327,6 +352,8 @@ def chains(
             killed,
             {},
             {},
+            Campaign(ssh, "capped"),
+            {},
         )
         campaigns = [
             watched.budget,
@@ -334,6 +361,7 @@ def chains(
             watched.after,
             watched.protocol,
             watched.packed,
+            watched.capped,
         ]
         started = time.monotonic()
 
@@ -342,7 +370,10 @@ def chains(
                 campaign.poll()
             _cancel_cases(watched)
             _extend(watched)
-            ready = all(c.settled() for c in campaigns if c not in (watched.before, watched.after))
+            _retry_capped(watched)
+            ready = "plan" in watched.capped_retry and all(
+                c.settled() for c in campaigns if c not in (watched.before, watched.after)
+            )
             # the killed campaigns keep an unresolved link until the 15-minute rule: their
             # Tasks settle once reconciled later, below
             for campaign in (watched.before, watched.after):
@@ -543,6 +574,28 @@ def test_a_packed_chain_continues_with_the_task_that_yielded(chains: Chains) -> 
     p0, p1 = packed.task("p0"), packed.task("p1")
     assert (p0["execution"], p0["exit_code"], p0["link"]["position"]) == ("SUCCEEDED", 0, 1)
     assert (p1["execution"], p1["exit_code"], p1["link"]["position"]) == ("SUCCEEDED", 0, 2)
+
+
+def test_a_chain_capped_short_of_its_budget_yields_on_its_last_link_and_continues(
+    chains: Chains,
+) -> None:
+    capped, retry = chains.capped, chains.capped_retry
+    print(capped.report("cap"), retry.get("held"))
+    assert len(capped.links("cap")) == 2
+    assert capped.kinds("cap", 1) == {"start", "end.0.75", "handoff.0", "taken.0"}
+    assert capped.kinds("cap", 2) == {"start", "end.0.75"}
+    cap = retry["task"]
+    assert (cap["execution"], cap["detail"], cap["exit_code"]) == ("STOPPED", "yielded", 75)
+    assert cap["link"] == {"position": 2, "of": 2, "budget": 300}
+    assert retry["row"][2:5] == ["STOPPED", "(yielded)", "75"]
+    # Held only while Slurm listed the links, never SPENT; then selected with what is left.
+    assert all(held in ([], [["cap", "ACTIVE"]]) for held in retry["held"]), retry["held"]
+    plan = retry["plan"]
+    assert plan["decision"]["selected"] == ["cap"]
+    spent = plan["decision"]["spent"]["cap"]
+    assert 0 <= spent < 60, spent  # two links that exited at once
+    # 300 s less what ran: five full 1-minute links, or four and a rest lost to rounding
+    assert len(plan["allocations"]) == (5 if spent == 0 else 4), plan["allocations"]
 
 
 def test_cancellations_mid_chain(chains: Chains) -> None:
