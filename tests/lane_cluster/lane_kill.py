@@ -1,11 +1,16 @@
-"""Kill a running job's processes so that it ends without recording how: run inside, as alice.
+"""Kill a running job's processes so that it ends without recording how.
 
-``python3 lane_kill.py JOB`` finds every process descending from the job's ``slurmstepd: [JOB.*]``
-daemons (the batch shell, its step watchers, each ``srun``, and each step's task), stops them all
-with ``SIGSTOP`` until no new one appears, then sends ``SIGKILL`` to each. Stopped processes never
-run again, so no trap, no watcher and no ``srun`` writes a ``stop`` or ``end`` marker: that is a
-job that vanished, as on a node failure. The ``slurmstepd`` daemons (root) are left to report the
-deaths to slurmctld. Prints what it killed as JSON.
+``python3 lane_kill.py JOB`` (inside, as alice) finds every process descending from the job's
+``slurmstepd: [JOB.*]`` daemons (the batch shell, its step watchers, each ``srun``, and each
+step's task), stops them all with ``SIGSTOP`` until no new one appears, then sends ``SIGKILL`` to
+each. Stopped processes never run again, so no trap, no watcher and no ``srun`` writes a ``stop``
+or ``end`` marker: that is a job that vanished, as on a node failure. The ``slurmstepd`` daemons
+(root) are left to report the deaths to slurmctld.
+
+``python3 lane_kill.py JOB --daemons`` (as root; the cluster shares the machine's pids) takes the
+``slurmstepd`` daemons too, so nothing on the node is left to tell slurmctld the job ended: what a
+node that lost the job's processes, or crashed while slurmctld still counts it up, leaves behind.
+Prints what it killed as JSON.
 """
 
 import contextlib
@@ -15,6 +20,7 @@ import signal
 import sys
 
 job = sys.argv[1]
+daemons_too = "--daemons" in sys.argv[2:]
 
 
 def table() -> dict[int, tuple[int, str]]:
@@ -36,7 +42,7 @@ def table() -> dict[int, tuple[int, str]]:
 def victims() -> dict[int, str]:
     processes = table()
     daemons = {pid for pid, (_, cmd) in processes.items() if cmd.startswith(f"slurmstepd: [{job}.")}
-    chosen: dict[int, str] = {}
+    chosen: dict[int, str] = {pid: processes[pid][1] for pid in daemons} if daemons_too else {}
     frontier = set(daemons)
     while frontier:
         children = {pid for pid, (ppid, _) in processes.items() if ppid in frontier}
@@ -57,7 +63,9 @@ while True:
         except ProcessLookupError:
             continue
         stopped[pid] = command
-for pid in stopped:
+# Deepest first, so the batch shell is the last of its tree to die: its death is what a live
+# slurmstepd acts on.
+for pid in reversed(stopped):
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
 print(json.dumps(sorted(stopped.values())))
