@@ -140,6 +140,49 @@ def test_retry_failed_never_takes_a_task_whose_later_links_slurm_removed(
     assert campaign.plan(profile, retry_failed=True).decision.selected == ()
 
 
+@pytest.mark.parametrize("state", ["FAILED", "TIMEOUT", None])
+def test_a_link_killed_outright_costs_one_empty_allocation_and_reads_lost(
+    tmp_path: Path, profile: Profile, state: str | None
+) -> None:
+    """As the test cluster showed (``test_lane_chain_killed.py``): the killed link stays listed
+    ``FAILED`` (its slurmstepd saw the shell die) or ``TIMEOUT`` (nothing on the node told
+    slurmctld, so it ran on in Slurm to its limit), or is gone at once; the next link starts,
+    runs nothing and removes the last; the Task reads ENDING, then LOST at link 1, held from
+    ``--retry-failed`` and taken by ``--retry``."""
+    clock = [1000.0]
+    fake = FakeScheduler(clock=lambda: clock[0])
+    campaign, [jobs] = chain_campaign(tmp_path / "s", fake, profile, [(("k0",), 3, [3])])
+    fake.start(jobs[0])
+    clock[0] += 5
+    fake.vanish(jobs[0], state=state)
+    k0 = tasks(campaign)["k0"]
+    assert (k0.execution, k0.link) == (
+        Execution.LOST if state is None else Execution.ENDING,
+        TaskLink(1, 3, 0),
+    )
+    assert [job.state for job in fake.jobs[1:]] == ["PENDING", "PENDING"]  # link 1 removed none
+    fake.start()
+    assert [job.state for job in fake.jobs[1:]] == ["FAILED", "CANCELLED"]
+    assert [job.allocated for job in fake.jobs] == [True, True, False]
+    assert sorted(fake.markers) == [
+        f"servatus-{link_id(1, 1)}.{jobs[0]}.start",
+        f"servatus-{link_id(1, 2)}.{jobs[1]}.start",
+    ]
+    assert campaign.plan(profile, retry_failed=True).decision.selected == ()
+    fake.purge()
+    k0 = tasks(campaign)["k0"]
+    assert (k0.execution, k0.exit_code, k0.link, k0.allocation_id) == (
+        Execution.LOST,
+        None,
+        TaskLink(1, 3, 0),
+        link_id(1, 1),
+    )
+    assert k0.run_time == RunTime(300, complete=False)  # counted at its whole limit
+    held = campaign.plan(profile, retry_failed=True).decision
+    assert (held.selected, dict(held.held)["k0"].value) == ((), "SUBMITTED")
+    assert campaign.plan(profile, retry=["k0"]).decision.selected == ("k0",)
+
+
 def test_cancel_task_goes_newest_first(tmp_path: Path, profile: Profile) -> None:
     fake = FakeScheduler()
     chains = [(("k0",), 3, [3]), (("k1",), 2, [2])]

@@ -32,12 +32,12 @@ the batch script run them, so a chain application can be tested without a cluste
   link ``COMPLETED``, and the next link may start. A link that ends having handed nothing on
   (``FAILED``, cancelled before its signal, Slurm's ``TIMEOUT``) first cancels every later link
   of its chain, which was never allocated, as its batch shell does; one that vanishes
-  (:meth:`~FakeScheduler.vanish`, a node failure) cannot, so its next link starts, runs nothing
-  and removes the rest. :meth:`~FakeScheduler.time_out` of a middle link that had its pre-limit
-  signal is the batch shell's own early stop (143 for each step still running, no stop marker,
-  handoffs, then ``COMPLETED``); without the signal, and on a chain's last link, it is Slurm's
-  ``TIMEOUT``. A ``scancel`` after the signal hands on (143 after ``limit``), and the chain
-  continues.
+  (:meth:`~FakeScheduler.vanish`, a node failure or a ``SIGKILL`` of the whole job) cannot, so
+  its next link starts once Slurm has ended it, runs nothing and removes the rest.
+  :meth:`~FakeScheduler.time_out` of a middle link that had its pre-limit signal is the batch
+  shell's own early stop (143 for each step still running, no stop marker, handoffs, then
+  ``COMPLETED``); without the signal, and on a chain's last link, it is Slurm's ``TIMEOUT``.
+  A ``scancel`` after the signal hands on (143 after ``limit``), and the chain continues.
 
 Leases (``docs/development/adr/0009-leases.md``) are modelled as the lease's batch script runs them,
 so a lease application can be tested without a cluster:
@@ -375,12 +375,22 @@ class FakeScheduler:
             return
         self._told_to_end(item, "TIMEOUT")
 
-    def vanish(self, job: int) -> None:
-        """The job disappears from the queue without writing another marker (a node failure);
-        jobs that depend on it are cancelled."""
+    def vanish(self, job: int, *, state: str | None = None) -> None:
+        """The job's processes die without writing another marker (a node failure), so a chain
+        link's batch shell removes nothing: its next link is released (``afterany``), an
+        ``afterok`` dependent cancelled. Without ``state`` the job drops out of the queue at
+        once; with an ended state it stays listed in it until :meth:`purge`, as the test cluster
+        showed: ``FAILED`` when a live ``slurmstepd`` saw the batch shell die, ``TIMEOUT`` when
+        nothing on the node was left to tell slurmctld and the job ran on in Slurm to its limit,
+        ``NODE_FAIL`` when Slurm declared the node down."""
         item = self._job(job)
-        item.listed = False
-        self._dependents_end(item, "NODE_FAIL")
+        if state is None:
+            item.listed = False
+        elif state in _ENDED:
+            item.state = state
+        else:
+            raise ValueError(f"a vanished job ends in one of {sorted(_ENDED)}, not {state!r}")
+        self._dependents_end(item, state or "NODE_FAIL")
 
     def purge(self) -> None:
         """Slurm forgets every ended job (what ``MinJobAge`` does after a while)."""
