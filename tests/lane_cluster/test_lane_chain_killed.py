@@ -15,7 +15,9 @@ and submitted through the CLI over SSH, their step ignoring ``SIGUSR1``, and eac
   until its time limit ends it.
 
 ``status --json`` and alice's ``squeue`` are read every 2 s throughout and every distinct reading
-is kept, so the tests below judge what was said all along, not only at the end.
+is kept, so the tests below judge what was said all along, not only at the end. A node that Slurm
+declares down (``NODE_FAIL``) behaves the same after the state word, but on this one-node cluster
+it kills every job running there, other tests' too, so it was seen by hand only (ADR 0005).
 """
 
 from __future__ import annotations
@@ -183,7 +185,7 @@ def test_the_next_link_is_allocated_once_runs_nothing_and_removes_the_last(
     lane, seen = killed
     print(_report(lane, seen, key))
     (first, one), (second, two), (third, three) = seen.links(key)
-    # Link 1: its start, its step's start, and nothing after: no stop, end or handoff.
+    # Link 1: its start marker and nothing after it: no stop, end or handoff.
     kinds = {kind.split(".", 1)[1] for kind in lane.marker_kinds(first)}
     assert kinds - {"limit"} == {"start"}, kinds
     # Link 2: allocated once, after Slurm ended link 1; it ran no step (its start marker alone,
@@ -220,7 +222,7 @@ def test_a_batch_shell_killed_under_a_live_slurmstepd_ends_the_link_at_once(
         ["COMPLETING", "FAILED"],
         ["RUNNING", "FAILED"],
     ), seen.states[one]
-    assert seen.running[one] - at < 5
+    assert seen.running[one] - at < 15, (at, seen.running[one])
     assert "JobState=FAILED" in seen.shown[one], seen.shown[one]
 
 
