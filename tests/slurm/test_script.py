@@ -520,12 +520,14 @@ def chain_spec(
     *,
     budget: int | None = 3000,
     signal_before_end: int | None = 60,
+    time_limit: int = 600,
 ) -> ScriptSpec:
     inherit = (*CHAIN_INHERIT, *([BUDGET_VARIABLE] if budget is not None else []))
     return make_spec(
         target,
         steps,
-        link=Link(position, of, 600),
+        time_limit=time_limit,
+        link=Link(position, of, time_limit),
         earlier=EARLIER[: position - 1],
         later=LATER[: of - position],
         budget=budget,
@@ -547,6 +549,18 @@ def removed(cluster: FakeCluster) -> list[str]:
 
 def handoff(cluster: FakeCluster, allocation: str, job: int, slot: int) -> None:
     (cluster.logs / f"servatus-{allocation}.{job}.handoff.{slot}").touch()
+
+
+def over(cluster: FakeCluster, allocation: str, job: int) -> None:
+    """What a link's shell leaves once every end and handoff of it is written."""
+    (cluster.logs / over_name(allocation, job)).touch()
+
+
+def over_name(allocation: str, job: int) -> str:
+    return f".servatus-{allocation}.{job}.over"
+
+
+NO_OVER = "servatus: the previous link left no over file; its handoffs are read as listed"
 
 
 def test_a_chain_link_carries_its_machine_readable_lines(tmp_path: Path) -> None:
@@ -616,8 +630,10 @@ def test_a_middle_link_hands_on_what_yields_and_exits_0(
         prefix + "end.1.0",
         prefix + "end.2.3",
         prefix + "end.3.75",
+        over_name(ALLOCATION, 4242),
     }
     assert names[prefix + "handoff.0"] >= names[prefix + "end.0.75"]
+    assert names[over_name(ALLOCATION, 4242)] >= max(names.values())
     assert step_env(fake_cluster, "yields") == {
         "SERVATUS_JOB_ID": "4242",
         "SERVATUS_JOB_END_TIME": "1900000000",
@@ -643,6 +659,7 @@ def test_a_middle_link_that_hands_nothing_on_exits_1(
     script = render(chain_spec(target, steps, 2, 3, budget=None))
     handoff(fake_cluster, EARLIER[0], 17, 0)
     handoff(fake_cluster, EARLIER[0], 17, 1)
+    over(fake_cluster, EARLIER[0], 17)
     process = fake_cluster.start(script, shell=shell)
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 1
@@ -689,6 +706,7 @@ def test_the_signal_then_the_timer_stop_what_still_runs(
         prefix + "end.1.143",
         prefix + "handoff.1",
         prefix + "end.2.0",
+        over_name(ALLOCATION, 4242),
     }
     assert 1.5 <= names[prefix + "end.1.143"] - signalled <= 4
     assert names[prefix + "handoff.1"] >= names[prefix + "end.1.143"]
@@ -764,6 +782,7 @@ def test_a_later_link_runs_only_handed_slots_with_their_run_time(
     for name, mtime in spans.items():
         (logs / name).touch()
         os.utime(logs / name, (mtime, mtime))
+    over(fake_cluster, EARLIER[1], 12)
     script = render(chain_spec(target, steps, 3, 3))
     wait_exit(fake_cluster.start(script, shell=shell))
     env = step_env(fake_cluster, "goes-on")
@@ -784,6 +803,7 @@ def test_a_link_handed_nothing_runs_nothing_and_exits_1(
 ) -> None:
     target = fake_cluster.target
     steps = [chain_step(target, 0, fake_cluster.step_args("a", "exit:0"), links=3)]
+    over(fake_cluster, EARLIER[0], 17)
     process = fake_cluster.start(render(chain_spec(target, steps, 2, 3)), shell=shell)
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 1
@@ -791,8 +811,58 @@ def test_a_link_handed_nothing_runs_nothing_and_exits_1(
         "servatus: link 2/3 hands nothing on; it removes the rest of the chain"
     ]
     assert removed(fake_cluster) == [f"--name=servatus-{LATER[0]}"]
-    assert set(markers(fake_cluster)) == {f"servatus-{ALLOCATION}.4242.start"}
+    assert set(markers(fake_cluster)) == {
+        f"servatus-{ALLOCATION}.4242.start",
+        over_name(EARLIER[0], 17),
+        over_name(ALLOCATION, 4242),
+    }
     assert not os.listdir(fake_cluster.root / "srun")
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_link_after_one_killed_outright_waits_its_bound_then_trusts_the_listing(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """No over file: the previous link never reached its end. A 1-minute link waits an eighth
+    of its limit (7 s) for one, then reads what is listed: here a handoff of slot 0, which runs
+    (and yields, so this link hands it on), and none of slot 1."""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("handed", "exit:75"), links=3),
+        chain_step(target, 1, fake_cluster.step_args("killed", "exit:75"), links=3),
+    ]
+    handoff(fake_cluster, EARLIER[0], 17, 0)
+    began = time.monotonic()
+    process = fake_cluster.start(
+        render(chain_spec(target, steps, 2, 3, time_limit=60, signal_before_end=20)), shell=shell
+    )
+    out, _ = process.communicate(timeout=60)
+    assert 7 <= time.monotonic() - began < 30
+    assert process.returncode == 0
+    assert out.decode().splitlines() == [NO_OVER]
+    assert (fake_cluster.out / "handed.json").exists()
+    assert not (fake_cluster.out / "killed.json").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_handoff_listed_late_is_run_once_the_over_file_shows(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """What an NFS client's stale directory cache looks like to the next link: the previous
+    link's handoff and over file appear only after this link started. It waits for the over
+    file, then runs the slot, where a first listing would have found nothing handed on."""
+    target = fake_cluster.target
+    steps = [chain_step(target, 0, fake_cluster.step_args("late", "exit:75"), links=3)]
+    process = fake_cluster.start(render(chain_spec(target, steps, 2, 3)), shell=shell)
+    time.sleep(3)
+    assert not (fake_cluster.out / "late.json").exists()
+    handoff(fake_cluster, EARLIER[0], 17, 0)
+    over(fake_cluster, EARLIER[0], 17)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, out
+    assert out.decode() == ""
+    assert (fake_cluster.out / "late.json").exists()
+    assert removed(fake_cluster) == []
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
@@ -802,6 +872,7 @@ def test_the_last_link_hands_nothing_on_and_exits_0(
     target = fake_cluster.target
     steps = [chain_step(target, 0, fake_cluster.step_args("spent", "usr1-then:75"), links=2)]
     handoff(fake_cluster, EARLIER[0], 9, 0)
+    over(fake_cluster, EARLIER[0], 9)
     process = fake_cluster.start(render(chain_spec(target, steps, 2, 2)), shell=shell)
     wait_for((fake_cluster.out / "spent.json").exists)
     process.send_signal(signal.SIGUSR1)

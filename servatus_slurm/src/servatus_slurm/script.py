@@ -44,6 +44,11 @@ GRACE = 10
 handoff markers, the shell's exit, and how far the node's clock may run behind slurmctld's
 (measured on the test cluster: ADR 0005)."""
 
+OVER_WAIT = 90
+"""Seconds at most a later link waits to see its previous link's ``over`` file before it trusts
+what it lists: longer than an NFS client caches a directory by default (``acdirmax``, 60 s), and
+never more than an eighth of the link's own time limit."""
+
 STDIN_CHUNK = 1024
 """Input bytes per ``printf`` line, so no script line grows beyond a few KiB."""
 
@@ -349,6 +354,15 @@ servatus_handoff() {
 }
 """.lstrip("\n")
 
+_OVER = r"""
+# Every watcher has written its end and handoff: say so for the next link, whose node may list
+# log_root from a stale cache (NFS) and must not take a late listing for "nothing handed on".
+# A dot file, like the claim's, so no marker listing carries it.
+servatus_over() {
+    (set -C && umask 077 && : >"$servatus_log/.${servatus_prefix##*/}.over") 2>/dev/null
+}
+""".lstrip("\n")
+
 _HANDED_ON = r"""
 # A slot runs only on a handoff of the previous link (whatever its job number) that this job
 # claims: ln creates the claim name once, on NFS too, and the claim holds the job number of
@@ -383,6 +397,20 @@ servatus_ran() {
             printf "%d\n", t
         }'
 }
+# The previous link made its over file after all its handoffs, so a listing that shows it shows
+# every handoff too, on NFS as well. A link killed outright made none: after $1 seconds the
+# listing is trusted as it is.
+servatus_await() {
+    servatus_o=0
+    while :; do
+        for servatus_g in "$servatus_log/.servatus-$servatus_after".*.over; do
+            if [ -e "$servatus_g" ]; then return 0; fi
+        done
+        if [ "$servatus_o" -ge "$1" ]; then return 1; fi
+        sleep 1
+        servatus_o=$((servatus_o + 1))
+    done
+}
 """.lstrip("\n")
 
 
@@ -407,6 +435,7 @@ def _handing_on_epilogue(link: Link) -> str:
         '    until wait "$servatus_w"; [ $? -le 128 ]; do :; done\n'
         "done\n"
         'if [ -n "$servatus_timer" ]; then kill "$servatus_timer" 2>/dev/null; fi\n'
+        "servatus_over\n"
         "if servatus_handed; then exit 0; fi\n"
         f'echo "servatus: link {link.position}/{link.of} hands nothing on; it removes the rest'
         ' of the chain" >&2\n'
@@ -588,11 +617,15 @@ def _check_link(spec: ScriptSpec, link: Link) -> None:
 
 
 def _found(spec: ScriptSpec) -> str:
-    """One listing of the earlier links' markers, which every slot's run time is summed from."""
+    """Once the previous link's ``over`` is seen (or waited for), one listing of the earlier
+    links' markers, which every slot's run time is summed from."""
     if not spec.earlier:
         return ""
     names = " -o ".join(f"-name 'servatus-{earlier}.*'" for earlier in spec.earlier)
+    wait = min(OVER_WAIT, spec.time_limit // 8)
     return (
+        f"servatus_await {wait} || echo 'servatus: the previous link left no over file; "
+        "its handoffs are read as listed' >&2\n"
         f'servatus_found=$(find "$servatus_log" -maxdepth 1 \\( {names} \\) '
         "-printf '%f %T@\\n' 2>/dev/null)\n"
     )
@@ -628,6 +661,7 @@ def render(spec: ScriptSpec) -> str:
         "\n".join(_locations(spec, log_root, slurm_bin)) + "\n",
         _CHAIN_PRELUDE if handing_on else _PRELUDE,
         _HANDING_ON if handing_on else "",
+        _OVER if handing_on else "",
         _HANDED_ON if spec.earlier else "",
         "".join(f"{line}\n" for line in _variables(spec)),
         _START,
