@@ -448,6 +448,13 @@ def test_the_budget_counting_application_runs_a_chain_end_to_end(chains: Chains)
         {"start", "limit", "end.0.75", "handoff.0", "taken.0"}
     ] * 2
     assert budget.kinds("bud", 3) == {"start", "limit", "end.0.0"}
+    # Links 1 and 2 left their over file after their handoffs, so links 2 and 3 found it at
+    # once and did not wait for it; the chain's last link hands nothing on and makes none.
+    logs = Path(budget.lane.log_root)
+    overs = [sorted(logs.glob(f".servatus-{allocation}.{job}.over")) for allocation, job in links]
+    assert [len(found) for found in overs] == [1, 1, 0], overs
+    for allocation, job in links[1:]:
+        assert "no over file" not in (logs / f"servatus-{allocation}-{job}.out").read_text()
     *expected, total = _run_times(budget, "bud", [1, 2, 3])
     for position, run_time in enumerate(expected, 1):
         run = budget.run("bud", position)

@@ -188,15 +188,21 @@ def test_the_next_link_is_allocated_once_runs_nothing_and_removes_the_last(
     # Link 1: its start marker and nothing after it: no stop, end or handoff.
     kinds = {kind.split(".", 1)[1] for kind in lane.marker_kinds(first)}
     assert kinds - {"limit"} == {"start"}, kinds
-    # Link 2: allocated once, after Slurm ended link 1; it ran no step (its start marker alone,
-    # no step log, no run of the worker), said why, and exited 1 (FAILED) having removed link 3.
+    # Link 2: allocated once, after Slurm ended link 1; it waited for link 1's over file, which
+    # a link killed outright never makes (an eighth of its 1-minute limit), ran no step (its
+    # start marker alone, no step log, no run of the worker), said why, and exited 1 (FAILED)
+    # having removed link 3.
     assert lane.marker_kinds(second) == [f"{two}.start"]
     started = (Path(lane.log_root) / f"servatus-{second}.{two}.start").stat().st_mtime
     assert started > seen.running[one], (started, seen.running[one])
     logs = Path(lane.log_root)
     assert not (logs / f"servatus-{second}-{two}.0.out").exists()
     said = (logs / f"servatus-{second}-{two}.out").read_text()
-    assert said == "servatus: link 2/3 hands nothing on; it removes the rest of the chain\n"
+    assert said == (
+        "servatus: the previous link left no over file; its handoffs are read as listed\n"
+        "servatus: link 2/3 hands nothing on; it removes the rest of the chain\n"
+    )
+    assert not list(logs.glob(f".servatus-{first}.*.over"))
     assert [state for _, state in seen.states[two]][-1] == "FAILED", seen.states[two]
     # Link 3: never allocated, cancelled while it waited, no marker.
     assert lane.marker_kinds(third) == []
