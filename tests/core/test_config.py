@@ -510,6 +510,19 @@ def test_a_profile_above_a_ceiling_is_refused(
     assert expected in message
 
 
+def test_a_time_limit_longer_than_a_campaign_records_is_refused(write: Any) -> None:
+    """A campaign's journal holds durations below 2**36 s: a longer time limit would be recorded
+    in an intent before its sbatch, and every later read of the campaign would refuse it."""
+    longest = {"max_time_limit": "999999-00:00:00"}
+    profile = load(write, document(target=longest, resources={"time_limit": "795364-07:32:00"}))
+    assert profile.resources.time_limit == 2**36 - 16
+    message = refused(write, document(target=longest, resources={"time_limit": "795364-07:33:00"}))
+    assert message.endswith(
+        "resources.time_limit = 795364-07:33:00 is longer than a campaign records "
+        "(at most 795364-07:32:00)"
+    )
+
+
 def test_a_profile_at_its_ceilings_loads(write: Any) -> None:
     text = document(
         resources={"cpus": 16, "memory_mib": 65536, "time_limit": "24:00:00"},

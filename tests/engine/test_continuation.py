@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servatus import continuation, status
-from servatus.config import Profile, Resources, Target, parse_duration
+from servatus.config import MAX_DURATION, Profile, Resources, Target, parse_duration
 from servatus.continuation import (
     MAX_LINKS,
     Chain,
@@ -129,9 +129,9 @@ def test_yield_exit_is_the_status_projections_own() -> None:
         ("11:59:00", d("11:59:00")),
         (90, 2 * MINUTE),
         (MINUTE, MINUTE),
-        # beyond a float's 53 bits: rounded in integers, so exactly what was asked
-        ("9223372036854775-00:00:00", 9223372036854775 * 86400),
-        (2**80 * MINUTE + 1, (2**80 + 1) * MINUTE),
+        # the longest a campaign records, reached by rounding up
+        ("795364-07:31:01", MAX_DURATION),
+        (MAX_DURATION - 59, MAX_DURATION),
     ],
 )
 def test_a_budget_is_rounded_up_to_whole_minutes(given_: str | int, seconds: int) -> None:
@@ -160,6 +160,16 @@ def test_a_budget_is_rounded_up_to_whole_minutes(given_: str | int, seconds: int
 def test_a_bad_budget_is_refused(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="invalid budget"):
         Continuation(budget=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "huge", ["795364-07:32:01", MAX_DURATION + 1, "9223372036854775-00:00:00", 2**80 * MINUTE]
+)
+def test_a_budget_longer_than_a_campaign_records_is_refused(huge: str | int) -> None:
+    """A chain's intents record its budget before their sbatch, and a read refuses one of 2**36
+    s or more: planned, it would be submitted and then lock the campaign (CorruptState)."""
+    with pytest.raises(ConfigurationError, match=r"longer than a campaign records \(at most "):
+        Continuation(budget=huge)
 
 
 @pytest.mark.parametrize("good", [1, 2, 31, 32])

@@ -138,6 +138,29 @@ def test_a_bad_budget_or_link_count_is_a_usage_error(
     assert message in err
 
 
+def test_a_budget_longer_than_a_campaign_records_is_a_usage_error(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The journal holds durations below 2**36 s. A longer budget used to be planned and
+    submitted, its links queued in Slurm, and the campaign then refused by every read
+    (CorruptState): the longest it records is still planned, submitted and read back."""
+    state, fake = create(project, "a"), FakeScheduler()
+    code, out, err = run(["plan", state, "--budget", "99999999-00:00:00"], fake, capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        "servatus: Invalid value for '--budget': invalid budget '99999999-00:00:00': longer "
+        "than a campaign records (at most 795364-07:32:00) (see 'servatus plan --help')\n"
+    )
+    assert fake.calls == []
+    args = ["--budget", "795364-07:32:00", "--max-links", "1", "--output", "longest.json"]
+    assert run(["plan", state, *args], fake, capsys)[0] == 0
+    code, _, err = run(["submit", state, "longest.json"], fake, capsys)
+    assert (code, err) == (0, "")
+    (intent,) = store.read(state).intents
+    assert intent.chain is not None and intent.chain.budget == 2**36 - 16
+    assert run(["status", state], fake, capsys)[0] == 0
+
+
 def test_thirty_two_links_is_the_most(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = create(project, "a")
     document = plan_json(state, FakeScheduler(), capsys, "--max-links", "32")

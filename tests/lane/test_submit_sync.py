@@ -17,6 +17,8 @@ import pytest
 
 from servatus import Campaign, Task, store
 from servatus.config import Profile
+from servatus.errors import SubmissionInterrupted
+from servatus.evidence import MAX_JOB
 from servatus.testing import FakeScheduler
 
 _TAG = re.compile(rb'"type":"(\w+)"')
@@ -63,3 +65,15 @@ def synced_write(events: list[tuple[object, ...]]) -> object:
     if len(events) == 2 and events[0][0] == "write" and events[1] == ("sync", events[0][-1]):
         return events[0][1]
     return None
+
+
+def test_a_job_number_beyond_slurms_is_no_receipt(tmp_path: Path, profile: Profile) -> None:
+    """Slurm's job numbers are 32-bit, and the journal refuses a receipt beyond them on every
+    read: a larger number from sbatch is an answer without a job number (exit 3, the intent left
+    for reconcile), never a receipt that would lock the campaign as CorruptState."""
+    fake = FakeScheduler(first_job=MAX_JOB + 1)
+    campaign = Campaign.ensure(tmp_path / "state", [Task("a", ["/usr/bin/true"])], connect=fake)
+    with pytest.raises(SubmissionInterrupted, match="with no job number"):
+        campaign.submit(campaign.plan(profile))
+    recorded = store.read(tmp_path / "state")
+    assert (len(recorded.intents), recorded.receipts) == (1, ())

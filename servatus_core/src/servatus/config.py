@@ -155,6 +155,12 @@ def parse_duration(text: str) -> int:
     )
 
 
+MAX_DURATION = (2**36 - 1) // 60 * 60
+"""The longest time limit or budget, in seconds (795364-07:32:00): a campaign's journal holds
+durations and wall times below 2**36 s (the store's ``_LATEST``), and an intent records them
+before its ``sbatch``, so a longer one would be sent and then refused by every later read."""
+
+
 def format_duration(seconds: int) -> str:
     """``[D-]HH:MM:SS``, as Servatus prints durations: ``3-00:00:00``, ``16:00:00``."""
     if seconds < 0:
@@ -746,6 +752,11 @@ def _ceiling_problems(profile: Profile) -> Iterator[str]:
             f"resources.time_limit = {format_duration(resources.time_limit)} exceeds "
             f"target.max_time_limit = {format_duration(target.max_time_limit)}"
         )
+    if resources.time_limit > MAX_DURATION:
+        yield (
+            f"resources.time_limit = {format_duration(resources.time_limit)} is longer than a "
+            f"campaign records (at most {format_duration(MAX_DURATION)})"
+        )
 
 
 def profile_problems(profile: Profile) -> tuple[str, ...]:
@@ -793,6 +804,7 @@ __all__ = [
     "APPTAINER",
     "DEFAULT_PROFILE",
     "DIRECT",
+    "MAX_DURATION",
     "Apptainer",
     "Profile",
     "Resources",

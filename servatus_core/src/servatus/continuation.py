@@ -14,7 +14,13 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from servatus.config import Profile, format_duration, parse_duration, round_up_to_minute
+from servatus.config import (
+    MAX_DURATION,
+    Profile,
+    format_duration,
+    parse_duration,
+    round_up_to_minute,
+)
 from servatus.errors import ConfigurationError
 from servatus.status import YIELD_EXIT, Execution
 
@@ -45,6 +51,11 @@ def _budget(value: str | int | None) -> int | None:
         raise ConfigurationError(f"invalid budget {value!r}: expected [D-]HH:MM:SS or seconds")
     if seconds <= 0:
         raise ConfigurationError(f"invalid budget {value!r}: must be longer than zero")
+    if round_up_to_minute(seconds) > MAX_DURATION:
+        raise ConfigurationError(
+            f"invalid budget {value!r}: longer than a campaign records "
+            f"(at most {format_duration(MAX_DURATION)})"
+        )
     return round_up_to_minute(seconds)
 
 

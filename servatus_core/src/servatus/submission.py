@@ -18,6 +18,7 @@ import attrs
 from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
+from servatus.evidence import MAX_JOB
 from servatus.launcher import Launcher
 from servatus.lease import Directory, Offer, make_directory, offer, orders_path
 from servatus.plan import Allocation, earlier_links, later_links
@@ -379,12 +380,14 @@ def ping(transport: Transport, target: Target) -> str:
 
 
 def parse_job(stdout: bytes) -> int | None:
-    """The job number ``sbatch --parsable`` printed (``JOB`` or ``JOB;CLUSTER``), else None."""
+    """The job number ``sbatch --parsable`` printed (``JOB`` or ``JOB;CLUSTER``), else None; a
+    number beyond Slurm's 32 bits is none either, since the journal refuses such a receipt on
+    every later read."""
     lines = stdout.decode("utf-8", "replace").strip().splitlines()
     if len(lines) != 1:
         return None
     match = _JOB.fullmatch(lines[0].strip())
-    return int(match[1]) if match else None
+    return int(match[1]) if match and int(match[1]) <= MAX_JOB else None
 
 
 def batch_scripts(
