@@ -30,9 +30,11 @@ from slurm_helpers import (
 from servatus.config import Target
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError
-from servatus.evidence import MarkerKind
+from servatus.evidence import MarkerKind, observe
 from servatus.launcher import StepCommand
 from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
+from servatus.status import Execution, StopReason, link_execution
+from servatus.store import ChainLink
 from servatus.transport import CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
 from servatus_slurm.script import GRACE, render
@@ -681,7 +683,8 @@ def test_the_signal_then_the_timer_stop_what_still_runs(
     fake_cluster: FakeCluster, shell: tuple[str]
 ) -> None:
     """After SIGUSR1 a middle link stops every step still running at signal_before_end - grace:
-    its srun gets SIGTERM, the end (143) and then the handoff follow, and the link exits 0."""
+    the stop marker, then its srun gets SIGTERM, the end (143) and the handoff follow, and the
+    link exits 0."""
     target = fake_cluster.target
     steps = [
         chain_step(target, 0, fake_cluster.step_args("dies", "usr1"), links=2),
@@ -703,13 +706,43 @@ def test_the_signal_then_the_timer_stop_what_still_runs(
         prefix + "limit",
         prefix + "end.0.138",
         prefix + "handoff.0",
+        prefix + "stop",
         prefix + "end.1.143",
         prefix + "handoff.1",
         prefix + "end.2.0",
         over_name(ALLOCATION, 4242),
     }
     assert 1.5 <= names[prefix + "end.1.143"] - signalled <= 4
+    assert names[prefix + "stop"] <= names[prefix + "end.1.143"]
     assert names[prefix + "handoff.1"] >= names[prefix + "end.1.143"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_timer_stop_reads_as_a_stop_on_a_packed_tasks_own_last_link(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """Slot 1's Task has 1 link of the chain's 2, so this middle link is its own last one and it
+    hands nothing on. The timer kills it all the same; that must read as the stop at the limit
+    it is (``STOPPED (time limit)``, as on an unpacked Task's last link), not as a failure."""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("goes-on", "sleep"), links=2),
+        chain_step(target, 1, fake_cluster.step_args("own-last", "sleep"), links=1),
+    ]
+    script = render(chain_spec(target, steps, 1, 2, signal_before_end=GRACE + 1))
+    process = fake_cluster.start(script, shell=shell, job=77)
+    for name in ("goes-on", "own-last"):
+        wait_for(lambda name=name: (fake_cluster.out / f"{name}.json").exists())
+    process.send_signal(signal.SIGUSR1)
+    wait_exit(process)
+    reader = SlurmEvidenceReader()
+    found = reader.parse_markers(LocalTransport().run(reader.marker_command(target)))
+    observation = observe(ALLOCATION, 2, found, link=True)
+    assert observation.handed == (0,)
+    chain = ChainLink(1, 2, "", (2, 1), 3000)
+    read = [link_execution(None, observation, s, last=chain.spends(s)) for s in (0, 1)]
+    assert read[0] == (Execution.STOPPED, 143, StopReason.TIME_LIMIT)
+    assert read[1] == (Execution.STOPPED, None, StopReason.TIME_LIMIT)
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])

@@ -330,8 +330,11 @@ servatus_early() {
     ) </dev/null >/dev/null 2>&1 &
     servatus_timer=$!
 }
+# The early stop is this link's own limit: mark it as Slurm's would be (stop, then the ends), so a
+# step of a Task on its own last link, which hands nothing on, reads stopped, not failed.
 servatus_end() {
     servatus_ending=1
+    servatus_mark stop
     for servatus_w in $servatus_pids; do kill -USR2 "$servatus_w" 2>/dev/null; done
 }
 # In a step's watcher: SIGTERM its srun, which kills the step; one not started yet is stopped
