@@ -785,6 +785,26 @@ def test_a_middle_link_ends_when_its_steps_do_not_when_its_timer_would(
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_link_without_its_start_marker_removes_the_rest_of_the_chain(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """A link that cannot leave its start marker runs no step, so it hands nothing on: it must
+    remove its later links while they are still pending, as any such link does, rather than
+    leave the next one to be allocated, wait for an over file that never comes, and remove."""
+    target = fake_cluster.target
+    steps = [chain_step(target, 0, fake_cluster.step_args("a", "exit:75"), links=3)]
+    (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.start").mkdir()
+    process = fake_cluster.start(render(chain_spec(target, steps, 1, 3)), shell=shell)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert out.decode().splitlines() == [
+        f"servatus: cannot create the start marker in {target.log_root}; no step was started"
+    ]
+    assert not os.listdir(fake_cluster.root / "srun")
+    assert removed(fake_cluster) == [f"--name=servatus-{LATER[1]}", f"--name=servatus-{LATER[0]}"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_a_later_link_runs_only_handed_slots_with_their_run_time(
     fake_cluster: FakeCluster, shell: tuple[str]
 ) -> None:

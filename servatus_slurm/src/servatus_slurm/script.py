@@ -424,6 +424,10 @@ _START = (
 """No step runs without the start marker: a job that ran but left none would read as never
 started once Slurm forgets it, and ``--retry-failed`` would run its Tasks again."""
 
+_LINK_START = _START.replace("exit 1; }", "servatus_remove; exit 1; }")
+"""The same for a link that may hand on: it hands nothing on, so it removes the rest of its
+chain while those links are still pending, rather than leave the next to be allocated."""
+
 _EPILOGUE = """
 until wait; do :; done
 exit 0
@@ -667,7 +671,7 @@ def render(spec: ScriptSpec) -> str:
         _OVER if handing_on else "",
         _HANDED_ON if spec.earlier else "",
         "".join(f"{line}\n" for line in _variables(spec)),
-        _START,
+        _LINK_START if handing_on else _START,
         _found(spec),
         *(_step(spec, step, srun, work_root) for step in spec.steps),
         _handing_on_epilogue(link) if link is not None and handing_on else _EPILOGUE,
