@@ -718,6 +718,35 @@ def test_the_signal_then_the_timer_stop_what_still_runs(
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_packed_link_waits_for_every_watcher_before_it_decides(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """The signal reaches the batch shell while it waits for slot 0's watcher; slot 1 is done
+    at once, slot 0 saves for a second and yields. The link must still wait for slot 0: its
+    handoff comes before the over file, the link exits 0 and removes nothing. (The traps once
+    shared the epilogue's loop variable, so it waited for the last watcher only, found nothing
+    handed on, and removed the rest of the chain while slot 0 was handing on.)"""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("saves", "usr1-slow:75"), links=3),
+        chain_step(target, 1, fake_cluster.step_args("done", "usr1-then:0"), links=3),
+    ]
+    script = render(chain_spec(target, steps, 1, 3, signal_before_end=GRACE + 30))
+    process = fake_cluster.start(script, shell=shell)
+    for name in ("saves", "done"):
+        wait_for(lambda name=name: (fake_cluster.out / f"{name}.json").exists())
+    time.sleep(0.3)
+    process.send_signal(signal.SIGUSR1)
+    out = wait_exit(process)
+    assert "hands nothing on" not in out
+    assert removed(fake_cluster) == []
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert {prefix + "end.0.75", prefix + "handoff.0", prefix + "end.1.0"} <= set(names)
+    assert names[over_name(ALLOCATION, 4242)] >= names[prefix + "handoff.0"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_the_timer_stop_reads_as_a_stop_on_a_packed_tasks_own_last_link(
     fake_cluster: FakeCluster, shell: tuple[str]
 ) -> None:

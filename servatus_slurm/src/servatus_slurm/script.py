@@ -335,7 +335,7 @@ servatus_early() {
 servatus_end() {
     servatus_ending=1
     servatus_mark stop
-    for servatus_w in $servatus_pids; do kill -USR2 "$servatus_w" 2>/dev/null; done
+    for servatus_u in $servatus_pids; do kill -USR2 "$servatus_u" 2>/dev/null; done
 }
 # In a step's watcher: SIGTERM its srun, which kills the step; one not started yet is stopped
 # as soon as it is.
@@ -438,8 +438,10 @@ def _handing_on_epilogue(link: Link) -> str:
     """Waits for the watchers only (not the timer); a link that handed nothing on removes the
     rest of its chain before it exits 1 (the exit code is for a human reading ``sacct``)."""
     return (
-        "for servatus_w in $servatus_pids; do\n"
-        '    until wait "$servatus_w"; [ $? -le 128 ]; do :; done\n'
+        # Its own loop variable: a trap that runs while it waits (USR1, USR2) loops over the
+        # watchers too, and must not move this loop on to the last watcher.
+        "for servatus_e in $servatus_pids; do\n"
+        '    until wait "$servatus_e"; [ $? -le 128 ]; do :; done\n'
         "done\n"
         'if [ -n "$servatus_timer" ]; then kill "$servatus_timer" 2>/dev/null; fi\n'
         "servatus_over\n"
