@@ -149,10 +149,11 @@ def row_markers(row: str, position: int, at: float, *, last: bool) -> list[Marke
                 *stop,
                 mark(position, END, end_at, 0, 143),
             ]
-        # a middle link stops its own step (the shell's timer), writing no stop marker
+        # a middle link stops its own step (the shell's timer): its stop marker, then the 143
         return [
             *start,
             mark(position, LIMIT, at + 50),
+            mark(position, STOP, end_at - 1),
             mark(position, END, end_at, 0, 143),
             mark(position, HANDOFF, end_at, 0),
         ]

@@ -398,3 +398,27 @@ def test_logs_of_a_chained_task_reads_its_current_link(tmp_path: Path, profile: 
     with pytest.raises(ConfigurationError, match="no accepted allocation"):
         plain.logs(tasks=["p0"])
     assert fake.count("squeue") == asked  # a plain Task's logs still consult nothing
+
+
+def test_the_links_own_stop_reads_stopped_for_a_packed_task_on_its_own_last_link(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """k1 has 2 links of the chain's 3. Link 2 is its own last, so it hands nothing on, but the
+    link's early stop kills it with k0's step: a stop at the limit, as on an unpacked Task's
+    last link, never FAILED 143 (which reads as a crash and says nothing was stopped)."""
+    fake = FakeScheduler()
+    campaign, [jobs] = chain_campaign(
+        tmp_path / "s", fake, profile, [(("k0", "k1"), 3, [3, 2])], budget=7200
+    )
+    fake.finish(jobs[0], 75, 75)
+    fake.start(jobs[1])
+    fake.signal_limit(jobs[1])
+    fake.time_out(jobs[1])  # both steps ran on: the link stops them itself
+    fake.purge()
+    k0, k1 = tasks(campaign)["k0"], tasks(campaign)["k1"]
+    assert (k0.execution, k0.link) == (Execution.QUEUED, TaskLink(3, 3, 7200))
+    assert (k1.execution, k1.detail, k1.link) == (
+        Execution.STOPPED,
+        StopReason.TIME_LIMIT,
+        TaskLink(2, 2, 7200),
+    )

@@ -79,7 +79,8 @@ def test_the_shells_own_stop_after_the_signal_continues_the_chain() -> None:
     fake.start(first)
     fake.signal_limit(first)
     fake.time_out(first)
-    assert names(fake, first) == ["start", "limit", "end.0.143", "handoff.0"]  # no stop
+    # the shell's stop: marked as Slurm's would be, then the step's 143 and its handoff
+    assert names(fake, first) == ["start", "limit", "stop", "end.0.143", "handoff.0"]
     assert states(fake, [first, second]) == ["COMPLETED", "PENDING"]
 
 

@@ -3,7 +3,8 @@
 ``step_program.py OUTDIR NAME MODE [ARGS...]`` writes ``OUTDIR/NAME.json`` with its arguments,
 environment, working directory and stdin (all as hex, so any byte survives), then:
 ``exit:N`` exits N; ``usr1`` waits for SIGUSR1 and exits 138 after recording it;
-``usr1-then:N`` waits for SIGUSR1 and exits N; ``wait:NAME`` waits until ``OUTDIR/NAME.json``
+``usr1-then:N`` waits for SIGUSR1 and exits N; ``usr1-slow:N`` waits for SIGUSR1, saves for a
+second, and exits N; ``wait:NAME`` waits until ``OUTDIR/NAME.json``
 exists (a peer step running at the same time), then exits 0; ``sleep`` sleeps until killed.
 """
 
@@ -48,6 +49,9 @@ if mode.startswith("usr1"):
     while not got_usr1 and time.time() < deadline:
         time.sleep(0.05)
     write(os.path.join(outdir, name + ".usr1.json"), {"at": got_usr1})
+    if mode.startswith("usr1-slow:"):
+        time.sleep(1)
+        sys.exit(int(mode[len("usr1-slow:") :]))
     sys.exit(int(mode[len("usr1-then:") :]) if mode.startswith("usr1-then:") else 138)
 if mode == "sleep":
     while True:

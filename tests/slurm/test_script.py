@@ -30,9 +30,11 @@ from slurm_helpers import (
 from servatus.config import Target
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError
-from servatus.evidence import MarkerKind
+from servatus.evidence import MarkerKind, observe
 from servatus.launcher import StepCommand
 from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
+from servatus.status import Execution, StopReason, link_execution
+from servatus.store import ChainLink
 from servatus.transport import CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
 from servatus_slurm.script import GRACE, render
@@ -681,7 +683,8 @@ def test_the_signal_then_the_timer_stop_what_still_runs(
     fake_cluster: FakeCluster, shell: tuple[str]
 ) -> None:
     """After SIGUSR1 a middle link stops every step still running at signal_before_end - grace:
-    its srun gets SIGTERM, the end (143) and then the handoff follow, and the link exits 0."""
+    the stop marker, then its srun gets SIGTERM, the end (143) and the handoff follow, and the
+    link exits 0."""
     target = fake_cluster.target
     steps = [
         chain_step(target, 0, fake_cluster.step_args("dies", "usr1"), links=2),
@@ -703,13 +706,72 @@ def test_the_signal_then_the_timer_stop_what_still_runs(
         prefix + "limit",
         prefix + "end.0.138",
         prefix + "handoff.0",
+        prefix + "stop",
         prefix + "end.1.143",
         prefix + "handoff.1",
         prefix + "end.2.0",
         over_name(ALLOCATION, 4242),
     }
     assert 1.5 <= names[prefix + "end.1.143"] - signalled <= 4
+    assert names[prefix + "stop"] <= names[prefix + "end.1.143"]
     assert names[prefix + "handoff.1"] >= names[prefix + "end.1.143"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_packed_link_waits_for_every_watcher_before_it_decides(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """The signal reaches the batch shell while it waits for slot 0's watcher; slot 1 is done
+    at once, slot 0 saves for a second and yields. The link must still wait for slot 0: its
+    handoff comes before the over file, the link exits 0 and removes nothing. (The traps once
+    shared the epilogue's loop variable, so it waited for the last watcher only, found nothing
+    handed on, and removed the rest of the chain while slot 0 was handing on.)"""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("saves", "usr1-slow:75"), links=3),
+        chain_step(target, 1, fake_cluster.step_args("done", "usr1-then:0"), links=3),
+    ]
+    script = render(chain_spec(target, steps, 1, 3, signal_before_end=GRACE + 30))
+    process = fake_cluster.start(script, shell=shell)
+    for name in ("saves", "done"):
+        wait_for(lambda name=name: (fake_cluster.out / f"{name}.json").exists())
+    time.sleep(0.3)
+    process.send_signal(signal.SIGUSR1)
+    out = wait_exit(process)
+    assert "hands nothing on" not in out
+    assert removed(fake_cluster) == []
+    prefix = f"servatus-{ALLOCATION}.4242."
+    names = markers(fake_cluster)
+    assert {prefix + "end.0.75", prefix + "handoff.0", prefix + "end.1.0"} <= set(names)
+    assert names[over_name(ALLOCATION, 4242)] >= names[prefix + "handoff.0"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_timer_stop_reads_as_a_stop_on_a_packed_tasks_own_last_link(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """Slot 1's Task has 1 link of the chain's 2, so this middle link is its own last one and it
+    hands nothing on. The timer kills it all the same; that must read as the stop at the limit
+    it is (``STOPPED (time limit)``, as on an unpacked Task's last link), not as a failure."""
+    target = fake_cluster.target
+    steps = [
+        chain_step(target, 0, fake_cluster.step_args("goes-on", "sleep"), links=2),
+        chain_step(target, 1, fake_cluster.step_args("own-last", "sleep"), links=1),
+    ]
+    script = render(chain_spec(target, steps, 1, 2, signal_before_end=GRACE + 1))
+    process = fake_cluster.start(script, shell=shell, job=77)
+    for name in ("goes-on", "own-last"):
+        wait_for(lambda name=name: (fake_cluster.out / f"{name}.json").exists())
+    process.send_signal(signal.SIGUSR1)
+    wait_exit(process)
+    reader = SlurmEvidenceReader()
+    found = reader.parse_markers(LocalTransport().run(reader.marker_command(target)))
+    observation = observe(ALLOCATION, 2, found, link=True)
+    assert observation.handed == (0,)
+    chain = ChainLink(1, 2, "", (2, 1), 3000)
+    read = [link_execution(None, observation, s, last=chain.spends(s)) for s in (0, 1)]
+    assert read[0] == (Execution.STOPPED, 143, StopReason.TIME_LIMIT)
+    assert read[1] == (Execution.STOPPED, None, StopReason.TIME_LIMIT)
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
@@ -749,6 +811,26 @@ def test_a_middle_link_ends_when_its_steps_do_not_when_its_timer_would(
     assert {prefix + "limit", prefix + "end.0.75", prefix + "handoff.0"} <= set(
         markers(fake_cluster)
     )
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_link_without_its_start_marker_removes_the_rest_of_the_chain(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """A link that cannot leave its start marker runs no step, so it hands nothing on: it must
+    remove its later links while they are still pending, as any such link does, rather than
+    leave the next one to be allocated, wait for an over file that never comes, and remove."""
+    target = fake_cluster.target
+    steps = [chain_step(target, 0, fake_cluster.step_args("a", "exit:75"), links=3)]
+    (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.start").mkdir()
+    process = fake_cluster.start(render(chain_spec(target, steps, 1, 3)), shell=shell)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert out.decode().splitlines() == [
+        f"servatus: cannot create the start marker in {target.log_root}; no step was started"
+    ]
+    assert not os.listdir(fake_cluster.root / "srun")
+    assert removed(fake_cluster) == [f"--name=servatus-{LATER[1]}", f"--name=servatus-{LATER[0]}"]
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])

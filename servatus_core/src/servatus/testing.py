@@ -35,7 +35,7 @@ the batch script run them, so a chain application can be tested without a cluste
   (:meth:`~FakeScheduler.vanish`, a node failure or a ``SIGKILL`` of the whole job) cannot, so
   its next link starts once Slurm has ended it, runs nothing and removes the rest.
   :meth:`~FakeScheduler.time_out` of a middle link that had its pre-limit signal is the batch
-  shell's own early stop (143 for each step still running, no stop marker, handoffs, then
+  shell's own early stop (the stop marker, 143 for each step still running, handoffs, then
   ``COMPLETED``); without the signal, and on a chain's last link, it is Slurm's ``TIMEOUT``.
   A ``scancel`` after the signal hands on (143 after ``limit``), and the chain continues.
 
@@ -364,10 +364,11 @@ class FakeScheduler:
     def time_out(self, job: int) -> None:
         """The job hit its time limit, as on a real cluster: the stop marker, then 143 for each
         step still running (Slurm's ``SIGTERM``), ``TIMEOUT`` until purged. A chain link before
-        the last that had its pre-limit signal stops its own steps first instead (143 each, no
-        stop marker, their handoffs) and ends ``COMPLETED`` if it handed any slot on."""
+        the last that had its pre-limit signal stops its own steps first instead (the stop
+        marker, 143 each, their handoffs) and ends ``COMPLETED`` if it handed any slot on."""
         item = self._job(job)
         if item.state == "RUNNING" and 0 < item.link < item.links and self._limited(item):
+            self._mark(item, MarkerKind.STOP)  # the shell's own stop, as its timer marks it
             for slot in range(item.slots):
                 if slot not in item.skipped and not self._ended(item, slot):
                     self._step_ends(item, slot, 143)

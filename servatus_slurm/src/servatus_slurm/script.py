@@ -330,9 +330,12 @@ servatus_early() {
     ) </dev/null >/dev/null 2>&1 &
     servatus_timer=$!
 }
+# The early stop is this link's own limit: mark it as Slurm's would be (stop, then the ends), so a
+# step of a Task on its own last link, which hands nothing on, reads stopped, not failed.
 servatus_end() {
     servatus_ending=1
-    for servatus_w in $servatus_pids; do kill -USR2 "$servatus_w" 2>/dev/null; done
+    servatus_mark stop
+    for servatus_u in $servatus_pids; do kill -USR2 "$servatus_u" 2>/dev/null; done
 }
 # In a step's watcher: SIGTERM its srun, which kills the step; one not started yet is stopped
 # as soon as it is.
@@ -421,6 +424,10 @@ _START = (
 """No step runs without the start marker: a job that ran but left none would read as never
 started once Slurm forgets it, and ``--retry-failed`` would run its Tasks again."""
 
+_LINK_START = _START.replace("exit 1; }", "servatus_remove; exit 1; }")
+"""The same for a link that may hand on: it hands nothing on, so it removes the rest of its
+chain while those links are still pending, rather than leave the next to be allocated."""
+
 _EPILOGUE = """
 until wait; do :; done
 exit 0
@@ -431,8 +438,10 @@ def _handing_on_epilogue(link: Link) -> str:
     """Waits for the watchers only (not the timer); a link that handed nothing on removes the
     rest of its chain before it exits 1 (the exit code is for a human reading ``sacct``)."""
     return (
-        "for servatus_w in $servatus_pids; do\n"
-        '    until wait "$servatus_w"; [ $? -le 128 ]; do :; done\n'
+        # Its own loop variable: a trap that runs while it waits (USR1, USR2) loops over the
+        # watchers too, and must not move this loop on to the last watcher.
+        "for servatus_e in $servatus_pids; do\n"
+        '    until wait "$servatus_e"; [ $? -le 128 ]; do :; done\n'
         "done\n"
         'if [ -n "$servatus_timer" ]; then kill "$servatus_timer" 2>/dev/null; fi\n'
         "servatus_over\n"
@@ -664,7 +673,7 @@ def render(spec: ScriptSpec) -> str:
         _OVER if handing_on else "",
         _HANDED_ON if spec.earlier else "",
         "".join(f"{line}\n" for line in _variables(spec)),
-        _START,
+        _LINK_START if handing_on else _START,
         _found(spec),
         *(_step(spec, step, srun, work_root) for step in spec.steps),
         _handing_on_epilogue(link) if link is not None and handing_on else _EPILOGUE,
