@@ -2,8 +2,8 @@
 
 ``chain_step.py MODES`` takes one mode per link, comma-separated, and uses the one of its
 ``SERVATUS_LINK`` (the last for later links): ``exitN`` sleeps 3 s, then exits N; ``yieldS``
-sleeps S seconds, then exits 75; ``usr1N``
-exits N on SIGUSR1; ``ignore`` ignores SIGUSR1 and sleeps until it is killed; ``die`` sleeps
+sleeps S seconds, then exits 75; ``usr1N`` exits N on SIGUSR1; ``saveS`` saves for S seconds on
+SIGUSR1, then exits 75; ``ignore`` ignores SIGUSR1 and sleeps until it is killed; ``die`` sleeps
 with SIGUSR1's default action, so it dies of it (138). Before that it leaves
 ``runs/<key>.<job>.json`` in work_root with what it was given (the chain's reserved variables)
 and when it started, which the tests compare with the markers.
@@ -37,6 +37,13 @@ if mode.startswith("yield"):
 if mode.startswith("usr1"):
     code = int(mode[4:])
     signal.signal(signal.SIGUSR1, lambda *_: sys.exit(code))
+elif mode.startswith("save"):
+
+    def save(*_: object) -> None:
+        time.sleep(int(mode[4:]))
+        sys.exit(75)
+
+    signal.signal(signal.SIGUSR1, save)
 elif mode == "ignore":
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 while True:

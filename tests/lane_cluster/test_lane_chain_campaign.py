@@ -551,7 +551,10 @@ def test_the_protocol_rows_read_as_the_spec_says(chains: Chains) -> None:
         "f": ["FAILED", "STOPPED", "STOPPED"],
         "b": ["STOPPED", "STOPPED", "STOPPED"],
     }
-    assert protocol.kinds("i", 1) == {"start", "limit", "end.0.137", "handoff.0", "taken.0"}
+    # The link's own early stop marks stop, as Slurm's limit would.
+    assert protocol.kinds("i", 1) == {
+        "start", "limit", "stop", "end.0.137", "handoff.0", "taken.0"
+    }  # fmt: skip
     assert protocol.kinds("d", 1) == {"start", "limit", "end.0.138", "handoff.0", "taken.0"}
     for key in "syidfb":
         assert not [r for r in protocol.readings[key] if r[0] == "LOST"], key
@@ -621,7 +624,7 @@ def test_cancellations_mid_chain(chains: Chains) -> None:
     # the Task reads as link 1 left it: stopped at its time limit (ADR 0006, rule 3).
     assert cancels["ca-before"]["link"]["position"] == 1
     assert protocol.allocated("ca") == [1]
-    assert protocol.kinds("ca", 1) == {"start", "limit", "end.0.137", "handoff.0"}
+    assert protocol.kinds("ca", 1) == {"start", "limit", "stop", "end.0.137", "handoff.0"}
     assert _reading(protocol, "ca") == ("STOPPED", "time limit", 1)
     # A raw scancel after the signal: the slot hands on, Slurm calls the link CANCELLED, and
     # afterany releases link 2, which claims the handoff and runs the Task to its end (the

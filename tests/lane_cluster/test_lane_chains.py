@@ -47,6 +47,7 @@ CASES: dict[str, tuple[dict[str, str], int]] = {
     "succeeds": ({"s": "exit0"}, 3),
     "middle": ({"m": "exit75,exit3"}, 4),
     "packed": ({"p0": "exit0", "p1": "exit75,exit0"}, 2),
+    "packed-save": ({"q0": "save8,exit0", "q1": "usr175,exit0"}, 2),
     "cancel-early": ({"ce": "ignore"}, 3),
     "cancel-late": ({"cl": "ignore,exit0"}, 2),
     "ignores-short": ({"is": "ignore,exit0"}, 2),
@@ -255,7 +256,10 @@ def test_a_step_that_ignores_the_signal_is_stopped_in_time_and_continues(
     chains: Chains, chain: str, key: str, before: int
 ) -> None:
     print(report(chains, chain))
-    assert chains.markers(chain, 1) == {"start", "limit", "end.0.137", "handoff.0", "taken.0"}
+    # The timer's stop marks stop first, as Slurm's own limit would.
+    assert chains.markers(chain, 1) == {
+        "start", "limit", "stop", "end.0.137", "handoff.0", "taken.0"
+    }  # fmt: skip
     assert chains.state(chain, 1) == "COMPLETED"
     stopped = chains.mtime(chain, 1, "end.0.137") - chains.mtime(chain, 1, "limit")
     run = chains.run(key, chain, 1)
@@ -323,6 +327,24 @@ def test_a_packed_chain_goes_on_with_the_task_that_yields(chains: Chains) -> Non
     assert chains.run("p0", "packed", 2) is None
     run = chains.run("p1", "packed", 2)
     assert run is not None and run["SERVATUS_SLOT"] == "1"
+
+
+def test_a_packed_link_waits_for_a_task_still_saving_after_the_signal(chains: Chains) -> None:
+    """Slot 1 exits 75 at the signal, slot 0 saves for 8 s first: the link waits for both
+    watchers before it writes its over file and decides, so both hand on and both run in link 2.
+    (The signal's trap once moved the wait loop on to the last watcher, and the link ended
+    while slot 0 still saved: ``tests/slurm/test_script.py`` shows that in real shells.)"""
+    print(report(chains, "packed-save"))
+    assert chains.markers("packed-save", 1) == {
+        "start", "limit", "end.0.75", "handoff.0", "taken.0", "end.1.75", "handoff.1", "taken.1"
+    }  # fmt: skip
+    saved = chains.mtime("packed-save", 1, "end.0.75") - chains.mtime("packed-save", 1, "limit")
+    assert saved >= 7, saved
+    assert chains.state("packed-save", 1) == "COMPLETED"
+    assert chains.markers("packed-save", 2) == {"start", "end.0.0", "end.1.0"}
+    for slot, key in enumerate(("q0", "q1")):
+        run = chains.run(key, "packed-save", 2)
+        assert run is not None and run["SERVATUS_SLOT"] == str(slot), (key, run)
 
 
 def test_a_raw_scancel_before_the_signal_removes_the_rest_unallocated(chains: Chains) -> None:
