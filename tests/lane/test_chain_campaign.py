@@ -196,6 +196,26 @@ def test_cancel_task_goes_newest_first(tmp_path: Path, profile: Profile) -> None
     assert not any(job.allocated for job in fake.jobs[1:3])
 
 
+def test_cancel_task_takes_a_running_link_whose_handoff_it_cannot_see_yet(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """On NFS the login node may list a fresh handoff up to a minute late. A link Slurm runs is
+    cancelled by ``--task`` even while, from what is listed, its slot reads never started: it
+    may already have claimed the handoff and be running the Task the user stopped."""
+    fake = FakeScheduler()
+    campaign, [jobs] = chain_campaign(tmp_path / "s", fake, profile, [(("k0",), 3, [3])])
+    fake.start(jobs[0])
+    fake.signal_limit(jobs[0])
+    fake.finish(jobs[0], 75)
+    fake.start(jobs[1])
+    for name in [name for name in fake.markers if link_id(1, 1) not in name or "handoff" in name]:
+        del fake.markers[name]  # the listing shows neither the handoff nor link 2's markers
+    assert [job.state for job in fake.jobs] == ["COMPLETED", "RUNNING", "PENDING"]
+    cancelled = campaign.cancel(tasks=["k0"]).allocations
+    assert cancelled == (link_id(1, 3), link_id(1, 2))
+    assert scancelled(fake) == [link_id(1, 3), link_id(1, 2)]
+
+
 def test_cancel_allocation_of_a_link_takes_every_later_link(
     tmp_path: Path, profile: Profile
 ) -> None:

@@ -81,8 +81,10 @@ def plan_cancel(
     running (``evidence``, the listings ``report`` was projected from, says so for a job without
     a receipt). A job that already ended is not an error, just not cancelled. A Task's
     allocations are every link of its chains; a named link brings every later link of its
-    chain. Links are recorded in order, so newest first is the highest position first. A lease
-    link (of ``leases``) holds no Task, so whether Slurm lists it under its name decides.
+    chain. Links are recorded in order, so newest first is the highest position first. For a
+    lease link (of ``leases``), which holds no Task, and for a chain link, whose slot may read
+    never started while its handoff is not listed yet, whether Slurm lists it queued or running
+    under its name decides.
 
     A step (a key of ``within``, naming its lease link) is never among them. A named step, or a
     named Task's step, is stopped while its lease link is queued or running and no end of it is
@@ -115,10 +117,14 @@ def plan_cancel(
             and (by_id[attempt.allocation_id].target, job_name(attempt.allocation_id)) in live
         )
     }
+    # A lease link holds no Task, so its listing decides. So does a chain link's: on NFS the
+    # login node may list a fresh handoff late, and a link that reads as never started may
+    # already have claimed it and be running the Task.
     alive.update(
-        lease
-        for lease in leases
-        if lease in by_id and (by_id[lease].target, job_name(lease)) in live
+        submission.allocation_id
+        for submission in submissions
+        if (submission.chain is not None or submission.allocation_id in leases)
+        and (submission.target, job_name(submission.allocation_id)) in live
     )
 
     def undecided(step_id: str) -> LeaseStep | None:
