@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from test_cli_budget import L40S, create
 
+from servatus import Campaign, Task
 from servatus.errors import StalePlan
 from servatus.plan import _digest, plan_from_document
 from servatus.testing import FakeScheduler
@@ -139,3 +140,21 @@ def test_a_lease_plan_that_was_tampered_with_is_not_usable(
     without["digest"] = _digest(without)
     with pytest.raises(StalePlan, match="an allocation of Tasks holds none"):
         plan_from_document(without, where="p")
+
+
+def test_validate_refuses_another_campaigns_lease_plan_as_submit_does(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = create(project, "a")
+    assert (
+        run(["plan", state, "--hold", "2", "--output", "lease.json"], FakeScheduler(), capsys)[0]
+        == 0
+    )
+    other = project / "other"
+    Campaign.create(other, [Task("b", ["/bin/true"])])
+    for command in ("validate", "submit"):
+        fake = FakeScheduler()
+        code, out, err = run([command, str(other), "lease.json"], fake, capsys)
+        assert (code, out) == (1, ""), command
+        assert "another campaign" in err or "not of this campaign" in err, err
+        assert not [call for call in fake.calls if "sbatch" in call[0]], fake.calls

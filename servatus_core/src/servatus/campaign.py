@@ -699,15 +699,15 @@ class Campaign:
                 "a plan of steps in a lease has no batch scripts: its steps are orders to the "
                 "lease's own"
             )
-        if plan.hold is not None:
-            return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
-        launcher = registry.launcher(plan.profile.target.launcher)
         index = self._state.tasks.by_key()
         unknown = [key for a in plan.allocations for key in a.task_keys if key not in index]
         if plan.campaign_id != self._state.campaign_id or unknown:
             raise StalePlan(
                 "the plan is not of this campaign (or names Tasks it lacks); plan again"
             )
+        if plan.hold is not None:  # a lease's allocations name no Task
+            return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
+        launcher = registry.launcher(plan.profile.target.launcher)
         budget, spent = _chain_arguments(plan)
         return batch_scripts(
             registry, plan.profile, plan.allocations, index, launcher, budget=budget, spent=spent
