@@ -7,6 +7,7 @@ import pytest
 
 from reportkit import (
     LEASE,
+    TERMS,
     LINK1,
     LINK2,
     LOCAL,
@@ -143,7 +144,7 @@ def test_chain_links_are_numbered_and_unresolved_and_unobserved_spans_drawn_as_s
     assert spans == [
         (Span.QUEUED, 1, T, T + 10, False),
         (Span.RUNNING, 1, T + 10, T + 610, False),
-        (Span.QUEUED, 2, T, T + 620, False),
+        (Span.QUEUED, 2, T + 610, T + 620, False),  # from link 1's end, which it waited for
         (Span.RUNNING, 2, T + 620, T + 720, True),
     ]
     assert [(s.span, s.open) for s in lanes["u"].segments] == [(Span.UNRESOLVED, True)]
@@ -192,3 +193,68 @@ def test_a_lease_without_a_receipt_is_unresolved_and_one_never_submitted_draws_n
         store.fold([*records, store.Resolved(LEASE, None)]), Report((), (), (), True), now=T
     ).leases[0]
     assert (never.segments, never.held_slot_hours) == ((), 0)
+
+
+def test_a_later_chain_link_is_queued_from_the_end_of_the_link_before_it() -> None:
+    """Every link's intent is recorded at submit, but a later link waits in Slurm on its
+    dependency, not in the queue, until the link before it ends: its queued bar starts there,
+    after the earlier link's running bar rather than over it, and the queue wait it adds is
+    its own (10 s here, not the 610 s link 1 ran)."""
+    first, second = link_of(1, ""), link_of(2, LINK1)
+    attempts = (
+        attempt(LINK1, "a", 7, Execution.STOPPED,
+                Observation(T + 10, None, None, (SlotEnd(75, T + 610),), (0,)), 600, link=first,
+                exit_code=75, detail=StopReason.YIELDED),
+        attempt(LINK2, "a", 8, Execution.SUCCEEDED,
+                Observation(T + 620, None, None, (SlotEnd(0, T + 700),)), 80, link=second,
+                exit_code=0),
+    )  # fmt: skip
+    tasks = (task("a", Execution.SUCCEEDED, LINK2, 8, exit_code=0, run_time=RunTime(680),
+                  link=TaskLink(2, 2, 900)),)  # fmt: skip
+    state = store.fold([r for r in fold_records(chain_state()) if _of_chain(r)])
+    data = build(state, Report(tasks, attempts, (), True), now=T + 720)
+    (lane,) = data.lanes
+    assert [(s.span, s.link, s.start, s.end) for s in lane.segments] == [
+        (Span.QUEUED, 1, T, T + 10),
+        (Span.RUNNING, 1, T + 10, T + 610),
+        (Span.QUEUED, 2, T + 610, T + 620),
+        (Span.RUNNING, 2, T + 620, T + 700),
+    ]
+    assert (data.summary.queue_wait.count, data.summary.queue_wait.maximum) == (2, 10)
+
+
+def _of_chain(record: object) -> bool:
+    """The chain's records alone (its Task's creation kept whole)."""
+    allocation = getattr(record, "allocation_id", None)
+    return allocation is None or allocation in (LINK1, LINK2)
+
+
+def lease_link(position: int, after: str) -> store.ChainLink:
+    return store.ChainLink(position, 2, after, (), 0)
+
+
+def test_a_lease_s_later_link_is_queued_from_the_end_of_the_link_before_it() -> None:
+    second = "1f" * 12
+    state = store.fold(
+        [
+            store.Created("c3", T, False, ()),
+            store.TargetSeen(LOCAL, '{"host":null}'),
+            store.Intent(LEASE, (), "d", T, LOCAL, 600, lease_link(1, ""), lease=TERMS),
+            store.Receipt(LEASE, 41),
+            store.Intent(second, (), "d", T, LOCAL, 600, lease_link(2, LEASE), lease=TERMS),
+            store.Receipt(second, 42),
+            store.Settled(
+                (
+                    store.Settlement(LEASE, 41, T + 100, T + 700, None, ()),
+                    store.Settlement(second, 42, T + 720, T + 900, None, ()),
+                )
+            ),
+        ]
+    )
+    first, later = build(state, Report((), (), (), True), now=T + 1000).leases
+    assert [(s.span, s.start, s.end) for s in first.segments] == [
+        (Span.QUEUED, T, T + 100), (Span.RUNNING, T + 100, T + 700),
+    ]  # fmt: skip
+    assert [(s.span, s.start, s.end) for s in later.segments] == [
+        (Span.QUEUED, T + 700, T + 720), (Span.RUNNING, T + 720, T + 900),
+    ]  # fmt: skip

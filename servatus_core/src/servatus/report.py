@@ -40,7 +40,7 @@ REPORT_SCHEMA = "servatus.report/1"
 class Span(enum.Enum):
     """What a segment of a lane is."""
 
-    QUEUED = "queued"  # intent to start marker (or to now, while Slurm lists it queued)
+    QUEUED = "queued"  # intent (a later chain link: its previous link's end) to start marker
     RUNNING = "running"  # start marker to end or stop marker (or to the clock, while running)
     LOST = "lost"  # started, never ended, gone from Slurm: counted at its whole time limit
     UNRESOLVED = "unresolved"  # intent without a receipt: sbatch may or may not have reached Slurm
@@ -204,17 +204,22 @@ def build(state: CampaignState, report: Report, *, now: float) -> ReportData:
     runs: list[float] = []
     attempt_counts: Counter[str] = Counter()
     settled = {item.allocation_id: item for item in state.settlements}
+    drawn: list[tuple[Attempt, Intent, tuple[Segment, ...]]] = []
     for projected in report.attempts:
         attempt = projected
         intent = intents[attempt.allocation_id]
-        key = attempt.task_key
         if attempt.observation is None and attempt.allocation_id in settled:
             attempt = settled_attempt(attempt, intent, settled, now=now)
-        if intent.lease is not None or key is None:  # a lease's own attempt (ADR 0009)
+        if intent.lease is not None or attempt.task_key is None:  # a lease's own (ADR 0009)
             lease_attempts[attempt.allocation_id] = attempt
             continue
+        drawn.append((attempt, intent, attempt_segments(attempt, intent, now=now)))
+    ended = _ends(segments for _, _, segments in drawn)
+    for attempt, intent, spans in drawn:
+        key = attempt.task_key
+        assert key is not None  # a lease's own attempt is drawn in its lease's lane
+        segments = _after_link(spans, intent, ended)
         attempt_counts[attempt.execution.value] += 1
-        segments = attempt_segments(attempt, intent, now=now)
         by_task.setdefault(key, []).extend(segments)
         observation = attempt.observation
         if observation is not None and observation.limit is not None and _ran(attempt):
@@ -241,6 +246,7 @@ def build(state: CampaignState, report: Report, *, now: float) -> ReportData:
         if attempt.run_time is not None:
             used = _add(used, attempt.run_time.total, slot)
     leases: list[LeaseLane] = []
+    lease_ends: dict[str, float] = {}
     for intent in state.intents:
         if intent.lease is None:
             continue
@@ -253,6 +259,8 @@ def build(state: CampaignState, report: Report, *, now: float) -> ReportData:
             [i.allocation_id for i in state.intents if i.within == intent.allocation_id],
             now=now,
         )
+        lane = attrs.evolve(lane, segments=_after_link(lane.segments, intent, lease_ends))
+        lease_ends.update(_ends([lane.segments]))
         leases.append(lane)
         terms = intent.lease
         if lane.job is not None:
@@ -346,6 +354,32 @@ def settled_attempt(
     )
 
 
+def _ends(drawn: Iterable[Iterable[Segment]]) -> dict[str, float]:
+    """Each allocation's last running (or LOST) moment drawn: a packed one's latest slot."""
+    ended: dict[str, float] = {}
+    for segments in drawn:
+        for s in segments:
+            if s.span in (Span.RUNNING, Span.LOST):
+                ended[s.allocation_id] = max(ended.get(s.allocation_id, s.end), s.end)
+    return ended
+
+
+def _after_link(
+    segments: tuple[Segment, ...], intent: Intent, ended: Mapping[str, float]
+) -> tuple[Segment, ...]:
+    """A later chain link's segments with its queued span starting when the link before it
+    ended. Every link's intent is recorded at submit, but until then Slurm holds it on its
+    dependency, not in the queue: drawn from its intent, link 2's queued bar lay over link
+    1's running one, and a chain of 16-hour links added 16, 32, 48 hours of "queue wait"."""
+    before = None if intent.chain is None else ended.get(intent.chain.after)
+    if before is None:
+        return segments
+    return tuple(
+        attrs.evolve(s, start=min(max(s.start, before), s.end)) if s.span is Span.QUEUED else s
+        for s in segments
+    )
+
+
 def _add(hours: Hours, seconds: float, slot: TaskResources) -> Hours:
     return hours.plus(seconds, slot.cpus, slot.memory_mib, slot.gpus)
 
@@ -360,8 +394,9 @@ def _ran(attempt: Attempt) -> bool:
 
 
 def attempt_segments(attempt: Attempt, intent: Intent, *, now: float) -> tuple[Segment, ...]:
-    """An attempt's spans: queued from its intent to its start marker, then running to its end
-    (or stop) marker; LOST, UNRESOLVED and unobserved spans as what they are."""
+    """An attempt's spans: queued from its intent (:func:`build` moves a later chain link's to
+    its previous link's end) to its start marker, then running to its end (or stop) marker;
+    LOST, UNRESOLVED and unobserved spans as what they are."""
     execution = attempt.execution
     words = execution_text_of(attempt)
     link = None if attempt.link is None else attempt.link.position
