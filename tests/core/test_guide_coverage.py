@@ -42,9 +42,12 @@ def _shown(word: str, code: str) -> bool:
 def public_names() -> Iterator[str]:
     import servatus
     import servatus.errors
+    import servatus.hookspecs
     import servatus.testing
 
     yield from servatus.__all__
+    # The hooks a site plugin implements: pluggy marks each spec with ``servatus_spec``.
+    yield from (n for n, f in vars(servatus.hookspecs).items() if hasattr(f, "servatus_spec"))
     yield from (n for n in vars(servatus.errors) if not n.startswith("_") and n[0].isupper())
     yield "FakeScheduler"
     yield from (
@@ -95,8 +98,12 @@ def missing() -> dict[str, list[str]]:
     code = "\n".join(literals(text) for text in texts.values())
     configuration = literals(texts.get("configuration.md", ""))
     tables = "\n".join(texts.values())
+    api = "\n".join(m.group(0) for m in FENCE.finditer(texts.get("api.md", "")))
     found: dict[str, list[str]] = {
         "public names": [n for n in public_names() if not _shown(n, code)],
+        # The API reference lists its entries by hand: a name mentioned on another page only
+        # would have no entry of its own, with its docstring, in the reference.
+        "public names (an entry in api.md)": [n for n in public_names() if not _shown(n, api)],
         "CLI commands and options": [w for w in cli_words() if not _shown(w, code)],
         "SERVATUS.toml keys (configuration.md)": [
             k for k in config_keys() if not _shown(k, configuration)
