@@ -38,6 +38,47 @@ def show(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return result
 
 
+LIMITS = """max_tasks_per_allocation = 2
+max_cpus_per_allocation = 2
+max_memory_mib_per_allocation = 4000
+max_time_limit = "00:30:00"
+
+[profiles.cpu.resources]
+cpus = 1
+memory_mib = 500
+time_limit = "00:05:00"
+"""
+"""The demo's allocation limits and its one profile, after its own ``[target]`` lines."""
+
+
+def write_tasks(demo: Path, python: str, seconds_per_step: float) -> list[dict[str, str]]:
+    """Three Tasks of ``demo_train.py`` (learning rates 0.1, 0.05, 0.01), each config in its
+    own stdin file, written to ``tasks.jsonl``; the Tasks as written."""
+    configs = demo / "configs"
+    configs.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    tasks = []
+    for lr in (0.1, 0.05, 0.01):
+        key = f"demo-{stamp}-lr-{lr}"
+        settings = {"lr": lr, "steps": 12, "seconds_per_step": seconds_per_step}
+        (configs / f"{key}.json").write_text(json.dumps(settings, sort_keys=True))
+        tasks.append(
+            {"key": key, "args": [python, "demo_train.py"], "stdin_file": f"configs/{key}.json"}
+        )
+    (demo / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return tasks
+
+
+def list_results(results: Path, tasks: list[dict[str, str]]) -> None:
+    """What each worker published under ``results``."""
+    print(f"\npublished results in {results}:")
+    for task in tasks:
+        key = task["key"]
+        for item in sorted((results / key).iterdir()):
+            print(f"  {key}/{item.name}  {item.stat().st_size} bytes")
+        print(f"    metrics: {(results / key / 'metrics.json').read_text().strip()}")
+
+
 def main() -> None:
     env = cluster_env()
     work_root = Path(str(env["work_root"]))
@@ -53,21 +94,7 @@ def main() -> None:
     worker = work_root / "demo_train.py"
     shutil.copyfile(HERE / "train.py", worker)
     os.chown(worker, uid, gid)
-    configs = demo / "configs"
-    configs.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    lines = []
-    for lr in (0.1, 0.05, 0.01):
-        key = f"demo-{stamp}-lr-{lr}"
-        (configs / f"{key}.json").write_text(
-            json.dumps({"lr": lr, "steps": 12, "seconds_per_step": 0.5}, sort_keys=True)
-        )
-        lines.append(
-            json.dumps(
-                {"key": key, "args": [python, "demo_train.py"], "stdin_file": f"configs/{key}.json"}
-            )
-        )
-    (demo / "tasks.jsonl").write_text("".join(line + "\n" for line in lines))
+    tasks = write_tasks(demo, python, 0.5)
     (demo / "SERVATUS.toml").write_text(
         f"""default_profile = "cpu"
 
@@ -77,16 +104,7 @@ slurm_bin = "{env["slurm_bin"]}"
 work_root = "{work_root}"
 log_root = "{env["log_root"]}"
 partitions = ["{env["partition"]}"]
-max_tasks_per_allocation = 2
-max_cpus_per_allocation = 2
-max_memory_mib_per_allocation = 4000
-max_time_limit = "00:30:00"
-
-[profiles.cpu.resources]
-cpus = 1
-memory_mib = 500
-time_limit = "00:05:00"
-signal_before_end = "0:01:00"
+{LIMITS}signal_before_end = "0:01:00"
 """
     )
     print(f"demo: campaign, tasks and SERVATUS.toml in {demo}", flush=True)
@@ -109,13 +127,7 @@ signal_before_end = "0:01:00"
             raise SystemExit("demo: the sweep did not finish in time; see servatus status")
         print(f"... waiting ({time.monotonic() - started:.0f} s)", flush=True)
     show("status", "state", cwd=demo)
-    results = work_root / "results"
-    print(f"\npublished results in {results}:")
-    for task in lines:
-        key = json.loads(task)["key"]
-        for item in sorted((results / key).iterdir()):
-            print(f"  {key}/{item.name}  {item.stat().st_size} bytes")
-        print(f"    metrics: {(results / key / 'metrics.json').read_text().strip()}")
+    list_results(work_root / "results", tasks)
     servatus = Path(sys.executable).parent / "servatus"
     print(f"\ndemo: done. Go on with: cd {demo} && {servatus} status state", flush=True)
 

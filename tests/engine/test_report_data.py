@@ -7,7 +7,6 @@ import pytest
 
 from reportkit import (
     LEASE,
-    TERMS,
     LINK1,
     LINK2,
     LOCAL,
@@ -15,6 +14,7 @@ from reportkit import (
     STEP_A,
     STEP_B,
     STEP_C,
+    TERMS,
     T,
     attempt,
     lease_report,
