@@ -35,7 +35,7 @@ COLOURS = {
 
 _SPANS = [span.value for span in Span]
 _SPAN_WORDS = {
-    "queued": "queued: intent to start marker",
+    "queued": "queued: intent (a later chain link: the end of the one before) to start marker",
     "running": "running: start to end marker",
     "lost": "LOST: started, never ended (counted at its time limit)",
     "unresolved": "UNRESOLVED: no receipt",
