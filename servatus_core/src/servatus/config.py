@@ -36,7 +36,7 @@ from cattrs.preconf.json import make_converter
 
 from servatus.errors import ConfigurationError, Unavailable, input_problem
 from servatus.files import read_regular
-from servatus.strict import config_integer, config_string, kind_of
+from servatus.strict import RECORDED_BELOW, config_integer, config_string, kind_of
 
 DEFAULT_PROFILE = "default"
 """The name of the one profile a file without ``[profiles]`` tables defines."""
@@ -155,10 +155,10 @@ def parse_duration(text: str) -> int:
     )
 
 
-MAX_DURATION = (2**36 - 1) // 60 * 60
-"""The longest time limit or budget, in seconds (795364-07:32:00): a campaign's journal holds
-durations and wall times below 2**36 s (the store's ``_LATEST``), and an intent records them
-before its ``sbatch``, so a longer one would be sent and then refused by every later read."""
+MAX_DURATION = (RECORDED_BELOW - 1) // 60 * 60
+"""The longest time limit or budget, in seconds (795364-07:32:00), in whole minutes below
+``servatus.strict.RECORDED_BELOW``: an intent records it before its ``sbatch``, so a longer
+one would be sent and then refused by every later read."""
 
 
 def format_duration(seconds: int) -> str:

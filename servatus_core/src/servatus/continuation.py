@@ -51,12 +51,13 @@ def _budget(value: str | int | None) -> int | None:
         raise ConfigurationError(f"invalid budget {value!r}: expected [D-]HH:MM:SS or seconds")
     if seconds <= 0:
         raise ConfigurationError(f"invalid budget {value!r}: must be longer than zero")
-    if round_up_to_minute(seconds) > MAX_DURATION:
+    rounded = round_up_to_minute(seconds)
+    if rounded > MAX_DURATION:
         raise ConfigurationError(
             f"invalid budget {value!r}: longer than a campaign records "
             f"(at most {format_duration(MAX_DURATION)})"
         )
-    return round_up_to_minute(seconds)
+    return rounded
 
 
 def _max_links(value: int | None) -> int | None:

@@ -59,7 +59,7 @@ from servatus.errors import (
 from servatus.evidence import MAX_JOB, Observation, SlotEnd
 from servatus.files import checked_path, path_word, read_all, write_all
 from servatus.ids import ALLOCATION_ID, target_key
-from servatus.strict import strict_scalars
+from servatus.strict import RECORDED_BELOW, strict_scalars
 from servatus.tasks import Roster, Task, as_roster, bulk, every_match, fields_valid
 
 SCHEMA = "servatus.campaign/4"
@@ -788,10 +788,6 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
     Horizon: {"target": "text", "intents": "seconds", "at": "time"},
 }
 
-_LATEST = 2**36
-"""Seconds since the epoch no record's time reaches (the year 4147): beyond it, a wall time is
-damage, and formatting it would fail."""
-
 
 def _in_range(column: str, values: list[Any]) -> bool:
     """The checks beyond type, one C-level pass each: allocation ids are 24 lowercase hex digits,
@@ -803,11 +799,11 @@ def _in_range(column: str, values: list[Any]) -> bool:
     if column == "allocation or none":
         return every_match(ALLOCATION_ID, [value for value in values if value is not None])
     if column == "time":
-        return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < _LATEST
+        return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < RECORDED_BELOW
     if column == "time or none":
         return _in_range("time", [value for value in values if value is not None])
     if column == "seconds":
-        return bool(min(values) >= 0 and max(values) < _LATEST)
+        return bool(min(values) >= 0 and max(values) < RECORDED_BELOW)
     if column in {"job", "job or none"}:
         jobs = values if column == "job" else [value for value in values if value is not None]
         return not jobs or (min(jobs) >= 1 and max(jobs) <= MAX_JOB)
@@ -903,7 +899,7 @@ def _chain_link(name: str, value: list[Any]) -> ChainLink:
         not shaped
         or (after and not ALLOCATION_ID.fullmatch(after))
         or not all(1 <= links <= of for links in task_links)
-        or not 0 <= budget < _LATEST
+        or not 0 <= budget < RECORDED_BELOW
         or (rest and not short)
         or short != sorted(set(short))
         or not all(0 <= slot < len(task_links) for slot in short)

@@ -19,6 +19,11 @@ from servatus.errors import ConfigurationError
 
 # -- journal records and saved plans ------------------------------------------------------------
 
+RECORDED_BELOW = 2**36
+"""No time or duration a journal record holds reaches this many seconds (as a wall time, the year
+4147): beyond it a value is damage, and formatting it would fail. What is written must stay
+below it, or every later read refuses the record."""
+
 
 def exactly(kind: type[Any]) -> Callable[[Any, Any], Any]:
     """A hook taking a value only if it is exactly ``kind`` (no bool for an int)."""

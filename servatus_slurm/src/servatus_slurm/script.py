@@ -424,7 +424,7 @@ _START = (
 """No step runs without the start marker: a job that ran but left none would read as never
 started once Slurm forgets it, and ``--retry-failed`` would run its Tasks again."""
 
-_LINK_START = _START.replace("exit 1; }", "servatus_remove; exit 1; }")
+_LINK_START = _anchor(_START, ">&2; ", "servatus_remove; ")
 """The same for a link that may hand on: it hands nothing on, so it removes the rest of its
 chain while those links are still pending, rather than leave the next to be allocated."""
 
