@@ -184,6 +184,13 @@ def test_the_current_link_is_the_first_listed_unended_and_unsignalled(
     )
     code, _, err = run(["plan", state, "--lease", "0" * 24], fake, capsys)
     assert code == 1 and f"no lease {'0' * 24} in this campaign" in err
+    code, _, err = run(["plan", state, "--lease", ""], fake, capsys)
+    assert (code, err) == (1, "servatus: ConfigurationError: no lease '' in this campaign\n")
+    code, _, err = run(["logs", state, "--allocation", "a b", "--task", ""], fake, capsys)
+    assert (code, err) == (
+        1,
+        "servatus: ConfigurationError: no allocation 'a b' in this campaign\n",
+    )
 
 
 def test_start_refuses_a_changed_task_and_records_nothing(

@@ -38,6 +38,7 @@ from servatus.errors import (
     Unavailable,
 )
 from servatus.evidence import Evidence, MarkerQuery
+from servatus.ids import as_word
 from servatus.lease import (
     Verdict,
     Withdrawal,
@@ -1199,11 +1200,11 @@ class Campaign:
         wanted: list[tuple[str, str | None]] = []
         for allocation_id in allocations:
             if allocation_id not in recorded:
-                raise ConfigurationError(f"no allocation {allocation_id} in this campaign")
+                raise ConfigurationError(f"no allocation {as_word(allocation_id)} in this campaign")
         keys = self._state.tasks.by_key()
         for key in tasks:
             if key not in keys:
-                raise ConfigurationError(f"no Task {key} in this campaign")
+                raise ConfigurationError(f"no Task {as_word(key)} in this campaign")
         if tasks and allocations:
             wanted = [(a, key) for a in allocations for key in tasks]
         elif allocations:

@@ -19,7 +19,7 @@ import attrs
 
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence, MarkerKind
-from servatus.ids import ALLOCATION_ID
+from servatus.ids import ALLOCATION_ID, as_word
 from servatus.status import queued_or_running
 from servatus.store import Intent
 from servatus.transport import Transport
@@ -57,7 +57,7 @@ def lease_links(intents: Iterable[Intent], lease_id: str) -> list[Intent]:
     leases = {intent.allocation_id: intent for intent in intents if intent.lease is not None}
     named = leases.get(lease_id)
     if named is None:
-        raise ConfigurationError(f"no lease {lease_id} in this campaign")
+        raise ConfigurationError(f"no lease {as_word(lease_id)} in this campaign")
     first = named
     while first.chain is not None and first.chain.after in leases:
         first = leases[first.chain.after]
