@@ -15,13 +15,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
+import lane_lease
 
 from cluster.fixture import SlurmCluster
 
@@ -71,16 +71,9 @@ def limited(text: str, *, time_limit: str, signal: str) -> str:
 def wait_until(
     what: str, probe: Callable[[], T | None], *, seconds: float, every: float = 1.0
 ) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + seconds
-    last: T | None = None
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
-        time.sleep(every)
+    """:func:`lane_lease.wait_until` (the one polling loop), polling every second by default:
+    these probes run whole servatus commands, the lease lane's only read files."""
+    return lane_lease.wait_until(what, probe, seconds=seconds, every=every)
 
 
 @attrs.define
