@@ -77,6 +77,13 @@ def test_plan_submit_status_json(
     }
     assert document["counts"] == {"QUEUED": 1, "SUCCEEDED": 1, "FAILED": 1}
     assert document["quiescent"] is False and document["results_ready"] is False
+    calls = len(fake.calls)  # a retry reads Slurm, but not to be refused its --output
+    retry = ["plan", state, "--config", str(config_path), "--retry-failed", "--output", plan]
+    code, out, err = run(retry, fake, capsys)
+    assert (code, out, fake.calls[calls:]) == (1, "", [])
+    assert (
+        err == f"servatus: ConfigurationError: {plan} exists; a saved plan is never overwritten\n"
+    )
     assert set(document) == {
         "schema",
         "tasks",

@@ -156,8 +156,10 @@ def test_the_page_is_written_owner_only_never_over_a_file_and_holds_no_secret(
     fetch = re.search(r"https?:|//[a-z0-9.-]+\.[a-z]{2,}/|@import|<link\b|\bsrc=", bare)
     assert fetch is None, fetch
     path.write_text("mine")
+    calls = len(fake.calls)
     code, out, err = run(["report", str(campaign.path), "--output", str(path)], fake, capsys)
     assert code == 1 and out == ""
+    assert fake.calls[calls:] == []  # refused before Slurm is read
     assert err == f"servatus: ConfigurationError: {path} exists; a report is never overwritten\n"
     assert path.read_text() == "mine"
 

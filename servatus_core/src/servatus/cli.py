@@ -615,14 +615,12 @@ def _campaign(state: str) -> Campaign:
     return Campaign.open(state, connect=context.connect if context else None)
 
 
-def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved plan") -> None:
-    """What every ``--output FILE`` writes goes through here: owner-only, created (or, with
-    ``replace``, replaced by a rename), and never into a campaign's directory, whose journal,
-    lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
-    directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
-    elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
+def check_output(path: str, *, replace: bool, what: str = "a saved plan") -> None:
+    """Refuse an ``--output FILE`` that :func:`write_output` would refuse, before a command reads
+    Slurm or records anything for it: inside a campaign's directory, or there already when
+    nothing is replaced. ``write_output`` checks again, as the kernel sees it when it writes."""
     from servatus.errors import ConfigurationError  # noqa: PLC0415
-    from servatus.files import checked_path, create_private, replace_private  # noqa: PLC0415
+    from servatus.files import checked_path  # noqa: PLC0415
     from servatus.store import holds_campaign  # noqa: PLC0415
 
     directory = os.path.realpath(os.path.dirname(checked_path(path, "path")) or ".")
@@ -631,6 +629,20 @@ def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved 
             f"{path} is inside the campaign {directory!r}, whose files only servatus writes; "
             "choose a file outside it"
         )
+    if not replace and os.path.lexists(path):
+        raise ConfigurationError(f"{path} exists; {what} is never overwritten")
+
+
+def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved plan") -> None:
+    """What every ``--output FILE`` writes goes through here: owner-only, created (or, with
+    ``replace``, replaced by a rename), and never into a campaign's directory, whose journal,
+    lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
+    directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
+    elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
+    from servatus.errors import ConfigurationError  # noqa: PLC0415
+    from servatus.files import create_private, replace_private  # noqa: PLC0415
+
+    check_output(path, replace=True, what=what)  # the name is O_EXCL's to refuse, race-free
     try:
         (replace_private if replace else create_private)(path, data)
     except OSError as exc:
@@ -742,6 +754,9 @@ def plan_command(
             max_links=max_links is not None,
             show_scripts=show_scripts,
         )
+    if output:
+        check_output(output, replace=False)
+    if lease is not None:
         campaign = _campaign(state)
         plan = campaign.plan(
             lease=lease,
@@ -1006,6 +1021,8 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
         raise ConfigurationError(
             "a report is an HTML page and never goes to a terminal; use --output FILE or a pipe"
         )
+    if output is not None:
+        check_output(output, replace=False, what="a report")
     campaign = _campaign(state)
     document = report_to_document(campaign.report(offline=offline))
     if campaign.record_warning is not None:
