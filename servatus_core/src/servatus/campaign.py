@@ -9,6 +9,7 @@ deterministically can rerun ``ensure`` at will.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -407,12 +408,15 @@ class Campaign:
         return connect
 
     def _gather(
-        self, recorded: Iterable[Submission], asked: Mapping[str, MarkerQuery] | None = None
+        self,
+        recorded: Iterable[Submission],
+        asked: Mapping[str, MarkerQuery] | None = None,
+        targets: Iterable[str] = (),
     ) -> dict[str, Evidence]:
-        """One ``squeue`` and one run-marker listing per Target of ``recorded``; ``asked`` bounds
-        the marker listings (:func:`servatus.settlement.queries`)."""
+        """One ``squeue`` and one run-marker listing per Target of ``targets`` and of
+        ``recorded``; ``asked`` bounds the marker listings (:func:`servatus.settlement.queries`)."""
         return gather(
-            (item.target for item in recorded),
+            itertools.chain(targets, (item.target for item in recorded)),
             self._connector(),
             self._hooks().evidence_reader(),
             asked,
@@ -455,27 +459,37 @@ class Campaign:
         return report
 
     def _observe(
-        self, state: store.CampaignState, *, offline: bool
+        self,
+        state: store.CampaignState,
+        *,
+        offline: bool,
+        targets: Sequence[str] = (),
+        evidence: Mapping[str, Evidence] | None = None,
     ) -> tuple[Report, store.Settled, dict[str, Evidence]]:
         """The projection, what it shows settled (with the listings it read), and the evidence.
-        The marker listing asks only for the markers of allocations not settled yet."""
+        The marker listing asks only for the markers of allocations not settled yet. ``targets``
+        are listed first, also those none of ``state``'s intents name; ``evidence``, read
+        already for the same state (or a part of it with the same targets), is used instead."""
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
             if offline:
                 return self._project(state, recorded, {}, offline=True), store.Settled(()), {}
-            evidence = self._gather(recorded, queries(state, recorded))
+            if evidence is None:
+                evidence = self._gather(recorded, queries(state, recorded, targets), targets)
             report = self._project(state, recorded, evidence)
-            return report, store.Settled(settle(report, recorded), listed(evidence)), evidence
+            change = store.Settled(settle(report, recorded), listed(evidence))
+            return report, change, dict(evidence)
 
-    def _record(self, change: store.Settled) -> None:
+    def _record(self, change: store.Settled, *, partial: bool = False) -> None:
         """Record what a read-only command found settled, only if the lock is free at once: a
         busy campaign is left for the next command, and a failed write costs a warning, never
-        the answer."""
+        the answer. ``partial``: the state held is the status cache's remainder."""
         self.record_warning = None
         if not change.allocations:
             return
+        known = (self._version, self._state)
         try:
-            with store.writing(self.path, known=(self._version, self._state)) as writer:
+            with store.writing(self.path, known=known, partial=partial) as writer:
                 writer.settle(change)
         except Busy:
             return

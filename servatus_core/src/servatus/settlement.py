@@ -9,8 +9,9 @@ and a listing asks only for the markers of allocations still unsettled."""
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from servatus.evidence import Evidence, MarkerQuery
 from servatus.ids import target_key
@@ -80,18 +81,23 @@ def wanted(submissions: Sequence[Submission]) -> dict[str, list[int]]:
     return chosen
 
 
-def queries(state: CampaignState, submissions: Sequence[Submission]) -> dict[str, MarkerQuery]:
+def queries(
+    state: CampaignState, submissions: Sequence[Submission], targets: Iterable[str] = ()
+) -> dict[str, MarkerQuery]:
     """Per Target identity, the markers to list: those of the wanted allocations, newer than the
     latest horizon recorded before the oldest of them, less :data:`MARGIN`, where there is one.
 
     ``submissions`` are in intent order, so a position is the intent's index in the journal.
+    ``targets`` come first, also those no submission names (the status cache holds all of
+    theirs: ``servatus.status_cache``).
     """
     horizons: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for horizon in state.horizons:
         horizons[horizon.target].append((horizon.intents, horizon.at))
     chosen = wanted(submissions)
     result: dict[str, MarkerQuery] = {}
-    for identity in dict.fromkeys(submission.target for submission in submissions):
+    order = itertools.chain(targets, (submission.target for submission in submissions))
+    for identity in dict.fromkeys(order):
         indices = chosen.get(identity, [])
         ids = [submissions[index].allocation_id for index in indices]
         oldest = indices[0] if indices else len(submissions)

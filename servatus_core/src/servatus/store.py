@@ -36,6 +36,7 @@ import uuid
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -1087,11 +1088,12 @@ class Scan:
     first_size: int
 
 
-def scan(data: bytes, name: str) -> Scan:
+def scan(data: bytes, name: str, start: int = 0) -> Scan:
     """Split a journal into payloads, verifying every frame; a cut-short last frame is torn.
 
     A valid journal never holds a raw NUL byte (JSON escapes it), so trailing NULs, which some
-    filesystems leave after a crash, count as part of a torn tail.
+    filesystems leave after a crash, count as part of a torn tail. ``start``, a frame boundary
+    found by an earlier scan, skips the frames before it (the status cache holds their fold).
     """
     if not data.startswith(MAGIC):
         version = data.split(b"\n", 1)[0][:40]
@@ -1100,7 +1102,7 @@ def scan(data: bytes, name: str) -> Scan:
             raise CorruptState(f"{name}: unknown campaign version {shown!r}")
         raise CorruptState(f"{name}: not a servatus campaign journal (or truncated)")
     limit = len(data.rstrip(b"\0")) if data.endswith(b"\0") else len(data)
-    position = len(MAGIC)
+    position = max(start, len(MAGIC))
     payloads: list[bytes] = []
     first_size = 0
     while position < limit:
@@ -1220,6 +1222,15 @@ def _check_lock(directory: int, path: Path) -> None:
 
 def read(path: str | Path) -> CampaignState:
     """Read a campaign without the lock, up to its last complete record."""
+    data, _, name = read_journal(path)
+    into, _ = load(data, name)
+    return into.freeze()
+
+
+def read_journal(path: str | Path) -> tuple[bytes, tuple[int, ...], str]:
+    """The journal's bytes, unverified, with the :func:`journal_version` they were read at (an
+    older one if a writer appends meanwhile, which only costs that writer a fold) and the name
+    errors give it; the campaign's ownership and lock are checked as :func:`read` does."""
     path = Path(checked_path(path, "campaign"))
     name = str(path / JOURNAL)
     directory = _open_directory(path)
@@ -1232,7 +1243,8 @@ def read(path: str | Path) -> CampaignState:
             raise from_os_error(exc, f"cannot open {name!r}") from None
         try:
             _check_owned(os.fstat(directory), str(path), stat.S_ISDIR)
-            _check_owned(os.fstat(fd), name, stat.S_ISREG)
+            st = os.fstat(fd)
+            _check_owned(st, name, stat.S_ISREG)
             _check_lock(directory, path)
         except BaseException:
             os.close(fd)
@@ -1245,8 +1257,50 @@ def read(path: str | Path) -> CampaignState:
         raise from_os_error(exc, f"cannot read {name!r}") from None
     finally:
         os.close(fd)
-    into, _ = load(data, name)
-    return into.freeze()
+    return data, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), name
+
+
+def remainder(
+    state: CampaignState, tasks: AbstractSet[str], allocations: AbstractSet[str]
+) -> CampaignState:
+    """``state`` without the Tasks ``tasks`` and the records of ``allocations`` (the status
+    cache's live part, ADR 0010). A horizon keeps counting the intents kept before it, so the
+    markers a listing asks for are those the whole state asks for; of horizons that come to count
+    the same intents, the latest bounds them."""
+    kept = [intent for intent in state.intents if intent.allocation_id not in allocations]
+    before = [0]  # before[k]: intents kept among the first k
+    for intent in state.intents:
+        before.append(before[-1] + (intent.allocation_id not in allocations))
+    horizons: dict[tuple[str, int], Horizon] = {}
+    for horizon in state.horizons:
+        where = (horizon.target, before[horizon.intents])
+        earlier = horizons.get(where)
+        if earlier is None or earlier.at < horizon.at:
+            horizons[where] = Horizon(*where, horizon.at)
+    stored = [
+        (key, item)
+        for key, item in zip(state.tasks.keys, state.tasks.stored(), strict=True)
+        if key not in tasks
+    ]
+    return attrs.evolve(
+        state,
+        tasks=Roster(
+            tuple(key for key, _ in stored),
+            [item for _, item in stored],
+            _build_task,
+            _stored_args,
+            _stored_size,
+        ),
+        intents=tuple(kept),
+        receipts=tuple(item for item in state.receipts if item.allocation_id not in allocations),
+        resolutions=tuple(
+            item for item in state.resolutions if item.allocation_id not in allocations
+        ),
+        settlements=tuple(
+            item for item in state.settlements if item.allocation_id not in allocations
+        ),
+        horizons=tuple(horizons.values()),
+    )
 
 
 def journal_version(path: str | Path) -> tuple[int, ...] | None:
@@ -1471,6 +1525,15 @@ class Writer:
         os.close(self._directory)
 
 
+STATUS_CACHE = "status-cache."
+"""How the names of the status cache's files start (``servatus.status_cache``): derived data
+beside the journal, never read by anything that changes the campaign."""
+
+
+def _ours(entries: set[str]) -> bool:
+    return all(name in _OURS or name.startswith(STATUS_CACHE) for name in entries)
+
+
 _OURS = frozenset({JOURNAL, LOCK, TEMPORARY})
 
 
@@ -1482,7 +1545,7 @@ def holds_campaign(directory: str) -> bool:
         entries = set(os.listdir(directory))
     except (OSError, ValueError):
         return False
-    if entries and entries <= _OURS:
+    if entries and _ours(entries):
         return True
     if JOURNAL not in entries:
         return False
@@ -1521,7 +1584,7 @@ def _make_directory(path: Path) -> None:
             raise ConfigurationError(f"{str(path)!r} exists and is not a directory") from None
         except OSError as exc:
             raise from_os_error(exc, f"cannot list {str(path)!r}") from None
-        if not entries <= _OURS:
+        if not _ours(entries):
             raise ConfigurationError(
                 f"{str(path)!r} exists and is not a campaign; choose a new or empty directory"
             ) from None
@@ -1555,6 +1618,7 @@ def writing(
     *,
     create: bool = False,
     known: tuple[tuple[int, ...] | None, CampaignState] | None = None,
+    partial: bool = False,
 ) -> Iterator[Writer]:
     """Hold the campaign's lock for one change; raise ``Busy`` at once if another process has it.
 
@@ -1562,6 +1626,8 @@ def writing(
     also removes a leftover ``journal.tmp`` and truncates a torn tail before anything is written.
     ``known`` is a state read before with the :func:`journal_version` it was read at: if the
     journal is still at that version, the writer starts from it instead of folding it again.
+    ``partial`` says ``known`` is only part of the state (the status cache's remainder): the
+    writer never compacts, which would write that part as the whole.
     """
     path = Path(checked_path(path, "campaign"))
     if create:
@@ -1598,6 +1664,7 @@ def writing(
             raise from_os_error(exc, f"cannot lock campaign {str(path)!r}") from None
         raise
     writer = Writer(path, directory, lock)
+    writer._compaction_failed = partial
     try:
         with suppress(FileNotFoundError):
             os.unlink(TEMPORARY, dir_fd=directory)
@@ -1650,7 +1717,9 @@ __all__ = [
     "frame",
     "holds_campaign",
     "read",
+    "read_journal",
     "record",
+    "remainder",
     "scan",
     "target_key",
     "writing",
