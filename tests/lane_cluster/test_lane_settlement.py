@@ -44,6 +44,44 @@ def delete_markers(lane: Lane, allocation_ids: set[str]) -> int:
     return gone
 
 
+_CACHED_STATUS = textwrap.dedent(
+    """
+    import sys
+    from servatus import status_cache, store
+    from servatus.cli import main
+
+    status_cache.MIN_CACHED = 1  # a cache of any size: this sweep has three Tasks
+    status_cache.MIN_SHARE = 0.0
+    folds = []
+    whole = store.load
+
+    def load(data, name):
+        folds.append(name)
+        return whole(data, name)
+
+    store.load = load
+    code = main(["status", *sys.argv[1:]])
+    print(f"folds={len(folds)}", file=sys.stderr)
+    sys.exit(code)
+    """
+)
+
+
+def cached_answers(lane: Lane) -> tuple[str, str]:
+    """``status`` and ``status --json`` with the status cache of any size: the first of each
+    writes it (or finds it), the second reads it and folds no journal; both print the same."""
+    shown = []
+    for form in ([], ["--json"]):
+        printed = []
+        for _ in range(2):
+            result = lane.run([lane.python, "-c", _CACHED_STATUS, "state", *form])
+            assert result.returncode == 0, result.stderr
+            printed.append((result.stdout, result.stderr.splitlines()[-1]))
+        assert printed[1] == (printed[0][0], "folds=0"), printed
+        shown.append(printed[0][0])
+    return shown[0], shown[1]
+
+
 def answers(lane: Lane) -> tuple[str, str, Any]:
     text = lane.ok("status", "state").stdout
     document = lane.ok("status", "state", "--json").stdout
@@ -68,8 +106,10 @@ def test_a_settled_sweep_answers_the_same_after_every_marker_is_deleted(lane: La
         every=3,
     )
     before = answers(lane)
+    assert cached_answers(lane) == before[:2]
     assert delete_markers(lane, ids) >= 6
     assert answers(lane) == before
+    assert cached_answers(lane) == before[:2]  # the cache holds the rows: no marker needed
     executions = lane.executions()
     assert executions == {
         "ok-1": ("SUCCEEDED", 0),

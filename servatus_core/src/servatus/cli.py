@@ -39,6 +39,8 @@ from servatus.render import (
     check_line,
     doctor_lines,
     escape_line,
+    json_dumps,
+    json_fields,
     local_time,
     plan_lines,
     plugins_lines,
@@ -47,7 +49,6 @@ from servatus.render import (
     reconcile_lines,
     saved_line,
     script_banner,
-    status_lines,
     submitted_lease_lines,
     submitted_lines,
     terminal_text,
@@ -133,21 +134,22 @@ def json_text(document: Any) -> str:
     a path with bytes that are not UTF-8 (kept as lone surrogates) is escaped, not written raw,
     so the output is always valid UTF-8.
     """
-    dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=True).encode
     if not isinstance(document, dict) or not document:
-        return dumps(document)
-    fields = ",\n".join(
-        f"  {dumps(name)}: {dumps(value)}" for name, value in sorted(document.items())
-    )
-    return "{\n" + fields + "\n}"
+        return json_dumps(document)
+    return json_fields({name: json_dumps(value) for name, value in document.items()})
 
 
 def emit_json(document: Any) -> None:
     """Print one exact JSON document."""
+    emit_json_text(json_text(document))
+
+
+def emit_json_text(text: str) -> None:
+    """Print one JSON document written already (:func:`servatus.render.json_fields`)."""
     context = _context()
     if context is not None:
         context.emitted = True
-    click.echo(json_text(document))
+    click.echo(text)
 
 
 def describe(document: Callable[[], dict[str, Any]]) -> None:
@@ -982,17 +984,19 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     STATE is the campaign directory. Unless --offline, it reads one squeue and one run-marker
     listing for each Target the campaign has submitted to.
     """
-    from servatus.status import report_to_document  # noqa: PLC0415
+    from servatus.status_cache import view  # noqa: PLC0415
 
-    campaign = _campaign(state)
-    report = campaign.status(offline=offline)
-    if campaign.record_warning is not None:
-        click.echo(f"servatus: warning: {campaign.record_warning}", err=True)
+    context = _context()
+    shown = view(
+        state, offline=offline, as_json=as_json, connect=context.connect if context else None
+    )
+    if shown.record_warning is not None:
+        click.echo(f"servatus: warning: {shown.record_warning}", err=True)
     if as_json:
-        document = report_to_document(report)
-        emit_json({**document, "warnings": with_warnings(document["warnings"])})
+        warnings = json_dumps(with_warnings(shown.warnings))
+        emit_json_text(json_fields({**shown.fields, "warnings": warnings}))
         return
-    echo(*status_lines(report))
+    click.echo(shown.text)
 
 
 @cli.command("report", epilog=example("servatus report state --output report.html"))

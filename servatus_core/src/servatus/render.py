@@ -7,8 +7,9 @@ start-up, so the engine modules a function formats are imported inside it, when 
 
 from __future__ import annotations
 
+import json
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from servatus.files import path_word
@@ -44,6 +45,17 @@ def terminal_text(lines: Sequence[str]) -> str:
     if all(map(str.isprintable, lines)):  # the usual case: no Python call per line of a table
         return "\n".join(lines)
     return "\n".join(map(escape_line, lines))
+
+
+json_dumps = json.JSONEncoder(sort_keys=True, ensure_ascii=True).encode
+"""One value as ``--json`` writes it (:func:`json_fields`): sorted keys, ASCII, on one line."""
+
+
+def json_fields(fields: Mapping[str, str]) -> str:
+    """A JSON object with each field on its own line, its values JSON texts already: Python's
+    indenting encoder is pure Python, and this layout still reads well in a pager or a diff."""
+    lines = ",\n".join(f"  {json_dumps(name)}: {text}" for name, text in sorted(fields.items()))
+    return "{\n" + lines + "\n}"
 
 
 def plural(count: int, word: str) -> str:
@@ -314,11 +326,23 @@ def held_lease_lines(report: Report) -> list[str]:
     return lines
 
 
+STATUS_HEADER = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
+
+
 def status_lines(report: Report) -> list[str]:
     """The aligned human status table, then counts and warnings."""
+    rows, widths = status_rows(report)
+    return [
+        *table_lines(rows, widths),
+        *held_lease_lines(report),
+        *summary_lines(len(report.tasks), report.counts, report.warnings),
+    ]
+
+
+def status_rows(report: Report) -> tuple[list[tuple[str, ...]], list[int]]:
+    """Each Task's cells for the status table, and the width of each column but the last."""
     from servatus.status import RunTime, execution_text, format_run_time, result_of  # noqa: PLC0415
 
-    header = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
     # 100,000 rows: each distinct cell text is computed once, so the widths come from those
     # texts (and the keys) without a pass over the rows, and each line is one % format.
     executions: dict[tuple[object, object], str] = {}
@@ -360,14 +384,29 @@ def status_lines(report: Report) -> list[str]:
     cells = [map(operator.itemgetter(0), rows), [result] if rows else [], *texts]
     widths = [
         max(len(name), max(map(len, column), default=0))
-        for name, column in zip(header, cells, strict=False)  # the last column is not padded
+        for name, column in zip(STATUS_HEADER, cells, strict=False)  # the last is not padded
     ]
-    line = "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
-    lines = [line % header, *[line % row for row in rows], *held_lease_lines(report)]
-    counts = ", ".join(f"{count} {state}" for state, count in report.counts.items())
-    lines.append(f"{plural(len(report.tasks), 'Task')}: {counts or 'none'}")
-    lines += [f"warning: {warning}" for warning in report.warnings]
-    return lines
+    return rows, widths
+
+
+def row_format(widths: Sequence[int]) -> str:
+    """The ``%`` format of one table line: each column but the last padded to its width."""
+    return "  ".join([*(f"%-{width}s" for width in widths), "%s"])  # %-Ns pads as ljust(N)
+
+
+def table_lines(rows: Sequence[tuple[str, ...]], widths: Sequence[int]) -> list[str]:
+    """The header and the rows, aligned."""
+    line = row_format(widths)
+    return [line % STATUS_HEADER, *[line % row for row in rows]]
+
+
+def summary_lines(tasks: int, counts: Mapping[str, int], warnings: Sequence[str]) -> list[str]:
+    """The line of counts under the table, then one per warning."""
+    counted = ", ".join(f"{count} {state}" for state, count in counts.items())
+    return [
+        f"{plural(tasks, 'Task')}: {counted or 'none'}",
+        *(f"warning: {warning}" for warning in warnings),
+    ]
 
 
 def reconcile_lines(decisions: Sequence[Resolution]) -> list[str]:

@@ -1,0 +1,570 @@
+"""The status cache (ADR 0010): the finished rows of settled Tasks, kept beside the journal, so
+that ``servatus status`` of a large campaign decodes, projects and renders only its live work.
+
+A cache is derived data, trusted only as far as it is checked. It names a prefix of the journal
+(its length and SHA-256) and the rules it was made by (a digest of the code that projects and
+renders), and holds what that prefix says less its settled Tasks (:func:`store.remainder`). A
+status whose journal still starts with that prefix folds only the records after it onto that
+remainder, projects it, and joins its rows with the cached ones; anything else (a compaction, a
+record about a cached allocation, an append, other rules, a damaged or torn file) reads the whole
+journal, as a status without a cache does, and writes the cache anew.
+
+A Task is cached once every allocation it shares a component with (through its slots, a chain's
+``after`` and a step's ``within``) is settled: nothing later changes its row, whatever Slurm or
+its markers say (ADR 0004). Rows are kept per mode (online, offline) and per form (table, JSON),
+as finished text, so joining them costs a copy, not a projection. The Python API's
+:meth:`~servatus.Campaign.status` never uses it: it returns the values this leaves out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from cattrs.preconf.json import make_converter
+
+from servatus import store
+from servatus.files import read_all, write_all
+from servatus.render import (
+    STATUS_HEADER,
+    held_lease_lines,
+    json_dumps,
+    row_format,
+    status_rows,
+    summary_lines,
+    table_lines,
+    terminal_text,
+)
+from servatus.status import Execution, Report, report_to_document
+from servatus.tasks import bulk
+
+if TYPE_CHECKING:
+    from servatus.transport import Connect
+
+FORMAT = b"servatus.status-cache/1 "
+"""How a cache file starts; the CRC-32 of the rest (its header line and body) follows in hex."""
+MIN_CACHED = 1000
+"""Fewer settled Tasks than this (or than half the campaign) are projected faster than a cache
+is written and read."""
+
+MIN_SHARE = 0.5
+"""Nor is a cache worth it while fewer than this share of the Tasks are settled."""
+
+_TAIL_BYTES = 8 << 20
+"""Records past the cached prefix are folded on every status; beyond this share of the prefix
+(and this many bytes), the whole journal is read once and the cache written again."""
+
+_STALE_TEMPORARY = 600.0
+"""Seconds after which a cache's temporary file is a killed writer's, and removed."""
+
+
+@attrs.frozen
+class Header:
+    """What a cache file says of itself, before its body: the checks, then how to join."""
+
+    rules: str
+    length: int
+    digest: str
+    remainder: int
+    targets: tuple[str, ...]
+    tasks: tuple[int, ...]
+    attempts: tuple[int, ...]
+    cached_tasks: int
+    cached_attempts: int
+    counts: dict[str, int]
+    succeeded: bool
+    widths: tuple[int, ...]
+    settled_live: int
+
+
+_HEADERS = make_converter(forbid_extra_keys=True)
+
+
+@attrs.frozen
+class Cached:
+    """A cache that holds for the journal read: its header, the state it leaves live (the
+    journal's later records folded on), and its finished texts (rows, or JSON of Tasks then of
+    allocations)."""
+
+    header: Header
+    state: store.CampaignState
+    texts: list[str]
+
+
+@attrs.frozen
+class View:
+    """What ``servatus status`` prints: the table's text, or the JSON document's fields as
+    texts (``warnings`` apart, for the CLI to add its own); and why a settlement was not
+    recorded, or None."""
+
+    text: str
+    fields: dict[str, str]
+    warnings: tuple[str, ...]
+    record_warning: str | None
+
+
+def file_name(*, offline: bool, as_json: bool) -> str:
+    return (
+        f"{store.STATUS_CACHE}{'offline' if offline else 'online'}.{'json' if as_json else 'table'}"
+    )
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+
+
+def partition(state: store.CampaignState) -> tuple[frozenset[str], frozenset[str]]:
+    """The Tasks a cache may hold and their allocations: the components (Tasks and allocations
+    joined by a slot, a chain's ``after`` or a step's ``within``) whose every allocation is
+    settled, less Tasks never submitted."""
+    keys = state.tasks.keys
+    index = {key: position for position, key in enumerate(keys)}
+    intents = state.intents
+    allocations = {intent.allocation_id: len(keys) + j for j, intent in enumerate(intents)}
+    parent = list(range(len(keys) + len(intents)))
+
+    def root(node: int) -> int:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    def join(one: int, other: int) -> None:
+        one, other = root(one), root(other)
+        if one != other:
+            parent[one] = other
+
+    submitted = bytearray(len(keys))
+    for j, intent in enumerate(intents):
+        node = len(keys) + j
+        for key in intent.task_keys:
+            join(node, index[key])
+            submitted[index[key]] = 1
+        for joined in (intent.chain.after if intent.chain else "", intent.within or ""):
+            if joined:
+                join(node, allocations[joined])
+    settled = {item.allocation_id for item in state.settlements}
+    live = {root(len(keys) + j) for j, i in enumerate(intents) if i.allocation_id not in settled}
+    tasks = frozenset(
+        key
+        for position, key in enumerate(keys)
+        if submitted[position] and root(position) not in live
+    )
+    held = frozenset(
+        intent.allocation_id for j, intent in enumerate(intents) if root(len(keys) + j) not in live
+    )
+    return tasks, held
+
+
+def runs(cached: Iterable[bool]) -> tuple[int, ...]:
+    """Alternating counts of cached and live items, a cached run first (maybe 0)."""
+    counts: list[int] = []
+    expect = True
+    for is_cached, group in itertools.groupby(cached):
+        if is_cached is not expect:
+            counts.append(0)
+        counts.append(sum(1 for _ in group))
+        expect = not is_cached
+    return tuple(counts)
+
+
+def join(counts: Sequence[int], cached: Sequence[str], live: Sequence[str]) -> list[str] | None:
+    """The items in their order again; live items past the runs were added since (they come
+    last); None when the counts do not fit the items (a cache that does not hold)."""
+    out: list[str] = []
+    at = [0, 0]
+    for turn, count in enumerate(counts):
+        source, side = (cached, 0) if turn % 2 == 0 else (live, 1)
+        out += source[at[side] : at[side] + count]
+        at[side] += count
+    if at[0] != len(cached) or at[1] > len(live):
+        return None
+    out += live[at[1] :]
+    return out
+
+
+def widen(lines: list[str], old: Sequence[int], new: Sequence[int]) -> list[str]:
+    """Table lines padded to ``old`` widths, padded to ``new`` (each at least as wide)."""
+    cuts = []
+    end = -2
+    for was, now in zip(old, new, strict=True):
+        end += was + 2
+        if now > was:
+            cuts.append((end, " " * (now - was)))
+    if not cuts:
+        return lines
+
+    def wider(line: str) -> str:
+        pieces: list[str] = []
+        start = 0
+        for cut, pad in cuts:
+            pieces += (line[start:cut], pad)
+            start = cut
+        pieces.append(line[start:])
+        return "".join(pieces)
+
+    return list(map(wider, lines))
+
+
+def merged_counts(*parts: Mapping[str, int]) -> dict[str, int]:
+    """Counts per execution, in :class:`Execution` order, executions with none left out."""
+    total: Counter[str] = Counter()
+    for part in parts:
+        total.update(part)
+    return {state.value: total[state.value] for state in Execution if total[state.value]}
+
+
+def run_texts(counts: Sequence[int], items: Sequence[Any]) -> list[str]:
+    """Each run's items (``counts`` of them, in turn) as the inside of a JSON array, ``""`` for
+    none: one encoder call per run, where one per item would cost four times as much."""
+    texts, at = [], 0
+    for count in counts:
+        texts.append(json_dumps(items[at : at + count])[1:-1] if count else "")
+        at += count
+    return texts
+
+
+def join_texts(
+    counts: Sequence[int], cached: Sequence[str], live: Sequence[Any]
+) -> list[str] | None:
+    """The insides of the runs again, cached runs' from the cache and live runs' from ``live``
+    (what was added since, last); None when the counts do not fit."""
+    live_counts = [*counts[1::2], max(0, len(live) - sum(counts[1::2]))]
+    if len(cached) != len(counts[0::2]) or sum(counts[1::2]) > len(live):
+        return None
+    mine = iter(run_texts(live_counts, live))
+    out: list[str] = []
+    for text in cached:
+        out += (text, next(mine, ""))
+    out += mine
+    return out
+
+
+def _array(texts: Iterable[str]) -> str:
+    return "[" + ", ".join(text for text in texts if text) + "]"
+
+
+# -- the rules it was made by -------------------------------------------------------------------
+
+
+def _rules() -> str:
+    """A digest of the code a cached row comes from: another version of it projects or
+    renders differently, and its cache is not trusted."""
+    import servatus  # noqa: PLC0415
+    from servatus import evidence, render, settlement, status  # noqa: PLC0415
+
+    digest = hashlib.sha256(servatus.__version__.encode())
+    sources = [
+        getattr(module, "__file__", None)
+        for module in (evidence, render, settlement, status, store)
+    ]
+    for source in (*sources, __file__):
+        if source is None:
+            return ""
+        digest.update(Path(source).read_bytes())
+    return digest.hexdigest()
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def load(path: Path, name: str, data: bytes, journal: str) -> Cached | None:
+    """The cache ``name`` of the campaign at ``path``, if it holds for the journal ``data``;
+    None otherwise (no cache, a damaged one, another prefix or rules, a record it cannot take)."""
+    try:
+        fd = os.open(path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        content = read_all(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return _holds(content, data, journal)
+    except Exception:  # whatever is wrong with a cache, the whole journal answers
+        return None
+
+
+def _holds(content: bytes, data: bytes, journal: str) -> Cached | None:
+    if not content.startswith(FORMAT):
+        return None
+    start = len(FORMAT) + 9
+    if content[start - 1 : start] != b"\n" or zlib.crc32(memoryview(content)[start:]) != int(
+        content[len(FORMAT) : start - 1], 16
+    ):
+        return None
+    newline = content.index(b"\n", start)
+    header = _HEADERS.structure(json.loads(content[start:newline]), Header)
+    body = memoryview(content)[newline + 1 :]
+    if header.rules != _rules() or not header.rules:
+        return None
+    length = header.length
+    if length > len(data) or hashlib.sha256(memoryview(data)[:length]).hexdigest() != header.digest:
+        return None
+    if len(data) - length > max(_TAIL_BYTES, length // 4):
+        return None
+    snapshot = store.decode(bytes(body[: header.remainder]))
+    if not isinstance(snapshot, store.Snapshot):
+        return None
+    into = store.Fold()
+    into.apply(snapshot)
+    for payload in store.scan(data, journal, start=length).payloads:
+        change = store.decode(payload)
+        if isinstance(change, store.Appended):
+            return None  # its keys might be cached ones: a journal the whole fold refuses
+        after = change.chain.after if isinstance(change, store.Intent) and change.chain else ""
+        if after and after not in into.intents:
+            return None  # the link after a cached allocation
+        into.apply(change)  # Rejected for a record about a cached Task or allocation
+    if len(into.settlements) - header.settled_live > max(MIN_CACHED, header.cached_tasks // 4):
+        return None  # settled since, projected on every status: time to cache them too
+    texts = str(body[header.remainder :], "utf-8").split("\n")
+    runs_held = len(header.tasks[0::2]) + len(header.attempts[0::2])
+    if len(texts) != (header.cached_tasks if header.widths else runs_held):
+        return None
+    return Cached(header, into.freeze(), texts)
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | None = None) -> View:
+    """``servatus status``: from the cache when it holds for the journal, joined with the
+    projection of what it leaves live; else from the whole journal, writing the cache. The same
+    listings are read, and what settled is recorded, either way."""
+    from servatus.campaign import Campaign  # noqa: PLC0415 - it imports the engine
+
+    data, version, journal = store.read_journal(path)
+    directory = Path(path)
+    name = file_name(offline=offline, as_json=as_json)
+    evidence = None
+    with bulk():
+        cached = load(directory, name, data, journal)
+    if cached is not None:
+        campaign = Campaign(directory, connect=connect, _state=cached.state)
+        campaign._version = version
+        targets = cached.header.targets
+        report, change, evidence = campaign._observe(cached.state, offline=offline, targets=targets)
+        whole = all(
+            item.queue is not None and item.markers is not None for item in evidence.values()
+        )
+        shown = _joined(cached, report, as_json) if offline or whole else None
+        if shown is not None:
+            campaign._record(change, partial=True)
+            return attrs.evolve(shown, record_warning=campaign.record_warning)
+        # A listing was not read: the cached rows are those of a status that read them all.
+    with bulk():
+        into, found = store.load(data, journal)
+        state = into.freeze()
+    campaign = Campaign(directory, connect=connect, _state=state)
+    campaign._version = version
+    report, change, _ = campaign._observe(state, offline=offline, evidence=evidence)
+    campaign._record(change)
+    with bulk():
+        shown, write = _whole(state, report, offline=offline, as_json=as_json)
+        if write is not None:
+            write(directory, name, memoryview(data)[: found.end])
+    return attrs.evolve(shown, record_warning=campaign.record_warning)
+
+
+Write = Callable[[Path, str, memoryview], None]
+"""Writes a cache: into the campaign at a path, under a name, for the journal prefix given."""
+
+
+def _whole(
+    state: store.CampaignState, report: Report, *, offline: bool, as_json: bool
+) -> tuple[View, Write | None]:
+    """What ``status`` prints from the whole journal's ``state`` and its ``report``, and how to
+    write the cache they make, if one is worth it."""
+    split = _split(state, report, offline=offline)
+    if as_json:
+        document = report_to_document(report)
+        if split is not None and len(document["attempts"]) != len(split[1]):
+            split = None  # not one entry per allocation: runs over intents would not fit
+        flags, held = split if split is not None else ([], [])
+        tasks = run_texts(runs(flags) if flags else [len(report.tasks)], document["tasks"])
+        every = len(document["attempts"])
+        attempts = run_texts(runs(held) if held else [every], document["attempts"])
+        shown = View("", _fields(document, tasks, attempts), tuple(document["warnings"]), None)
+        if split is None:
+            return shown, None
+        texts = [*tasks[0::2], *attempts[0::2]]
+        return shown, _writer(state, report, split, texts, ())
+    rows, widths = status_rows(report)
+    lines = [
+        *table_lines(rows, widths),
+        *held_lease_lines(report),
+        *summary_lines(len(report.tasks), report.counts, report.warnings),
+    ]
+    shown = View(terminal_text(lines), {}, report.warnings, None)
+    if split is None:
+        return shown, None
+    flags, _ = split
+    cached_rows = [row for row, cached in zip(rows, flags, strict=True) if cached]
+    columns = zip(*cached_rows, strict=False)
+    cached_widths = [
+        max(len(title), max(map(len, column), default=0))
+        for title, column in zip(STATUS_HEADER[:-1], columns, strict=False)
+    ]
+    line = row_format(cached_widths)
+    texts = [line % row for row in cached_rows]
+    if not all(map(str.isprintable, texts)):
+        return shown, None  # an escaped line is no longer aligned by its offsets
+    return shown, _writer(state, report, split, texts, cached_widths)
+
+
+def _split(
+    state: store.CampaignState, report: Report, *, offline: bool
+) -> tuple[list[bool], list[bool]] | None:
+    """Which Tasks (in roster order) and allocations (in intent order) a cache would hold;
+    None when too few are settled for one to be worth it, or a listing was not read."""
+    if len(state.settlements) < MIN_CACHED or report.online is offline:
+        return None  # as few Tasks as settlements are settled, at most: no component to cache
+    tasks, allocations = partition(state)
+    if len(tasks) < MIN_CACHED or len(tasks) < MIN_SHARE * len(state.tasks):
+        return None
+    flags = [key in tasks for key in state.tasks.keys]
+    return flags, [intent.allocation_id in allocations for intent in state.intents]
+
+
+def _fields(document: Mapping[str, Any], tasks: list[str], attempts: list[str]) -> dict[str, str]:
+    """The ``servatus.status/4`` document's fields as texts (``warnings`` left to the CLI), its
+    ``tasks`` and ``attempts`` from the insides of their runs' arrays."""
+    fields = {
+        name: json_dumps(value)
+        for name, value in document.items()
+        if name not in ("tasks", "attempts", "warnings")
+    }
+    fields["tasks"] = _array(tasks)
+    fields["attempts"] = _array(attempts)
+    return fields
+
+
+def _joined(cached: Cached, report: Report, as_json: bool) -> View | None:
+    """The cached texts joined with ``report``, the projection of what the cache left live;
+    None if they do not fit together."""
+    header = cached.header
+    counts = merged_counts(header.counts, report.counts)
+    if as_json:
+        document = report_to_document(report)
+        split = len(header.tasks[0::2])
+        tasks = join_texts(header.tasks, cached.texts[:split], document["tasks"])
+        attempts = join_texts(header.attempts, cached.texts[split:], document["attempts"])
+        if tasks is None or attempts is None:
+            return None
+        document["counts"] = counts
+        document["results_ready"] = document["results_ready"] and header.succeeded
+        fields = _fields(document, tasks, attempts)
+        return View("", fields, tuple(document["warnings"]), None)
+    rows, live_widths = status_rows(report)
+    widths = [max(one, other) for one, other in zip(header.widths, live_widths, strict=True)]
+    line = row_format(widths)
+    lines = join(
+        header.tasks, widen(cached.texts, header.widths, widths), [line % row for row in rows]
+    )
+    if lines is None:
+        return None
+    total = header.cached_tasks + len(report.tasks)
+    text = terminal_text(
+        [
+            line % STATUS_HEADER,
+            *lines,
+            *held_lease_lines(report),
+            *summary_lines(total, counts, report.warnings),
+        ]
+    )
+    return View(text, {}, report.warnings, None)
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _writer(
+    state: store.CampaignState,
+    report: Report,
+    split: tuple[list[bool], list[bool]],
+    texts: list[str],
+    widths: Sequence[int],
+) -> Write:
+    """How to write the cache of ``state`` and its ``report``: Tasks and allocations ``split``
+    into cached and live, the cached ones' ``texts`` (table lines padded to ``widths``, or the
+    insides of the JSON arrays of each cached run)."""
+
+    def write(path: Path, name: str, prefix: memoryview) -> None:
+        """Write the cache ``name`` for ``state``, as the journal's ``prefix`` says it; nothing
+        if the write fails (it is only a cache). Written aside and renamed in, unsynced: a torn
+        cache fails its checksum."""
+        flags, held = split
+        executions = [
+            task.execution for task, cached in zip(report.tasks, flags, strict=True) if cached
+        ]
+        tasks = frozenset(
+            key for key, cached in zip(state.tasks.keys, flags, strict=True) if cached
+        )
+        allocations = frozenset(
+            intent.allocation_id
+            for intent, cached in zip(state.intents, held, strict=True)
+            if cached
+        )
+        rest = store.remainder(state, tasks, allocations)
+        remainder = store.encode(store.Snapshot(rest))
+        try:
+            body = remainder + "\n".join(texts).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in a key: not worth a cache of its own
+            return
+        identities = state.target_identities()
+        header = Header(
+            rules=_rules(),
+            length=len(prefix),
+            digest=hashlib.sha256(prefix).hexdigest(),
+            remainder=len(remainder),
+            targets=tuple(dict.fromkeys(identities[intent.target] for intent in state.intents)),
+            tasks=runs(flags),
+            attempts=runs(held),
+            cached_tasks=len(tasks),
+            cached_attempts=len(allocations),
+            counts=dict(Counter(execution.value for execution in executions)),
+            succeeded=all(execution is Execution.SUCCEEDED for execution in executions),
+            widths=tuple(widths),
+            settled_live=len(rest.settlements),
+        )
+        if not header.rules:
+            return
+        head = json.dumps(_HEADERS.unstructure(header), separators=(",", ":")).encode("ascii")
+        content = head + b"\n" + body
+        _replace(path, name, FORMAT + b"%08x\n" % zlib.crc32(content) + content)
+
+    return write
+
+
+def _replace(path: Path, name: str, content: bytes) -> None:
+    temporary = f"{name}.{os.getpid()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path / temporary, flags, store.FILE_MODE)
+        try:
+            write_all(fd, content, 0)
+        finally:
+            os.close(fd)
+        os.replace(path / temporary, path / name)
+    except OSError:
+        with suppress(OSError):
+            os.unlink(path / temporary)
+        return
+    with suppress(OSError):
+        now = time.time()
+        for entry in os.scandir(path):
+            left = entry.name.startswith(store.STATUS_CACHE) and entry.name.endswith(".tmp")
+            if left and now - entry.stat(follow_symlinks=False).st_mtime > _STALE_TEMPORARY:
+                os.unlink(entry.path)

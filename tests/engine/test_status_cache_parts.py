@@ -1,0 +1,156 @@
+"""The status cache's pure parts: which Tasks it may hold, the remainder it keeps live (whose
+marker listings must be exactly the whole state's), and how runs of texts join again."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from servatus import store
+from servatus.evidence import SlotEnd
+from servatus.settlement import queries
+from servatus.status import submissions
+from servatus.status_cache import join, join_texts, partition, run_texts, runs, widen
+from servatus.tasks import Task
+
+IDENTITIES = ('{"host":null}', '{"host":"login"}')
+KEYS = [store.target_key(identity) for identity in IDENTITIES]
+
+
+def allocation(number: int) -> str:
+    return f"{number:024x}"
+
+
+def settlement(intent: store.Intent, job: int) -> store.Settlement:
+    return store.Settlement(
+        intent.allocation_id, job, 1.0, None, None, tuple(SlotEnd(0, 2.0) for _ in intent.task_keys)
+    )
+
+
+def history(seed: int, tasks: int = 40, allocations: int = 30) -> list[object]:
+    """A campaign's records: plain allocations over two Targets, some accepted (some of those
+    settled), some never submitted, some pending; listings read between them."""
+    chance = random.Random(seed)
+    keys = [f"k{i}" for i in range(tasks)]
+    records: list[object] = [
+        store.Created("c", 1.0, True, tuple(Task(key, ["x"]) for key in keys)),
+        *(store.TargetSeen(key, identity) for key, identity in zip(KEYS, IDENTITIES, strict=True)),
+    ]
+    accepted: list[tuple[store.Intent, int]] = []
+    for number in range(allocations):
+        slots = tuple(chance.sample(keys, chance.randint(1, 2)))
+        intent = store.Intent(allocation(number), slots, "d", 2.0, chance.choice(KEYS))
+        records.append(intent)
+        fate = chance.random()
+        if fate < 0.7:
+            records.append(store.Receipt(intent.allocation_id, 1000 + number))
+            accepted.append((intent, 1000 + number))
+        elif fate < 0.85:
+            records.append(store.Resolved(intent.allocation_id, None))
+        if chance.random() < 0.5:
+            chance.shuffle(accepted)
+            settle = [accepted.pop() for _ in range(min(len(accepted), chance.randint(0, 5)))]
+            listed = tuple(
+                store.Listed(key, float(number * 10 + chance.randint(0, 9)))
+                for key in KEYS
+                if chance.random() < 0.7
+            )
+            records.append(
+                store.Settled(tuple(settlement(intent, job) for intent, job in settle), listed)
+            )
+    return records
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_remainder_lists_exactly_the_markers_the_whole_state_lists(seed: int) -> None:
+    state = store.fold(history(seed))
+    tasks, allocations = partition(state)
+    rest = store.remainder(state, tasks, allocations)
+    assert tasks or seed % 10, "the histories hold too few settled components to test"
+    whole = submissions(state)
+    order = list(dict.fromkeys(item.target for item in whole))
+    assert queries(rest, submissions(rest), order) == queries(state, whole)
+    again = store.decode(store.encode(store.Snapshot(rest)))
+    assert isinstance(again, store.Snapshot) and again.state == rest  # and it folds: valid
+    assert set(rest.tasks.keys) == set(state.tasks.keys) - tasks
+    assert {intent.allocation_id for intent in rest.intents} == (
+        {intent.allocation_id for intent in state.intents} - allocations
+    )
+
+
+def test_a_task_is_cached_only_when_everything_joined_to_it_is_settled() -> None:
+    a1, a2, a3, a4, lease, step = (allocation(n) for n in range(6))
+    target = KEYS[0]
+    link1 = store.ChainLink(1, 2, "", (2,), 0)
+    link2 = store.ChainLink(2, 2, a3, (2,), 0)
+    terms = store.LeaseTerms("p", 2, 1, 100, 0, 60)
+    records: list[object] = [
+        store.Created("c", 1.0, True, tuple(Task(k, ["x"]) for k in "abcdefg")),
+        store.TargetSeen(target, IDENTITIES[0]),
+        store.Intent(a1, ("a", "b"), "d", 2.0, target),  # settled, but b is in a2 (pending)
+        store.Receipt(a1, 1),
+        store.Intent(a2, ("b", "c"), "d", 2.0, target),
+        store.Intent(a3, ("d",), "d", 2.0, target, chain=link1),  # settled; its next link is not
+        store.Receipt(a3, 3),
+        store.Intent(a4, ("e",), "d", 2.0, target, chain=link2),
+        store.Receipt(a4, 4),
+        store.Intent(lease, (), "d", 2.0, target, lease=terms),  # its step settled, it is not
+        store.Receipt(lease, 5),
+        store.Intent(step, ("f",), "d", 2.0, target, within=lease),
+        store.Receipt(step, 5),
+    ]
+    intents = {item.allocation_id: item for item in records if isinstance(item, store.Intent)}
+    records.append(store.Settled(tuple(settlement(intents[x], j) for x, j in [(a1, 1), (a3, 3)])))
+    records.append(store.Settled((settlement(intents[step], 5),)))
+    state = store.fold(records)
+    assert partition(state) == (frozenset(), frozenset())  # g was never submitted
+    records.append(store.Resolved(a2, None))  # never submitted: still no outcome to keep
+    assert partition(store.fold(records)) == (frozenset(), frozenset())
+    records += [
+        store.Settled((settlement(intents[a4], 4), settlement(intents[lease], 5))),
+    ]
+    tasks, held = partition(store.fold(records))
+    assert tasks == {"d", "e", "f"} and held == {a3, a4, lease, step}
+
+
+def test_runs_alternate_cached_and_live_and_join_again() -> None:
+    flags = [False, True, True, False, True]
+    assert runs(flags) == (0, 1, 2, 1, 1)
+    assert runs([]) == ()
+    assert runs([True, True]) == (2,)
+    items = [f"i{n}" for n in range(5)]
+    cached = [item for item, flag in zip(items, flags, strict=True) if flag]
+    live = [item for item, flag in zip(items, flags, strict=True) if not flag]
+    assert join(runs(flags), cached, [*live, "new"]) == [*items, "new"]
+    assert join(runs(flags), cached, live[:1]) is None  # a live item lost: does not fit
+    assert join(runs(flags), cached[:2], live) is None
+
+
+def test_json_runs_join_to_the_array_one_encoder_call_gives() -> None:
+    items = [{"key": f"k{n}", "n": n} for n in range(7)]
+    flags = [n % 3 != 0 for n in range(7)]
+    counts = runs(flags)
+    texts = run_texts(counts, items)
+    whole = json.dumps(items, sort_keys=True)
+    assert "[" + ", ".join(text for text in texts if text) + "]" == whole
+    live = [item for item, flag in zip(items, flags, strict=True) if not flag]
+    added = {"key": "new", "n": 9}
+    joined = join_texts(counts, texts[0::2], [*live, added])
+    assert joined is not None
+    assert "[" + ", ".join(t for t in joined if t) + "]" == json.dumps(
+        [*items, added], sort_keys=True
+    )
+    assert join_texts(counts, texts[0::2], live[:-1]) is None
+
+
+def test_widen_pads_each_column_at_its_end() -> None:
+    line = "%-3s  %-5s  %s"
+    lines = [line % ("ab", "x", "rest"), line % ("abc", "xyzuv", "r")]
+    wider = "%-4s  %-7s  %s"
+    assert widen(lines, [3, 5], [4, 7]) == [
+        wider % ("ab", "x", "rest"),
+        wider % ("abc", "xyzuv", "r"),
+    ]
+    assert widen(lines, [3, 5], [3, 5]) is lines
