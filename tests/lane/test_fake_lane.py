@@ -20,6 +20,7 @@ from servatus.errors import (
 from servatus.plan import Hold
 from servatus.status import Execution, RunTime, StopReason
 from servatus.testing import FakeScheduler
+from testkit import CPU_PROFILE
 
 
 def tasks(n: int = 3) -> list[Task]:
@@ -285,6 +286,30 @@ def test_no_clock_is_no_warning_while_nothing_runs(tmp_path: Path, profile: Prof
     assert [task.execution for task in first.tasks] == [Execution.SUCCEEDED]
     assert first.warnings == ()
     assert campaign.status().warnings == ()  # nothing wanted: no marker listing at all
+
+
+def test_a_target_with_nothing_to_list_is_no_clock_warning_while_another_runs(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Two Targets: one's work all settled (no marker listing, so no clock read there), the
+    other's Task running. Only a log_root that cannot be written is warned of."""
+    other_toml = tmp_path / "other.toml"
+    other_toml.write_text(CPU_PROFILE.replace("/scratch/alice/sweep", "/scratch/alice/other"))
+    other = Profile.load(other_toml)
+    fake = FakeScheduler()
+    campaign = Campaign.ensure(tmp_path / "state", tasks(2), connect=fake)
+    campaign.submit(campaign.plan(profile, only=["t0"]))
+    campaign.submit(campaign.plan(other, only=["t1"]))
+    fake.finish(1000, 0)
+    fake.purge()
+    fake.start(1001)
+    assert campaign.status().warnings == ()  # settles t0's allocation
+    report = campaign.status()
+    assert [task.execution for task in report.tasks] == [Execution.SUCCEEDED, Execution.RUNNING]
+    assert report.warnings == ()
+    fake.read_only_directories.add(other.target.log_root)
+    [warning] = campaign.status().warnings
+    assert other.target.log_root in warning
 
 
 def test_scancel_version_tells_the_version_and_cancels_nothing(

@@ -925,13 +925,15 @@ def gather(
 
 def clock_warnings(evidence: Mapping[str, Evidence]) -> list[str]:
     """One line per Target whose listing read no file-server clock (its ``log_root`` cannot be
-    written from here): a running Task's run time then runs to this machine's clock."""
+    written from here) but found markers: a running Task's run time then runs to this machine's
+    clock. A Target with no marker to list is not listed at all, so it has no clock to read, and
+    none of its Tasks has a start to count from."""
     return [
         f"the file server's clock was not read (cannot create a file in "
         f"{target_from_identity(identity).log_root}); a running Task's run time is counted on "
         "this machine's clock"
         for identity, listed in evidence.items()
-        if listed.queue is not None and listed.markers is not None and listed.clock is None
+        if listed.queue is not None and listed.markers and listed.clock is None
     ]
 
 
