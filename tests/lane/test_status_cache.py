@@ -5,6 +5,8 @@ mode and form; a cache that does not hold for the journal is never used."""
 from __future__ import annotations
 
 import json
+import shutil
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,17 +100,18 @@ def mixed_sweep(tmp_path: Path, profile: Profile) -> tuple[Campaign, FakeSchedul
 @pytest.fixture
 def sweep(
     tmp_path: Path, profile: Profile, capsys: pytest.CaptureFixture[str], loads: list[int]
-) -> tuple[Campaign, FakeScheduler]:
-    """The mixed sweep, proven to answer the same from its caches in every mode and form."""
+) -> tuple[Campaign, FakeScheduler, Path]:
+    """The mixed sweep, proven to answer the same from its caches in every mode and form, and
+    its campaign's path."""
     campaign, fake = mixed_sweep(tmp_path, profile)
     assert_cached_same(campaign.path, fake, capsys, loads)
-    return campaign, fake
+    return campaign, fake, campaign.path
 
 
 def test_a_mixed_sweep_answers_the_same_from_the_cache(
-    sweep: tuple[Campaign, FakeScheduler], capsys: pytest.CaptureFixture[str]
+    sweep: tuple[Campaign, FakeScheduler, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    campaign, fake = sweep
+    campaign, fake, _state = sweep
     assert run(["status", str(campaign.path)], fake, capsys)[0] == 0
     [header] = [
         json.loads(path.read_bytes().split(b"\n")[1])
@@ -120,12 +123,11 @@ def test_a_mixed_sweep_answers_the_same_from_the_cache(
 
 
 def test_what_settles_after_the_cache_is_recorded_and_shown(
-    sweep: tuple[Campaign, FakeScheduler],
+    sweep: tuple[Campaign, FakeScheduler, Path],
     capsys: pytest.CaptureFixture[str],
     loads: list[int],
 ) -> None:
-    campaign, fake = sweep
-    state = campaign.path
+    _campaign, fake, state = sweep
     fake.purge()  # 1002 leaves the queue: the cached status settles it
     before = store.read(state)
     loads.clear()
@@ -143,13 +145,12 @@ def test_what_settles_after_the_cache_is_recorded_and_shown(
 
 
 def test_a_retry_of_a_cached_task_reads_the_whole_journal(
-    sweep: tuple[Campaign, FakeScheduler],
+    sweep: tuple[Campaign, FakeScheduler, Path],
     profile: Profile,
     capsys: pytest.CaptureFixture[str],
     loads: list[int],
 ) -> None:
-    campaign, fake = sweep
-    state = campaign.path
+    campaign, fake, state = sweep
     assert run(["status", str(state)], fake, capsys)[0] == 0  # writes the online table's cache
     campaign.submit(campaign.plan(profile, retry_failed=True))  # t1 again, in job 1005
     loads.clear()
@@ -163,12 +164,11 @@ def test_a_retry_of_a_cached_task_reads_the_whole_journal(
 
 
 def test_a_cache_that_does_not_hold_is_never_used(
-    sweep: tuple[Campaign, FakeScheduler],
+    sweep: tuple[Campaign, FakeScheduler, Path],
     capsys: pytest.CaptureFixture[str],
     loads: list[int],
 ) -> None:
-    campaign, fake = sweep
-    state = campaign.path
+    _campaign, fake, state = sweep
     reference = uncached(state, fake, capsys, [])
     assert run(["status", str(state)], fake, capsys) == reference  # writes the cache again
     cache = state / status_cache.file_name(offline=False, as_json=False)
@@ -186,6 +186,8 @@ def test_a_cache_that_does_not_hold_is_never_used(
         sealed(rest.replace(b'"tasks":[', b'"tasks":[1,', 1)),  # runs that do not fit
         sealed(rest.replace(b'"length":', b'"length":1', 1)),  # another prefix
         sealed(rest.replace(b'"length":', b'"extra":1,"length":', 1)),  # an unknown field
+        sealed(rest.replace(b'"widths":[', b'"widths":[9,', 1)),  # widths that do not fit
+        sealed(rest.replace(b'"succeeded":false', b'"succeeded":true', 1)),  # counts say no
         b"",
         b"servatus.status-cache/9 00000000\n{}\n",
     ]
@@ -203,12 +205,11 @@ def test_a_cache_that_does_not_hold_is_never_used(
 
 
 def test_slurm_unreachable_fails_as_without_a_cache_and_records_nothing(
-    sweep: tuple[Campaign, FakeScheduler],
+    sweep: tuple[Campaign, FakeScheduler, Path],
     capsys: pytest.CaptureFixture[str],
     loads: list[int],
 ) -> None:
-    campaign, fake = sweep
-    state = campaign.path
+    _campaign, fake, state = sweep
     assert run(["status", str(state)], fake, capsys)[0] == 0
     journal = (state / store.JOURNAL).read_bytes()
     fake.unavailable("squeue")
@@ -220,12 +221,11 @@ def test_slurm_unreachable_fails_as_without_a_cache_and_records_nothing(
 
 
 def test_an_append_after_the_cache_reads_the_whole_journal(
-    sweep: tuple[Campaign, FakeScheduler],
+    sweep: tuple[Campaign, FakeScheduler, Path],
     capsys: pytest.CaptureFixture[str],
     loads: list[int],
 ) -> None:
-    campaign, fake = sweep
-    state = campaign.path
+    campaign, fake, state = sweep
     campaign.append([Task("zz-new", ["/bin/true"])])
     loads.clear()
     assert run(["status", str(state)], fake, capsys) == uncached(state, fake, capsys, [])
@@ -277,12 +277,11 @@ def test_leases_answer_the_same_from_the_cache(
 
 
 def test_a_cache_that_many_settled_since_is_written_again(
-    sweep: tuple[Campaign, FakeScheduler],
+    sweep: tuple[Campaign, FakeScheduler, Path],
     capsys: pytest.CaptureFixture[str],
     loads: list[int],
 ) -> None:
-    campaign, fake = sweep
-    state = campaign.path
+    _campaign, fake, state = sweep
     assert run(["status", str(state)], fake, capsys)[0] == 0  # writes the online table's cache
     fake.finish(1003, 0, 0)
     fake.finish(1004, 0)
@@ -297,3 +296,53 @@ def test_a_cache_that_many_settled_since_is_written_again(
     assert run(["status", str(state)], fake, capsys) == shown
     assert loads == []
     assert uncached(state, fake, capsys, []) == shown
+
+
+def test_a_cache_is_read_only_in_the_mode_and_form_it_was_made_for(
+    sweep: tuple[Campaign, FakeScheduler, Path],
+    capsys: pytest.CaptureFixture[str],
+    loads: list[int],
+) -> None:
+    _campaign, fake, state = sweep
+    online = state / status_cache.file_name(offline=False, as_json=False)
+    assert run(["status", str(state)], fake, capsys)[0] == 0
+    for args in MODES[1:]:
+        reference = uncached(state, fake, capsys, args)
+        name = status_cache.file_name(offline="--offline" in args, as_json="--json" in args)
+        shutil.copy(online, state / name)  # the online table's cache, under another's name
+        loads.clear()
+        assert run(["status", str(state), *args], fake, capsys) == reference, args
+        assert len(loads) == 1, args
+
+
+def test_a_journal_the_whole_fold_refuses_is_refused_with_a_cache(
+    sweep: tuple[Campaign, FakeScheduler, Path],
+    capsys: pytest.CaptureFixture[str],
+    loads: list[int],
+) -> None:
+    """A record after the cached prefix that reuses a cached allocation's id (no servatus
+    writer makes one; a hand edit can) is CorruptState, as without the cache."""
+    _campaign, fake, state = sweep
+    assert run(["status", str(state)], fake, capsys)[0] == 0
+    recorded = store.read(state)
+    cached = recorded.intents[0]  # t0 and t1's: settled
+    again = store.Intent(cached.allocation_id, ("t9",), "d", time.time(), cached.target)
+    with open(state / store.JOURNAL, "ab") as journal:
+        journal.write(store.frame(store.encode(again)))
+    code, out, err = run(["status", str(state)], fake, capsys)
+    assert (code, out) == (1, "") and "already has an intent" in err
+    assert uncached(state, fake, capsys, []) == (code, out, err)
+
+
+def test_a_chain_link_after_no_recorded_allocation_is_never_cached(
+    tmp_path: Path, profile: Profile, capsys: pytest.CaptureFixture[str], loads: list[int]
+) -> None:
+    """The fold takes a chain link whose ``after`` names nothing recorded (only a hand edit
+    writes one); status prints it as without a cache, and caches the rest."""
+    campaign, fake = mixed_sweep(tmp_path, profile)
+    state = campaign.path
+    target = store.read(state).intents[0].target
+    link = store.ChainLink(2, 2, "cd" * 12, (2,), 0)
+    with store.writing(state) as writer:
+        writer.add(store.Intent("ab" * 12, ("t9",), "d", time.time(), target, 300, link))
+    assert_cached_same(state, fake, capsys, loads)

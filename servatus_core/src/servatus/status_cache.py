@@ -35,6 +35,7 @@ from cattrs.preconf.json import make_converter
 
 from servatus import store
 from servatus.files import read_all, write_all
+from servatus.ids import ALLOCATION_ID_HEX
 from servatus.render import (
     STATUS_HEADER,
     held_lease_lines,
@@ -70,12 +71,16 @@ _STALE_TEMPORARY = 600.0
 
 @attrs.frozen
 class Header:
-    """What a cache file says of itself, before its body: the checks, then how to join."""
+    """What a cache file says of itself, before its body: the checks, then how to join. The
+    body is the remainder's snapshot (``remainder`` bytes), the cached allocations' ids run
+    together (``held`` bytes), then the cached texts, a line each."""
 
+    name: str
     rules: str
     length: int
     digest: str
     remainder: int
+    held: int
     targets: tuple[str, ...]
     tasks: tuple[int, ...]
     attempts: tuple[int, ...]
@@ -144,16 +149,20 @@ def partition(state: store.CampaignState) -> tuple[frozenset[str], frozenset[str
             parent[one] = other
 
     submitted = bytearray(len(keys))
+    unknown: list[int] = []
     for j, intent in enumerate(intents):
         node = len(keys) + j
         for key in intent.task_keys:
             join(node, index[key])
             submitted[index[key]] = 1
         for joined in (intent.chain.after if intent.chain else "", intent.within or ""):
-            if joined:
+            if joined in allocations:
                 join(node, allocations[joined])
+            elif joined:
+                unknown.append(node)  # a link after no recorded allocation: never cached
     settled = {item.allocation_id for item in state.settlements}
     live = {root(len(keys) + j) for j, i in enumerate(intents) if i.allocation_id not in settled}
+    live.update(map(root, unknown))
     tasks = frozenset(
         key
         for position, key in enumerate(keys)
@@ -291,12 +300,12 @@ def load(path: Path, name: str, data: bytes, journal: str) -> Cached | None:
     finally:
         os.close(fd)
     try:
-        return _holds(content, data, journal)
+        return _holds(content, data, journal, name)
     except Exception:  # whatever is wrong with a cache, the whole journal answers
         return None
 
 
-def _holds(content: bytes, data: bytes, journal: str) -> Cached | None:
+def _holds(content: bytes, data: bytes, journal: str, name: str) -> Cached | None:
     if not content.startswith(FORMAT):
         return None
     start = len(FORMAT) + 9
@@ -307,7 +316,7 @@ def _holds(content: bytes, data: bytes, journal: str) -> Cached | None:
     newline = content.index(b"\n", start)
     header = _HEADERS.structure(json.loads(content[start:newline]), Header)
     body = memoryview(content)[newline + 1 :]
-    if header.rules != _rules() or not header.rules:
+    if header.name != name or not _consistent(header) or header.rules != _rules():
         return None
     length = header.length
     if length > len(data) or hashlib.sha256(memoryview(data)[:length]).hexdigest() != header.digest:
@@ -319,21 +328,38 @@ def _holds(content: bytes, data: bytes, journal: str) -> Cached | None:
         return None
     into = store.Fold()
     into.apply(snapshot)
+    held = str(body[header.remainder : header.remainder + header.held], "ascii")
     for payload in store.scan(data, journal, start=length).payloads:
         change = store.decode(payload)
         if isinstance(change, store.Appended):
             return None  # its keys might be cached ones: a journal the whole fold refuses
+        if isinstance(change, store.Intent) and change.allocation_id in held:
+            return None  # a cached allocation's id again (or a match across two): the same
         after = change.chain.after if isinstance(change, store.Intent) and change.chain else ""
         if after and after not in into.intents:
             return None  # the link after a cached allocation
         into.apply(change)  # Rejected for a record about a cached Task or allocation
     if len(into.settlements) - header.settled_live > max(MIN_CACHED, header.cached_tasks // 4):
         return None  # settled since, projected on every status: time to cache them too
-    texts = str(body[header.remainder :], "utf-8").split("\n")
+    texts = str(body[header.remainder + header.held :], "utf-8").split("\n")
     runs_held = len(header.tasks[0::2]) + len(header.attempts[0::2])
     if len(texts) != (header.cached_tasks if header.widths else runs_held):
         return None
     return Cached(header, into.freeze(), texts)
+
+
+def _consistent(header: Header) -> bool:
+    """Whether a header's numbers fit together (a checksum proves only that they were written)."""
+    numbers = [*header.tasks, *header.attempts, *header.widths, *header.counts.values()]
+    return (
+        min(numbers, default=0) >= 0
+        and sum(header.tasks[0::2]) == header.cached_tasks == sum(header.counts.values())
+        and sum(header.attempts[0::2]) == header.cached_attempts
+        and header.held == ALLOCATION_ID_HEX * header.cached_attempts
+        and header.counts.keys() <= {state.value for state in Execution}
+        and header.succeeded == (header.counts.keys() <= {Execution.SUCCEEDED.value})
+        and len(header.widths) == (0 if header.name.endswith(".json") else len(STATUS_HEADER) - 1)
+    )
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -519,16 +545,19 @@ def _writer(
         )
         rest = store.remainder(state, tasks, allocations)
         remainder = store.encode(store.Snapshot(rest))
+        ids = "".join(allocation_id for allocation_id in allocations).encode("ascii")
         try:
-            body = remainder + "\n".join(texts).encode("utf-8")
+            body = remainder + ids + "\n".join(texts).encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate in a key: not worth a cache of its own
             return
         identities = state.target_identities()
         header = Header(
+            name=name,
             rules=_rules(),
             length=len(prefix),
             digest=hashlib.sha256(prefix).hexdigest(),
             remainder=len(remainder),
+            held=len(ids),
             targets=tuple(dict.fromkeys(identities[intent.target] for intent in state.intents)),
             tasks=runs(flags),
             attempts=runs(held),
