@@ -281,7 +281,17 @@ def test_a_step_that_ignores_the_signal_is_stopped_in_time_and_continues(
 @pytest.mark.parametrize(("chain", "key"), [("dies", "d"), ("dies-short", "ds")])
 def test_a_step_that_dies_of_the_signal_continues(chains: Chains, chain: str, key: str) -> None:
     print(report(chains, chain))
-    assert chains.markers(chain, 1) == {"start", "limit", "end.0.138", "handoff.0", "taken.0"}
+    markers = chains.markers(chain, 1)
+    if "stop" in markers:
+        # The early-stop timer fires signal_before_end - G after the signal: on a loaded machine
+        # the dead step's srun can still be ending then (CI saw it once). A stop at any other
+        # time would be the script taking a running job for an ended one.
+        before = SHORT[1] if chain in SHORT_CASES else BEFORE
+        late = chains.mtime(chain, 1, "stop") - chains.mtime(chain, 1, "limit")
+        print(f"{chain}: stop {late:.1f} s after the signal")
+        assert late >= before - GRACE - 1, late
+        markers.discard("stop")
+    assert markers == {"start", "limit", "end.0.138", "handoff.0", "taken.0"}
     assert chains.state(chain, 1) == "COMPLETED"
     assert chains.markers(chain, 2) == {"start", "end.0.0"}
     assert chains.state(chain, 2) == "COMPLETED"
