@@ -329,9 +329,12 @@ def held_lease_lines(report: Report) -> list[str]:
 STATUS_HEADER = ("KEY", "RESULT", "EXECUTION", "EXIT", "RUN TIME", "LINK", "ALLOCATION")
 
 
-def status_lines(report: Report) -> list[str]:
-    """The aligned human status table, then counts and warnings."""
-    rows, widths = status_rows(report)
+def status_lines(
+    report: Report, cells: tuple[list[tuple[str, ...]], list[int]] | None = None
+) -> list[str]:
+    """The aligned human status table, then counts and warnings; ``cells`` are
+    :func:`status_rows` of ``report``, when the caller has them already."""
+    rows, widths = status_rows(report) if cells is None else cells
     return [
         *table_lines(rows, widths),
         *held_lease_lines(report),

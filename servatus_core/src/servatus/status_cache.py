@@ -18,6 +18,7 @@ as finished text, so joining them costs a copy, not a projection. The Python API
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -41,9 +42,9 @@ from servatus.render import (
     held_lease_lines,
     json_dumps,
     row_format,
+    status_lines,
     status_rows,
     summary_lines,
-    table_lines,
     terminal_text,
 )
 from servatus.status import Execution, Report, report_to_document
@@ -265,6 +266,7 @@ def _array(texts: Iterable[str]) -> str:
 # -- the rules it was made by -------------------------------------------------------------------
 
 
+@functools.cache
 def _rules() -> str:
     """A digest of the code a cached row comes from: another version of it projects or
     renders differently, and its cache is not trusted."""
@@ -428,12 +430,7 @@ def _whole(
         texts = [*tasks[0::2], *attempts[0::2]]
         return shown, _writer(state, report, split, texts, ())
     rows, widths = status_rows(report)
-    lines = [
-        *table_lines(rows, widths),
-        *held_lease_lines(report),
-        *summary_lines(len(report.tasks), report.counts, report.warnings),
-    ]
-    shown = View(terminal_text(lines), {}, report.warnings, None)
+    shown = View(terminal_text(status_lines(report, (rows, widths))), {}, report.warnings, None)
     if split is None:
         return shown, None
     flags, _ = split

@@ -1257,7 +1257,7 @@ def read_journal(path: str | Path) -> tuple[bytes, tuple[int, ...], str]:
         raise from_os_error(exc, f"cannot read {name!r}") from None
     finally:
         os.close(fd)
-    return data, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), name
+    return data, _version(st), name
 
 
 def remainder(
@@ -1310,6 +1310,10 @@ def journal_version(path: str | Path) -> tuple[int, ...] | None:
         st = os.stat(Path(path) / JOURNAL, follow_symlinks=False)
     except (OSError, ValueError):  # ValueError: a NUL in the name, which read refuses
         return None
+    return _version(st)
+
+
+def _version(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -1345,7 +1349,7 @@ class Writer:
         try:
             st = os.fstat(fd)
             _check_owned(st, self.name, stat.S_ISREG, tightened=True)
-            version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            version = _version(st)
             if stat.S_IMODE(st.st_mode) != FILE_MODE:
                 os.fchmod(fd, FILE_MODE)
             data = read_all(fd)
