@@ -38,10 +38,9 @@ from servatus.plan import (
     plan_to_document,
 )
 from servatus.render import plan_lines
-from servatus.status import Execution, Report, RunTime, StopReason, TaskLink, TaskStatus
+from servatus.status import Execution, RunTime, StopReason, TaskLink
 
 HOUR, MINUTE = 3600, 60
-NO_WORK = Report(tasks=(), attempts=(), warnings=(), online=True)
 SPEC = Resources(cpus=32, memory_mib=64000, time_limit=16 * HOUR, gpus=1, signal_before_end=600)
 L40S = Limits(time_limit=16 * HOUR, max_time_limit=3 * 86400, signal_before_end=10 * MINUTE)
 
@@ -83,18 +82,14 @@ def planned(
     valid: frozenset[str] = frozenset(),
 ) -> Plan:
     """A plan from values alone, as the campaign makes it (campaign id and clock fixed)."""
-    tasks = tuple(
-        TaskStatus(key, w.execution, None, None, w.run_time, None, None, w.accepted,
-                   w.unresolved, w.listed)
-        for key, w in (work or {}).items()
-    )  # fmt: skip
     return make_plan(
         campaign_id="0123456789abcdef0123456789abcdef",
         revision=7,
         keys=keys,
         profile=on or profile(),
         request=request or Request(),
-        report=attrs.evolve(NO_WORK, tasks=tasks),
+        work=work or {},
+        warnings=(),
         valid=valid,
         probe=False,
         now=1_800_000_000.0,

@@ -16,7 +16,6 @@ from servatus.config import Profile, Resources, Target
 from servatus.continuation import Continuation
 from servatus.errors import StalePlan
 from servatus.plan import Hold, Request, _digest, make_plan, plan_from_document, plan_to_document
-from servatus.status import Report
 from servatus.testing import FakeScheduler
 from testkit import DATA, owner_only_copy
 
@@ -143,7 +142,8 @@ def _chain_document() -> dict[str, Any]:
         keys=("k0", "k1"),
         profile=Profile("cpu", target, resources),
         request=Request(),
-        report=Report(tasks=(), attempts=(), warnings=(), online=True),
+        work={},
+        warnings=(),
         valid=frozenset(),
         probe=False,
         now=1.0,

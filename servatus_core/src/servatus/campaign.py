@@ -57,10 +57,14 @@ from servatus.plan import (
     LeaseHold,
     Plan,
     Request,
+    Work,
+    consults,
     make_lease_plan,
     make_plan,
+    make_request,
     make_step_plan,
     plan_to_document,
+    work_from_report,
 )
 from servatus.plugins import Hooks, hooks
 from servatus.reconcile import Resolution, claim_handoffs, decide_link, resolve, resolve_step
@@ -526,29 +530,55 @@ class Campaign:
         request: Request,
         continuation: Continuation | None = None,
     ) -> tuple[Plan, store.Settled]:
-        _usable(profile)
-        launcher = self._hooks().launcher(profile.target.launcher)
-        # A budget is spent by measured run time, which only Slurm's listings give (a campaign
-        # with no submission asks nothing: there is nothing to list).
-        budgeted = continuation is not None and continuation.budget is not None
-        consult = request.consults_slurm or bool(state.resolutions) or budgeted
+        launcher = self._launcher(profile)
+        consult = consults(request, continuation, resolved=bool(state.resolutions))
         report, change, _ = self._observe(state, offline=not consult)
+        made = self._decide(
+            state, profile, request, continuation, work_from_report(report), report.warnings
+        )
+        self._check(state, profile, made, launcher)
+        return made, change
+
+    def _launcher(self, profile: Profile) -> Launcher:
+        """The profile's launcher, the profile held to SERVATUS.toml's rules: both refused
+        before Slurm is read."""
+        _usable(profile)
+        return self._hooks().launcher(profile.target.launcher)
+
+    def _decide(
+        self,
+        state: store.CampaignState,
+        profile: Profile,
+        request: Request,
+        continuation: Continuation | None,
+        work: Mapping[str, Work],
+        warnings: Sequence[str],
+        keys: Sequence[str] | None = None,
+    ) -> Plan:
+        """The plan of ``state``'s Tasks (or of ``keys``, the whole roster's order, when
+        ``state`` holds only some of them: the status cache's) given their earlier ``work``."""
         valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
-        made = make_plan(
+        return make_plan(
             campaign_id=state.campaign_id,
             revision=state.revision,
-            keys=state.tasks.keys,
+            keys=state.tasks.keys if keys is None else keys,
             profile=profile,
             request=request,
-            report=report,
+            work=work,
+            warnings=warnings,
             valid=valid,
             probe=self.probe is not None,
             now=time.time(),
             continuation=continuation,
         )
+
+    def _check(
+        self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
+    ) -> None:
+        """Refuse a plan whose launcher or batch scripts ``submit`` would refuse; ``state``
+        holds (at least) the selected Tasks."""
         _check_launches(state, profile.target, launcher, made.decision.selected)
         self._check_scripts(state, profile, made, launcher)
-        return made, change
 
     def _check_scripts(
         self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
@@ -594,14 +624,14 @@ class Campaign:
         continuation may then carry only a budget (``SERVATUS_BUDGET``, Tasks held ``SPENT``).
         """
         self.refresh()
-        if tasks_per_allocation is not None and tasks_per_allocation < 1:
-            raise ConfigurationError("--tasks-per-allocation must be at least 1")
-        request = Request(
-            retry=tuple(dict.fromkeys(retry)),
+        request = make_request(
+            retry,
             retry_failed=retry_failed,
-            only=None if only is None else tuple(dict.fromkeys(only)),
-            tasks_per_allocation=tasks_per_allocation if lease is None else None,
+            only=only,
+            tasks_per_allocation=tasks_per_allocation,
         )
+        if lease is not None:
+            request = attrs.evolve(request, tasks_per_allocation=None)
         if lease is not None:
             if profile is not None:
                 raise ConfigurationError("a plan into a lease takes no profile: it is the lease's")

@@ -770,8 +770,24 @@ def plan_command(
         _show_plan(state, plan, output, as_json)
         return
     profile = load_profile_option(config, profile_name)
-    campaign = _campaign(state)
     chained = budget is not None or max_links is not None
+    continuation = Continuation(budget=budget, max_links=max_links) if chained else None
+    if hold is None and not show_scripts:
+        from servatus import status_cache  # noqa: PLC0415
+        from servatus.plan import make_request  # noqa: PLC0415
+
+        request = make_request(
+            retry,
+            retry_failed=retry_failed,
+            only=only or None,
+            tasks_per_allocation=tasks_per_allocation,
+        )
+        context = _context()
+        connect = context.connect if context else None
+        made = status_cache.plan(state, profile, request, continuation, connect=connect)
+        _show_plan(state, made, output, as_json)
+        return
+    campaign = _campaign(state)
     if hold is not None:
         plan = campaign.hold(profile, slots=hold, max_links=max_links)
     else:
@@ -781,7 +797,7 @@ def plan_command(
             retry_failed=retry_failed,
             only=only or None,
             tasks_per_allocation=tasks_per_allocation,
-            continuation=Continuation(budget=budget, max_links=max_links) if chained else None,
+            continuation=continuation,
         )
     _show_plan(state, plan, output, as_json)
     if show_scripts:
@@ -795,10 +811,11 @@ def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> Non
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.plan import plan_to_document  # noqa: PLC0415
 
-    document = plan_to_document(plan)
     warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
         _fail(f"warning: {warning}")
+    # Built only to be saved or printed: of 100,000 Tasks held, it costs more than the table.
+    document = plan_to_document(plan) if output or as_json else {}
     if output:
         write_output(output, (json_text(document) + "\n").encode(), replace=False)
     if as_json:

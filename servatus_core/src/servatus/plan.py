@@ -133,6 +133,39 @@ class Request:
         return bool(self.retry) or self.retry_failed
 
 
+def make_request(
+    retry: Iterable[str] = (),
+    *,
+    retry_failed: bool = False,
+    only: Iterable[str] | None = None,
+    tasks_per_allocation: int | None = None,
+) -> Request:
+    """The request of ``plan``'s options, repeated keys once each."""
+    if tasks_per_allocation is not None and tasks_per_allocation < 1:
+        raise ConfigurationError("--tasks-per-allocation must be at least 1")
+    return Request(
+        retry=tuple(dict.fromkeys(retry)),
+        retry_failed=retry_failed,
+        only=None if only is None else tuple(dict.fromkeys(only)),
+        tasks_per_allocation=tasks_per_allocation,
+    )
+
+
+def consults(request: Request, continuation: Continuation | None, *, resolved: bool) -> bool:
+    """Whether a plan reads Slurm: for a retry, for a budget (spent by measured run time, which
+    only the listings give), and once ``reconcile`` has resolved a submission (a job recorded as
+    never sent may be listed after all). A campaign with no submission asks nothing."""
+    budgeted = continuation is not None and continuation.budget is not None
+    return request.consults_slurm or resolved or budgeted
+
+
+def selectable_unasked(work: Work) -> bool:
+    """Whether a plan may select a Task with this work that ``--retry`` does not name: it was
+    never accepted, or ``--retry-failed`` takes it (the status cache keeps only these Tasks'
+    content for planning, ADR 0010)."""
+    return not work.accepted or work.execution in _RETRYABLE
+
+
 @attrs.frozen
 class Decision:
     """What the user reviews: selected Tasks in roster order, held ones with their reason, and
@@ -1109,17 +1142,18 @@ def make_plan(
     keys: Sequence[str],
     profile: Profile,
     request: Request,
-    report: Report,
+    work: Mapping[str, Work],
+    warnings: Sequence[str],
     valid: Collection[str],
     probe: bool,
     now: float,
     continuation: Continuation | None = None,
 ) -> Plan:
-    """Decide and pack: the whole plan from values, reproducible for the same inputs. Under a
-    ``continuation``, each allocation is a chain of links; a budget needs the profile's
+    """Decide and pack: the whole plan from values, reproducible for the same inputs. ``work``
+    is each Task's earlier work (a Task missing has none), ``warnings`` the projection's. Under
+    a ``continuation``, each allocation is a chain of links; a budget needs the profile's
     ``signal_before_end`` (:class:`ConfigurationError`)."""
     limits = None if continuation is None else limits_for(continuation, profile)
-    work = work_from_report(report)
     decision = decide(keys, work, request, valid=valid, continuation=continuation, limits=limits)
     salt = f"{campaign_id}:{revision}"
     decision, allocations, chains = _pack(decision, profile, request, salt=salt)
@@ -1138,7 +1172,7 @@ def make_plan(
         decision=decision,
         allocations=allocations,
         created_at=now,
-        warnings=(*packing_warnings(profile, request), *chained, *report.warnings),
+        warnings=(*packing_warnings(profile, request), *chained, *warnings),
     )
 
 

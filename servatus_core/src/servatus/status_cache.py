@@ -22,6 +22,7 @@ import functools
 import hashlib
 import itertools
 import json
+import operator
 import os
 import time
 import zlib
@@ -37,6 +38,15 @@ from cattrs.preconf.json import make_converter
 from servatus import store
 from servatus.files import read_all, write_all
 from servatus.ids import ALLOCATION_ID_HEX
+from servatus.plan import (
+    Plan,
+    Request,
+    TaskWork,
+    Work,
+    consults,
+    selectable_unasked,
+    work_from_report,
+)
 from servatus.render import (
     STATUS_HEADER,
     held_lease_lines,
@@ -47,13 +57,16 @@ from servatus.render import (
     summary_lines,
     terminal_text,
 )
-from servatus.status import Execution, Report, report_to_document
+from servatus.status import Execution, Report, RunTime, TaskLink, TaskStatus, report_to_document
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
+    from servatus.config import Profile
+    from servatus.continuation import Continuation
+    from servatus.tasks import Roster
     from servatus.transport import Connect
 
-FORMAT = b"servatus.status-cache/1 "
+FORMAT = b"servatus.status-cache/2 "
 """How a cache file starts; the CRC-32 of the rest (its header line and body) follows in hex."""
 MIN_CACHED = 1000
 """Fewer settled Tasks than this (or than half the campaign) are projected faster than a cache
@@ -74,7 +87,10 @@ _STALE_TEMPORARY = 600.0
 class Header:
     """What a cache file says of itself, before its body: the checks, then how to join. The
     body is the remainder's snapshot (``remainder`` bytes), the cached allocations' ids run
-    together (``held`` bytes), then the cached texts, a line each."""
+    together (``held`` bytes), for ``plan`` the cached Tasks it may select as one Appended
+    record (``contents`` bytes) and the :class:`Planning` document (``planning`` bytes), then
+    the cached texts, a line each. ``resolved``: a cached allocation was resolved by
+    ``reconcile`` (a plan then reads Slurm)."""
 
     name: str
     rules: str
@@ -91,20 +107,61 @@ class Header:
     succeeded: bool
     widths: tuple[int, ...]
     settled_live: int
+    contents: int
+    planning: int
+    resolved: bool
+
+
+@attrs.frozen
+class Planning:
+    """What ``plan`` reads of the cached Tasks: their keys in roster order, and each one's
+    earlier work, an index into the distinct ``works``."""
+
+    keys: tuple[str, ...]
+    works: tuple[TaskWork, ...]
+    of: tuple[int, ...]
 
 
 _HEADERS = make_converter(forbid_extra_keys=True)
 
 
+def _all_of(kind: type[Any]) -> Callable[[Any, Any], tuple[Any, ...]]:
+    """A strict structure hook for a JSON array of one scalar type, one C loop for a planning
+    part's 100,000 keys where cattrs' own calls a hook per item."""
+
+    def structure(value: Any, _: Any) -> tuple[Any, ...]:
+        if type(value) is not list or not all(type(item) is kind for item in value):
+            raise TypeError(f"not an array of {kind.__name__}")
+        return tuple(value)
+
+    return structure
+
+
+for _scalar in (str, int):
+    _HEADERS.register_structure_hook_func(
+        functools.partial(operator.eq, tuple[_scalar, ...]),  # type: ignore[valid-type]
+        _all_of(_scalar),
+    )
+_HEADERS.register_structure_hook(
+    RunTime, lambda value, _: RunTime(*_HEADERS.structure(value, tuple[int, bool]))
+)
+_HEADERS.register_structure_hook(
+    TaskLink, lambda value, _: TaskLink(*_HEADERS.structure(value, tuple[int, int, int]))
+)
+
+
 @attrs.frozen
 class Cached:
     """A cache that holds for the journal read: its header, the state it leaves live (the
-    journal's later records folded on), and its finished texts (rows, or JSON of Tasks then of
-    allocations)."""
+    journal's later records folded on), its finished texts (rows, or JSON of Tasks then of
+    allocations), and for ``plan`` the content of the cached Tasks it may select and the
+    :class:`Planning` document, both still encoded."""
 
     header: Header
     state: store.CampaignState
     texts: list[str]
+    contents: bytes
+    planning: bytes
 
 
 @attrs.frozen
@@ -343,16 +400,20 @@ def _holds(content: bytes, data: bytes, journal: str, name: str) -> Cached | Non
         into.apply(change)  # Rejected for a record about a cached Task or allocation
     if len(into.settlements) - header.settled_live > max(MIN_CACHED, header.cached_tasks // 4):
         return None  # settled since, projected on every status: time to cache them too
-    texts = str(body[header.remainder + header.held :], "utf-8").split("\n")
+    at = header.remainder + header.held
+    contents = bytes(body[at : at + header.contents])
+    planning = bytes(body[at + header.contents : at + header.contents + header.planning])
+    texts = str(body[at + header.contents + header.planning :], "utf-8").split("\n")
     runs_held = len(header.tasks[0::2]) + len(header.attempts[0::2])
     if len(texts) != (header.cached_tasks if header.widths else runs_held):
         return None
-    return Cached(header, into.freeze(), texts)
+    return Cached(header, into.freeze(), texts, contents, planning)
 
 
 def _consistent(header: Header) -> bool:
     """Whether a header's numbers fit together (a checksum proves only that they were written)."""
     numbers = [*header.tasks, *header.attempts, *header.widths, *header.counts.values()]
+    numbers += (header.remainder, header.contents, header.planning)
     return (
         min(numbers, default=0) >= 0
         and sum(header.tasks[0::2]) == header.cached_tasks == sum(header.counts.values())
@@ -404,6 +465,133 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
         if write is not None:
             write(directory, name, memoryview(data)[: found.end])
     return attrs.evolve(shown, record_warning=campaign.record_warning)
+
+
+def plan(
+    path: str | Path,
+    profile: Profile,
+    request: Request,
+    continuation: Continuation | None,
+    *,
+    connect: Connect | None = None,
+) -> Plan:
+    """``servatus plan`` of Tasks (no lease, no scripts shown): from a status cache that holds
+    for the journal when one does, else from the whole journal, read once either way. The same
+    listings are read, what settled is recorded, and the same plan is made (``submit`` rebuilds
+    it from the whole journal, and refuses it as stale if it differs)."""
+    from servatus.campaign import Campaign  # noqa: PLC0415 - it imports the engine
+
+    data, version, journal = store.read_journal(path)
+    made = _cached_plan(Path(path), data, version, journal, profile, request, continuation, connect)
+    if made is not None:
+        return made
+    with bulk():
+        into, _ = store.load(data, journal)
+        state = into.freeze()
+    campaign = Campaign(path, connect=connect, _state=state)
+    campaign._version = version
+    made, change = campaign._make_plan(state, profile, request, continuation)
+    campaign._record(change)
+    return made
+
+
+def _cached_plan(
+    directory: Path,
+    data: bytes,
+    version: tuple[int, ...],
+    journal: str,
+    profile: Profile,
+    request: Request,
+    continuation: Continuation | None,
+    connect: Connect | None,
+) -> Plan | None:
+    """The plan from a cache: the live Tasks projected as a plan projects them, the cached ones'
+    earlier work read from the cache. None when no cache holds, a listing was not read, or the
+    plan would select a cached Task whose content the cache does not keep (``--retry`` of a
+    ``SUCCEEDED`` one)."""
+    from servatus.campaign import Campaign  # noqa: PLC0415
+
+    asked = consults(request, continuation, resolved=False)
+    with bulk():
+        cached = _either_form(directory, data, journal, offline=not asked)
+        if cached is not None and not asked and _resolved(cached):
+            cached = _either_form(directory, data, journal, offline=False)
+        found = None if cached is None else _planning(cached)
+    if cached is None or found is None:
+        return None
+    planning, content = found
+    live = cached.state.tasks
+    keys = join(cached.header.tasks, planning.keys, live.keys)
+    kept = frozenset(content.keys)
+    if keys is None or any(key not in kept for key in request.retry if key in planning.works_of):
+        return None
+    campaign = Campaign(directory, connect=connect, _state=cached.state)
+    campaign._version = version
+    launcher = campaign._launcher(profile)
+    consult = consults(request, continuation, resolved=_resolved(cached))
+    targets = cached.header.targets
+    report, change, evidence = campaign._observe(cached.state, offline=not consult, targets=targets)
+    if consult and not all(
+        item.queue is not None and item.markers is not None for item in evidence.values()
+    ):
+        return None  # the cached work is what a status that read every listing saw
+    work: dict[str, Work] = dict(planning.works_of)
+    work.update(work_from_report(report))
+    made = campaign._decide(
+        cached.state, profile, request, continuation, work, report.warnings, keys=keys
+    )
+    if not all(key in kept or live.get(key) is not None for key in made.decision.selected):
+        return None
+    both = store.stored_roster((*live.keys, *content.keys), [*live.stored(), *content.stored()])
+    campaign._check(attrs.evolve(cached.state, tasks=both), profile, made, launcher)
+    campaign._record(change, partial=True)
+    return made
+
+
+def _either_form(directory: Path, data: bytes, journal: str, *, offline: bool) -> Cached | None:
+    """A cache of the mode that holds, of either form: each keeps the same planning part."""
+    for as_json in (False, True):
+        cached = load(directory, file_name(offline=offline, as_json=as_json), data, journal)
+        if cached is not None:
+            return cached
+    return None
+
+
+def _resolved(cached: Cached) -> bool:
+    """Whether the whole state has a resolution: a cached allocation's, or a live one's."""
+    return cached.header.resolved or bool(cached.state.resolutions)
+
+
+@attrs.frozen
+class _Found:
+    """A cache's planning part, decoded: each cached Task's earlier work by key, and the
+    content of those a plan may select unasked."""
+
+    keys: tuple[str, ...]
+    works_of: dict[str, TaskWork]
+
+
+def _planning(cached: Cached) -> tuple[_Found, Roster] | None:
+    """The planning part of ``cached`` decoded and checked against its header, or None."""
+    header = cached.header
+    try:
+        planning = _HEADERS.structure(json.loads(cached.planning), Planning)
+        appended = store.decode(cached.contents)
+    except Exception:  # whatever is wrong with a cache, the whole journal answers
+        return None
+    if not isinstance(appended, store.Appended) or len(planning.keys) != header.cached_tasks:
+        return None
+    if len(planning.of) != len(planning.keys) or not all(
+        0 <= index < len(planning.works) for index in planning.of
+    ):
+        return None
+    works = dict(zip(planning.keys, map(planning.works.__getitem__, planning.of), strict=True))
+    content = appended.tasks
+    if len(works) != len(planning.keys) or not works.keys().isdisjoint(cached.state.tasks.keys):
+        return None
+    if not all(key in works for key in content.keys):
+        return None
+    return _Found(planning.keys, works), content
 
 
 Write = Callable[[Path, str, memoryview], None]
@@ -543,8 +731,9 @@ def _writer(
         rest = store.remainder(state, tasks, allocations)
         remainder = store.encode(store.Snapshot(rest))
         ids = "".join(allocation_id for allocation_id in allocations).encode("ascii")
+        contents, planning = _for_planning(state, report, flags)
         try:
-            body = remainder + ids + "\n".join(texts).encode("utf-8")
+            body = remainder + ids + contents + planning + "\n".join(texts).encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate in a key: not worth a cache of its own
             return
         identities = state.target_identities()
@@ -564,6 +753,9 @@ def _writer(
             succeeded=all(execution is Execution.SUCCEEDED for execution in executions),
             widths=tuple(widths),
             settled_live=len(rest.settlements),
+            contents=len(contents),
+            planning=len(planning),
+            resolved=any(item.allocation_id in allocations for item in state.resolutions),
         )
         if not header.rules:
             return
@@ -572,6 +764,42 @@ def _writer(
         _replace(path, name, FORMAT + b"%08x\n" % zlib.crc32(content) + content)
 
     return write
+
+
+def _for_planning(
+    state: store.CampaignState, report: Report, flags: Sequence[bool]
+) -> tuple[bytes, bytes]:
+    """The cached Tasks ``plan`` may select unasked (:func:`selectable_unasked`), as one
+    Appended record of their stored content, and the :class:`Planning` document of them all."""
+    keys: list[str] = []
+    index: dict[tuple[Any, ...], int] = {}  # a Task's work fields: hashing a tuple is cheap
+    works: list[TaskWork] = []
+    selectable: list[bool] = []
+    of: list[int] = []
+    content: list[tuple[str, Any]] = []
+    for task, item, cached in zip(report.tasks, state.tasks.stored(), flags, strict=True):
+        if not cached:
+            continue
+        fields = _WORK_FIELDS(task)
+        at = index.get(fields)
+        if at is None:
+            at = index[fields] = len(works)
+            works.append(TaskWork(*fields))
+            selectable.append(selectable_unasked(works[at]))
+        keys.append(task.key)
+        of.append(at)
+        if selectable[at]:
+            content.append((task.key, item))
+    roster = store.stored_roster(tuple(key for key, _ in content), [item for _, item in content])
+    document = _HEADERS.unstructure(Planning(tuple(keys), tuple(works), tuple(of)))
+    planning = json.dumps(document, separators=(",", ":")).encode("ascii")
+    return store.encode(store.Appended(roster)), planning
+
+
+_WORK_FIELDS = operator.itemgetter(
+    *(TaskStatus._fields.index(field.name) for field in attrs.fields(TaskWork))
+)
+"""A TaskStatus's fields that make its :class:`TaskWork`, in that class's order."""
 
 
 def _replace(path: Path, name: str, content: bytes) -> None:

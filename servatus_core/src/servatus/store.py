@@ -488,9 +488,7 @@ class Fold:
             campaign_id=self.campaign_id,
             created_at=self.created_at,
             sealed=self.sealed,
-            tasks=Roster(
-                tuple(self.task_keys), list(self.tasks), _build_task, _stored_args, _stored_size
-            ),
+            tasks=stored_roster(tuple(self.task_keys), list(self.tasks)),
             intents=tuple(self.intents.values()),
             receipts=tuple(self.receipts.values()),
             resolutions=tuple(self.resolutions.values()),
@@ -708,7 +706,13 @@ def _structure_stored_roster(value: Any, _: Any) -> Roster:
     if not (fields_valid(keys, args, envs) and all(map(_is_base64, stdins))):
         for row in rows:  # the exact error: build each Task until one fails
             _build_task(row)
-    return Roster(tuple(keys), rows, _build_task, _stored_args, _stored_size)
+    return stored_roster(tuple(keys), rows)
+
+
+def stored_roster(keys: tuple[str, ...], items: list[Any]) -> Roster:
+    """A roster of ``items``, each a Task or a stored row (:func:`decode` checked it), under
+    ``keys``: a row is built into its Task when first used."""
+    return Roster(keys, items, _build_task, _stored_args, _stored_size)
 
 
 def _columns(value: Any, names: Iterable[str], what: str) -> list[list[Any]]:
@@ -1284,13 +1288,7 @@ def remainder(
     ]
     return attrs.evolve(
         state,
-        tasks=Roster(
-            tuple(key for key, _ in stored),
-            [item for _, item in stored],
-            _build_task,
-            _stored_args,
-            _stored_size,
-        ),
+        tasks=stored_roster(tuple(key for key, _ in stored), [item for _, item in stored]),
         intents=tuple(kept),
         receipts=tuple(item for item in state.receipts if item.allocation_id not in allocations),
         resolutions=tuple(
