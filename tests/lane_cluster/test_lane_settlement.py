@@ -60,7 +60,7 @@ _CACHED_STATUS = textwrap.dedent(
         return whole(data, name)
 
     store.load = load
-    code = main(["status", *sys.argv[1:]])
+    code = main(sys.argv[1:])
     print(f"folds={len(folds)}", file=sys.stderr)
     sys.exit(code)
     """
@@ -74,7 +74,7 @@ def cached_answers(lane: Lane) -> tuple[str, str]:
     for form in ([], ["--json"]):
         printed = []
         for _ in range(2):
-            result = lane.run([lane.python, "-c", _CACHED_STATUS, "state", *form])
+            result = lane.run([lane.python, "-c", _CACHED_STATUS, "status", "state", *form])
             assert result.returncode == 0, result.stderr
             printed.append((result.stdout, result.stderr.splitlines()[-1]))
         assert printed[1] == (printed[0][0], "folds=0"), printed
@@ -110,6 +110,12 @@ def test_a_settled_sweep_answers_the_same_after_every_marker_is_deleted(lane: La
     assert delete_markers(lane, ids) >= 6
     assert answers(lane) == before
     assert cached_answers(lane) == before[:2]  # the cache holds the rows: no marker needed
+    planned = lane.run(
+        [lane.python, "-c", _CACHED_STATUS, "plan", "state", "--retry-failed", "--json"]
+    )
+    assert planned.stderr.splitlines()[-1] == "folds=0", planned.stderr  # from the cache
+    plan = json.loads(planned.stdout)
+    assert [plan["decision"], plan["totals"]] == before[2]
     executions = lane.executions()
     assert executions == {
         "ok-1": ("SUCCEEDED", 0),
