@@ -9,6 +9,7 @@ import json
 import shutil
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from test_status_cache import assert_cached_same, cache_files, loads, mixed_sweep, sweep
@@ -72,6 +73,39 @@ def config(tmp_path: Path, text: str = CPU_PROFILE) -> list[str]:
     return ["--config", str(path)]
 
 
+class Planner(NamedTuple):
+    """The mixed sweep's campaign, its FakeScheduler, and what its tests plan with."""
+
+    fake: FakeScheduler
+    state: Path
+    capsys: pytest.CaptureFixture[str]
+    loads: list[int]
+    config: list[str]
+    tmp_path: Path
+
+    def same(
+        self, asked: list[str], *, cached: bool = True, text: str | None = None
+    ) -> tuple[int, object, str]:
+        """:func:`assert_planned_same` of ``plan --config ... ASKED`` (``text`` another
+        SERVATUS.toml)."""
+        chosen = self.config if text is None else config(self.tmp_path, text)
+        args = [*chosen, *asked]
+        return assert_planned_same(
+            self.state, self.fake, self.capsys, self.loads, args, cached=cached
+        )
+
+
+@pytest.fixture
+def planner(
+    sweep: tuple[Campaign, FakeScheduler, Path],
+    capsys: pytest.CaptureFixture[str],
+    loads: list[int],
+    tmp_path: Path,
+) -> Planner:
+    _campaign, fake, state = sweep
+    return Planner(fake, state, capsys, loads, config(tmp_path), tmp_path)
+
+
 @pytest.mark.parametrize(
     "asked",
     [
@@ -85,77 +119,44 @@ def config(tmp_path: Path, text: str = CPU_PROFILE) -> list[str]:
         ["--retry-failed", "--max-links", "2"],
     ],
 )
-def test_a_plan_from_the_cache_is_the_whole_journals(
-    sweep: tuple[Campaign, FakeScheduler, Path],
-    capsys: pytest.CaptureFixture[str],
-    loads: list[int],
-    tmp_path: Path,
-    asked: list[str],
-) -> None:
-    _campaign, fake, state = sweep
-    shown = assert_planned_same(state, fake, capsys, loads, [*config(tmp_path), *asked])
+def test_a_plan_from_the_cache_is_the_whole_journals(planner: Planner, asked: list[str]) -> None:
+    shown = planner.same(asked)
     assert shown[0] == 0, shown
 
 
-def test_a_budget_plan_from_the_cache_is_the_whole_journals(
-    sweep: tuple[Campaign, FakeScheduler, Path],
-    capsys: pytest.CaptureFixture[str],
-    loads: list[int],
-    tmp_path: Path,
-) -> None:
-    _campaign, fake, state = sweep
-    args = [*config(tmp_path, BUDGETED), "--retry-failed", "--budget", "00:20:00", "--json"]
-    code, document, _err = assert_planned_same(state, fake, capsys, loads, args)
+def test_a_budget_plan_from_the_cache_is_the_whole_journals(planner: Planner) -> None:
+    asked = ["--retry-failed", "--budget", "00:20:00", "--json"]
+    code, document, _err = planner.same(asked, text=BUDGETED)
     assert code == 0 and isinstance(document, dict)
     assert document["decision"]["selected"] == ["t1", "t8", "t9"]  # t8, t9 never submitted
 
 
-def test_refusals_from_the_cache_are_the_whole_journals(
-    sweep: tuple[Campaign, FakeScheduler, Path],
-    capsys: pytest.CaptureFixture[str],
-    loads: list[int],
-    tmp_path: Path,
-) -> None:
-    _campaign, fake, state = sweep
-    journal = (state / store.JOURNAL).read_bytes()
+def test_refusals_from_the_cache_are_the_whole_journals(planner: Planner) -> None:
+    journal = (planner.state / store.JOURNAL).read_bytes()
     for asked in (
         ["--retry", "nosuch"],
         ["--retry", "t6"],  # queued, still listed
         ["--retry-failed", "--budget", "00:20:00"],  # the profile has no signal_before_end
     ):
-        code, _out, err = assert_planned_same(
-            state, fake, capsys, loads, [*config(tmp_path), *asked]
-        )
+        code, _out, err = planner.same(asked)
         assert code != 0 and err.startswith("servatus: "), (asked, err)
-    assert (state / store.JOURNAL).read_bytes() == journal
+    assert (planner.state / store.JOURNAL).read_bytes() == journal
 
 
-def test_a_retry_of_a_cached_success_reads_the_whole_journal(
-    sweep: tuple[Campaign, FakeScheduler, Path],
-    capsys: pytest.CaptureFixture[str],
-    loads: list[int],
-    tmp_path: Path,
-) -> None:
+def test_a_retry_of_a_cached_success_reads_the_whole_journal(planner: Planner) -> None:
     """The cache keeps the content only of the Tasks a plan may select unasked."""
-    _campaign, fake, state = sweep
-    args = [*config(tmp_path), "--retry", "t0", "--json"]
-    code, document, _ = assert_planned_same(state, fake, capsys, loads, args, cached=False)
+    code, document, _ = planner.same(["--retry", "t0", "--json"], cached=False)
     assert code == 0 and isinstance(document, dict)
     assert document["decision"]["selected"] == ["t0", "t8", "t9"]
 
 
-def test_a_plan_saved_from_the_cache_is_submitted(
-    sweep: tuple[Campaign, FakeScheduler, Path],
-    capsys: pytest.CaptureFixture[str],
-    loads: list[int],
-    tmp_path: Path,
-) -> None:
-    _campaign, fake, state = sweep
-    saved = tmp_path / "retry.json"
-    loads.clear()
-    args = ["plan", str(state), *config(tmp_path), "--retry-failed", "--output", str(saved)]
+def test_a_plan_saved_from_the_cache_is_submitted(planner: Planner) -> None:
+    fake, state, capsys = planner.fake, planner.state, planner.capsys
+    saved = planner.tmp_path / "retry.json"
+    planner.loads.clear()
+    args = ["plan", str(state), *planner.config, "--retry-failed", "--output", str(saved)]
     assert run(args, fake, capsys)[0] == 0
-    assert loads == []
+    assert planner.loads == []
     code, out, err = run(["submit", str(state), str(saved)], fake, capsys)
     assert (code, err) == (0, ""), out
     first, *_, retried = [i for i in store.read(state).intents if "t1" in i.task_keys]
@@ -208,16 +209,10 @@ def test_a_resolved_cached_allocation_makes_a_first_plan_read_slurm(
     assert_planned_same(state, fake, capsys, loads, config(tmp_path), cached=False)
 
 
-def test_a_damaged_planning_part_plans_from_the_whole_journal(
-    sweep: tuple[Campaign, FakeScheduler, Path],
-    capsys: pytest.CaptureFixture[str],
-    loads: list[int],
-    tmp_path: Path,
-) -> None:
+def test_a_damaged_planning_part_plans_from_the_whole_journal(planner: Planner) -> None:
     """A planning part that does not fit its header (its checksum holding) is not read; the
     status it sits in still answers from its rows."""
-    _campaign, fake, state = sweep
-    args = [*config(tmp_path), "--retry-failed"]
+    fake, state, capsys, loads = planner.fake, planner.state, planner.capsys, planner.loads
     for path in cache_files(state):
         if path.name.endswith(".json"):
             path.unlink()  # a plan would fall back to them
@@ -234,7 +229,7 @@ def test_a_damaged_planning_part_plans_from_the_whole_journal(
         header["planning"] += len(new) - len(old)
         changed = json.dumps(header).encode() + b"\n" + body.replace(old, new, 1)
         cache.write_bytes(status_cache.FORMAT + b"%08x\n" % zlib.crc32(changed) + changed)
-        assert_planned_same(state, fake, capsys, loads, args, cached=False)
+        planner.same(["--retry-failed"], cached=False)
         loads.clear()
         assert run(["status", str(state)], fake, capsys)[0] == 0
         assert loads == [], "the status did not answer from its rows"

@@ -632,7 +632,6 @@ class Campaign:
         )
         if lease is not None:
             request = attrs.evolve(request, tasks_per_allocation=None)
-        if lease is not None:
             if profile is not None:
                 raise ConfigurationError("a plan into a lease takes no profile: it is the lease's")
             if tasks_per_allocation is not None:

@@ -61,8 +61,10 @@ from servatus.status import Execution, Report, RunTime, TaskLink, TaskStatus, re
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
+    from servatus.campaign import Campaign
     from servatus.config import Profile
     from servatus.continuation import Continuation
+    from servatus.evidence import Evidence
     from servatus.tasks import Roster
     from servatus.transport import Connect
 
@@ -432,8 +434,6 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
     """``servatus status``: from the cache when it holds for the journal, joined with the
     projection of what it leaves live; else from the whole journal, writing the cache. The same
     listings are read, and what settled is recorded, either way."""
-    from servatus.campaign import Campaign  # noqa: PLC0415 - it imports the engine
-
     data, version, journal = store.read_journal(path)
     directory = Path(path)
     name = file_name(offline=offline, as_json=as_json)
@@ -441,14 +441,10 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
     with bulk():
         cached = load(directory, name, data, journal)
     if cached is not None:
-        campaign = Campaign(directory, connect=connect, _state=cached.state)
-        campaign._version = version
+        campaign = _campaign(directory, cached.state, version, connect)
         targets = cached.header.targets
         report, change, evidence = campaign._observe(cached.state, offline=offline, targets=targets)
-        whole = all(
-            item.queue is not None and item.markers is not None for item in evidence.values()
-        )
-        shown = _joined(cached, report, as_json) if offline or whole else None
+        shown = _joined(cached, report, as_json) if offline or _all_read(evidence) else None
         if shown is not None:
             campaign._record(change, partial=True)
             return attrs.evolve(shown, record_warning=campaign.record_warning)
@@ -456,8 +452,7 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
     with bulk():
         into, found = store.load(data, journal)
         state = into.freeze()
-    campaign = Campaign(directory, connect=connect, _state=state)
-    campaign._version = version
+    campaign = _campaign(directory, state, version, connect)
     report, change, _ = campaign._observe(state, offline=offline, evidence=evidence)
     campaign._record(change)
     with bulk():
@@ -479,17 +474,15 @@ def plan(
     for the journal when one does, else from the whole journal, read once either way. The same
     listings are read, what settled is recorded, and the same plan is made (``submit`` rebuilds
     it from the whole journal, and refuses it as stale if it differs)."""
-    from servatus.campaign import Campaign  # noqa: PLC0415 - it imports the engine
-
     data, version, journal = store.read_journal(path)
-    made = _cached_plan(Path(path), data, version, journal, profile, request, continuation, connect)
+    directory = Path(path)
+    made = _cached_plan(directory, data, version, journal, profile, request, continuation, connect)
     if made is not None:
         return made
     with bulk():
         into, _ = store.load(data, journal)
         state = into.freeze()
-    campaign = Campaign(path, connect=connect, _state=state)
-    campaign._version = version
+    campaign = _campaign(directory, state, version, connect)
     made, change = campaign._make_plan(state, profile, request, continuation)
     campaign._record(change)
     return made
@@ -509,8 +502,6 @@ def _cached_plan(
     earlier work read from the cache. None when no cache holds, a listing was not read, or the
     plan would select a cached Task whose content the cache does not keep (``--retry`` of a
     ``SUCCEEDED`` one)."""
-    from servatus.campaign import Campaign  # noqa: PLC0415
-
     asked = consults(request, continuation, resolved=False)
     with bulk():
         cached = _either_form(directory, data, journal, offline=not asked)
@@ -519,23 +510,20 @@ def _cached_plan(
         found = None if cached is None else _planning(cached)
     if cached is None or found is None:
         return None
-    planning, content = found
+    works, content = found
     live = cached.state.tasks
-    keys = join(cached.header.tasks, planning.keys, live.keys)
+    keys = join(cached.header.tasks, list(works), live.keys)
     kept = frozenset(content.keys)
-    if keys is None or any(key not in kept for key in request.retry if key in planning.works_of):
+    if keys is None or any(key not in kept for key in request.retry if key in works):
         return None
-    campaign = Campaign(directory, connect=connect, _state=cached.state)
-    campaign._version = version
+    campaign = _campaign(directory, cached.state, version, connect)
     launcher = campaign._launcher(profile)
     consult = consults(request, continuation, resolved=_resolved(cached))
     targets = cached.header.targets
     report, change, evidence = campaign._observe(cached.state, offline=not consult, targets=targets)
-    if consult and not all(
-        item.queue is not None and item.markers is not None for item in evidence.values()
-    ):
+    if consult and not _all_read(evidence):
         return None  # the cached work is what a status that read every listing saw
-    work: dict[str, Work] = dict(planning.works_of)
+    work: dict[str, Work] = dict(works)
     work.update(work_from_report(report))
     made = campaign._decide(
         cached.state, profile, request, continuation, work, report.warnings, keys=keys
@@ -562,17 +550,28 @@ def _resolved(cached: Cached) -> bool:
     return cached.header.resolved or bool(cached.state.resolutions)
 
 
-@attrs.frozen
-class _Found:
-    """A cache's planning part, decoded: each cached Task's earlier work by key, and the
-    content of those a plan may select unasked."""
+def _campaign(
+    directory: Path, state: store.CampaignState, version: tuple[int, ...], connect: Connect | None
+) -> Campaign:
+    """The campaign at ``directory`` holding ``state``, read from its journal at ``version``
+    (the whole state, or a cache's remainder)."""
+    from servatus.campaign import Campaign  # noqa: PLC0415 - it imports the engine
 
-    keys: tuple[str, ...]
-    works_of: dict[str, TaskWork]
+    campaign = Campaign(directory, connect=connect, _state=state)
+    campaign._version = version
+    return campaign
 
 
-def _planning(cached: Cached) -> tuple[_Found, Roster] | None:
-    """The planning part of ``cached`` decoded and checked against its header, or None."""
+def _all_read(evidence: Mapping[str, Evidence]) -> bool:
+    """Whether every Target's queue and marker listing was read: cached rows and work are
+    those of a command that read them all."""
+    return all(item.queue is not None and item.markers is not None for item in evidence.values())
+
+
+def _planning(cached: Cached) -> tuple[dict[str, TaskWork], Roster] | None:
+    """The planning part of ``cached`` decoded and checked against its header, or None: each
+    cached Task's earlier work by key (in roster order), and the content of those a plan may
+    select unasked."""
     header = cached.header
     try:
         planning = _HEADERS.structure(json.loads(cached.planning), Planning)
@@ -591,7 +590,7 @@ def _planning(cached: Cached) -> tuple[_Found, Roster] | None:
         return None
     if not all(key in works for key in content.keys):
         return None
-    return _Found(planning.keys, works), content
+    return works, content
 
 
 Write = Callable[[Path, str, memoryview], None]
