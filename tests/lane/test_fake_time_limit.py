@@ -107,3 +107,26 @@ def test_a_step_that_ignores_the_signal_is_stopped_at_the_limit_alone(tmp_path: 
     assert [name.rsplit(".", 3)[-3:] for name in fake.markers if ".end." in name] == [
         ["end", "0", "143"]
     ]
+
+
+def test_finishing_a_job_keeps_the_code_of_a_step_that_already_ended(tmp_path: Path) -> None:
+    """``end_step`` then ``finish``: one end marker per step, the first code kept, as a real
+    step ends once."""
+    clock = Clock()
+    fake = FakeScheduler(clock=clock)
+    tasks = [Task(key, ["/usr/bin/python3", "step.py"]) for key in KEYS[:2]]
+    campaign = Campaign.ensure(tmp_path / "state", tasks, connect=fake)
+    [receipt] = campaign.submit(campaign.plan(four_slot_profile(tmp_path))).receipts
+    fake.start(receipt.job)
+    clock.now += 5
+    fake.end_step(receipt.job, 0, 2)
+    clock.now += 5
+    fake.finish(receipt.job, 0, 0)
+    fake.purge()
+    ends = sorted(name.rsplit(".", 3)[-2:] for name in fake.markers if ".end." in name)
+    assert ends == [["0", "2"], ["1", "0"]]
+    read = {t.key: (t.execution, t.exit_code, t.run_time) for t in campaign.status().tasks}
+    assert read == {
+        "ignores": (Execution.FAILED, 2, RunTime(5, complete=True)),
+        "dies": (Execution.SUCCEEDED, 0, RunTime(10, complete=True)),
+    }

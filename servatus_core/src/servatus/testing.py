@@ -298,8 +298,9 @@ class FakeScheduler:
                     self._ends(item, "FAILED" if item.link < item.links else "COMPLETED")
 
     def finish(self, job: int, *exit_codes: int) -> None:
-        """End a job's steps with these exit codes, one per slot (all 0 if none are given); the
-        job stays listed as ``COMPLETED`` until :meth:`purge`. A chain link ends only the steps it
+        """End a job's steps with these exit codes, one per slot (all 0 if none are given; a
+        step that already ended, by :meth:`end_step`, keeps its code); the job stays listed as
+        ``COMPLETED`` until :meth:`purge`. A chain link ends only the steps it
         runs (a code for a slot it was not handed is ignored), writes each handoff, and ends
         ``FAILED`` if it is not its chain's last link and handed nothing on; finishing a link
         that never ran a step (removed, or handed nothing) does nothing."""
@@ -318,7 +319,7 @@ class FakeScheduler:
             return  # removed, or handed nothing and ended at its start: no step to end
         codes = exit_codes or (0,) * item.slots
         for slot, code in enumerate(codes):
-            if item.link and (slot in item.skipped or self._ended(item, slot)):
+            if slot in item.skipped or self._ended(item, slot):
                 continue
             self._step_ends(item, slot, code)
         self._ends(item, self._link_state(item))
