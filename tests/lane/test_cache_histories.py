@@ -15,7 +15,6 @@ and the choice of which content to keep only save work."""
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -23,13 +22,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_plan_cache import BUDGETED, config, normal, whole
+from test_plan_cache import BUDGETED, cacheless, config, normal, whole
 from test_status_cache import MODES, cache_files, loads, uncached
 
 from servatus import store
 from servatus.errors import Unavailable
 from servatus.testing import FakeJob, FakeScheduler
-from testkit import CPU_PROFILE, run
+from testkit import run
 
 __all__ = ["loads"]  # the fixture
 
@@ -103,7 +102,7 @@ class History:
         self.capsys = capsys
         self.loads = loads
         self.counts = counts
-        self.configs = {False: config(root, CPU_PROFILE), True: budgeted(root)}
+        self.configs = {False: config(root), True: config(root, BUDGETED, "budgeted.toml")}
         self.keys = 4
         tasks = root / "tasks.jsonl"
         tasks.write_text("".join(_task(key) for key in KEYS[: self.keys]))
@@ -116,8 +115,7 @@ class History:
     def job(self, index: int, states: set[str]) -> FakeJob | None:
         """The listed job ``index`` picks among those in one of ``states``, if any is, less
         those waiting on a dependency (Slurm would not start them)."""
-        jobs = [job for job in self.fake.jobs if job.state in states and job.listed]
-        jobs = [job for job in jobs if not job.waiting]
+        jobs = [j for j in self.fake.jobs if j.state in states and j.listed and not j.waiting]
         return jobs[index % len(jobs)] if jobs else None
 
     def submit(self, request: int, budgeted: bool, *, lose: bool = False) -> None:
@@ -219,11 +217,7 @@ class History:
     def unlisted(self, args: list[str]) -> None:
         """``status ARGS`` with the marker listing failing answers as the whole journal does
         with it failing: a cache is what a status that read every listing saw."""
-        copy = self.root / "unlisted"
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.copytree(self.state, copy)
-        for path in cache_files(copy):
-            path.unlink()
+        copy = cacheless(self.state, "unlisted")
         listed = self.fake.count("find")
         self.fake.unavailable("find")
         reference = self.cli(["status", str(copy), *args])
@@ -245,12 +239,6 @@ class History:
                 assert shown == reference, asked
                 self.counts["plan from a cache" if self.loads == [] else "plan whole"] += 1
                 self.counts["plan refused" if shown[0] else "plan made"] += 1
-
-
-def budgeted(root: Path) -> list[str]:
-    path = root / "budgeted.toml"
-    path.write_text(BUDGETED)
-    return ["--config", str(path)]
 
 
 def _task(key: str) -> str:

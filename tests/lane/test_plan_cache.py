@@ -40,12 +40,18 @@ def whole(
     state: Path, fake: FakeScheduler, capsys: pytest.CaptureFixture[str], args: list[str]
 ) -> tuple[int, object, str]:
     """The plan of a copy of ``state`` with no cache: the reference."""
-    copy = state.parent / f"{state.name}-whole"
+    copy = cacheless(state, f"{state.name}-whole")
+    return normal(run(["plan", str(copy), *args], fake, capsys))
+
+
+def cacheless(state: Path, name: str) -> Path:
+    """A fresh copy of ``state`` beside it, named ``name``, with no status cache."""
+    copy = state.parent / name
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(state, copy)
     for path in cache_files(copy):
         path.unlink()
-    return normal(run(["plan", str(copy), *args], fake, capsys))
+    return copy
 
 
 def assert_planned_same(
@@ -67,8 +73,8 @@ def assert_planned_same(
     return shown
 
 
-def config(tmp_path: Path, text: str = CPU_PROFILE) -> list[str]:
-    path = tmp_path / "plan.toml"
+def config(tmp_path: Path, text: str = CPU_PROFILE, name: str = "plan.toml") -> list[str]:
+    path = tmp_path / name
     path.write_text(text)
     return ["--config", str(path)]
 

@@ -300,10 +300,10 @@ class FakeScheduler:
     def finish(self, job: int, *exit_codes: int) -> None:
         """End a job's steps with these exit codes, one per slot (all 0 if none are given; a
         step that already ended, by :meth:`end_step`, keeps its code); the job stays listed as
-        ``COMPLETED`` until :meth:`purge`. A chain link ends only the steps it
-        runs (a code for a slot it was not handed is ignored), writes each handoff, and ends
-        ``FAILED`` if it is not its chain's last link and handed nothing on; finishing a link
-        that never ran a step (removed, or handed nothing) does nothing."""
+        ``COMPLETED`` until :meth:`purge`. A chain link ends only the steps it runs (a code for
+        a slot it was not handed is ignored), writes each handoff, and ends ``FAILED`` if it is
+        not its chain's last link and handed nothing on; finishing a link that never ran a step
+        (removed, or handed nothing) does nothing."""
         item = self._job(job)
         if item.state == "PENDING":
             self.start(job)
