@@ -37,20 +37,15 @@ def test_commands(tmp_path: Path) -> None:
         "--states=all",
         "--format=%A|%j|%T",
     ]
-    assert READER.marker_command(target, clock=False) == [
+    listing = READER.marker_command(target, clock=False)
+    assert listing[:2] == ["/bin/sh", "-c"] and "mktemp" not in listing[2]  # writes nothing
+    assert listing[3:] == [
         "find",
-        "-H",
         f"{tmp_path}/logs",
-        "-mindepth",
-        "1",
-        "-maxdepth",
-        "1",
+        "%f %T@ %s\\n",
+        "0",
         "-name",
         "servatus-" + "?" * 24 + ".*",
-        "-type",
-        "f",
-        "-printf",
-        "%f %T@ %s\\n",
     ]
     clocked = READER.marker_command(target)
     assert clocked[:2] == ["/bin/sh", "-c"]

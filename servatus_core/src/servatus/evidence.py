@@ -8,7 +8,7 @@ Readers bound what they accept and drop rows that fail the identity check instea
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import attrs
@@ -103,7 +103,17 @@ class MarkerRecord:
     because most allocations hold one Task: ``status.project`` reads one record per submission,
     in an order unrelated to the listing's, and each object it follows costs a cache miss."""
 
-    __slots__ = ("claim", "ends", "first", "handed", "limit", "start", "step_start", "stop")
+    __slots__ = (
+        "claim",
+        "conflict",
+        "ends",
+        "first",
+        "handed",
+        "limit",
+        "start",
+        "step_start",
+        "stop",
+    )
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -114,6 +124,29 @@ class MarkerRecord:
         self.handed: set[int] | None = None
         self.step_start: float | None = None
         self.claim: bool | None = None
+        self.conflict = False
+        """Two end markers of one slot disagree: the highest exit code is kept, never a 0."""
+
+
+def own_job(
+    markers: Iterable[Marker], jobs: Mapping[str, int | None]
+) -> tuple[list[Marker], list[Marker]]:
+    """The markers that are evidence of the campaign's allocations, and the rest: a marker
+    counts only under the job number Slurm accepted for its allocation (``jobs``: each
+    allocation's accepted job, None while it is not known, when every job's markers count, so
+    that ``reconcile`` can find it). Markers of allocations not in ``jobs`` are kept as they
+    are (another campaign's; nobody reads them)."""
+    kept: list[Marker] = []
+    strays: list[Marker] = []
+    keep, stray = kept.append, strays.append
+    known = jobs.get
+    for marker in markers:
+        job = known(marker[0])
+        if job is None or job == marker[1]:
+            keep(marker)
+        else:
+            stray(marker)
+    return kept, strays
 
 
 def fold_markers(markers: Iterable[Marker]) -> dict[str, MarkerRecord]:
@@ -132,12 +165,24 @@ def fold_markers(markers: Iterable[Marker]) -> dict[str, MarkerRecord]:
         if kind is _END:
             if slot is not None and exit_code is not None:
                 if slot == 0:
-                    record.first = _new(SlotEnd, (exit_code, at))
+                    prior = record.first
+                    if prior is None or prior[0] == exit_code:
+                        record.first = _new(SlotEnd, (exit_code, at))
+                    else:
+                        record.conflict = True
+                        if exit_code > prior[0]:
+                            record.first = _new(SlotEnd, (exit_code, at))
                 else:
                     ends = record.ends
                     if ends is None:
                         ends = record.ends = {}
-                    ends[slot] = _new(SlotEnd, (exit_code, at))
+                    prior = ends.get(slot)
+                    if prior is None or prior[0] == exit_code:
+                        ends[slot] = _new(SlotEnd, (exit_code, at))
+                    else:
+                        record.conflict = True
+                        if exit_code > prior[0]:
+                            ends[slot] = _new(SlotEnd, (exit_code, at))
         elif kind is _START:
             earlier = record.start
             if earlier is None or at < earlier:
@@ -258,6 +303,11 @@ class EvidenceReader(Protocol):
         """The run markers a marker listing printed; a row not of the expected form is dropped."""
         ...
 
+    def parse_foreign(self, result: CommandResult) -> list[tuple[str, int]]:
+        """The files under a marker's name that another user owns, each with that user's uid:
+        never evidence (only the user's own files are), named in a warning instead."""
+        ...
+
     def parse_clock(self, result: CommandResult) -> float | None:
         """The file server's time that a ``clock`` listing printed, in UNIX seconds; None
         when it printed none (``log_root`` not writable from here)."""
@@ -282,6 +332,8 @@ class Evidence:
     queue: tuple[QueueEntry, ...] | None
     markers: tuple[Marker, ...] | None
     clock: float | None = None
+    foreign: tuple[tuple[str, int], ...] = ()
+    """Files under a marker's name owned by another user (name, uid): ignored, and warned of."""
 
 
 def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) -> list[QueueEntry]:
@@ -297,16 +349,17 @@ def fetch_markers(
     reader: EvidenceReader,
     target: Target,
     query: MarkerQuery | None = None,
-) -> tuple[list[Marker], float | None]:
-    """One listing of ``log_root`` with the file server's clock (None where it could not be
-    read); an unreadable log_root is unavailable evidence, an unwritable one is not."""
+) -> tuple[list[Marker], float | None, list[tuple[str, int]]]:
+    """One listing of ``log_root``: the user's own markers, the file server's clock (None where
+    it could not be read), and files of other users under marker names. An unreadable
+    log_root is unavailable evidence, an unwritable one is not."""
     result = transport.run(reader.marker_command(target, query))
     if result.returncode != 0:
         raise Unavailable(
             f"listing {target.log_root} failed (exit {result.returncode}): "
             f"{_first_line(result.stderr)}"
         )
-    return reader.parse_markers(result), reader.parse_clock(result)
+    return reader.parse_markers(result), reader.parse_clock(result), reader.parse_foreign(result)
 
 
 def fetch(
@@ -324,8 +377,8 @@ def fetch(
     queue = fetch_queue(transport, reader, target)
     if query is not None and not query.ids:  # no Task runs: no clock needed either
         return Evidence(queue=tuple(queue), markers=())
-    markers, clock = fetch_markers(transport, reader, target, query)
-    return Evidence(queue=tuple(queue), markers=tuple(markers), clock=clock)
+    markers, clock, foreign = fetch_markers(transport, reader, target, query)
+    return Evidence(queue=tuple(queue), markers=tuple(markers), clock=clock, foreign=tuple(foreign))
 
 
 def _first_line(data: bytes) -> str:

@@ -127,11 +127,15 @@ class OfferAnswer:
 
 
 _OWNED_DIRECTORY = (
-    'owned() { [ ! -h "$1" ] && [ -n "$(find "$1" -prune -type d -user "$(id -u)" -perm 700 '
+    'owned() { [ -n "$(find "$1" -prune -type d -user "$(id -u)" -perm -700 ! -perm /077 '
     '2>/dev/null)" ]; }\n'
+    'enter() { [ ! -h "$1" ] && cd -P -- "$1" 2>/dev/null && owned .; }\n'
 )
-"""Only an owner-only directory may hold orders or claims: an order is a command run as the
-user, and nobody else must be able to place one or pre-empt a claim."""
+"""Only an owner-only directory (rwx for the user alone; setgid, which a project directory passes
+on, is fine) may hold orders or claims: an order is a command run as the user, and nobody else
+must be able to place one or pre-empt a claim. ``enter`` checks the directory it has entered,
+and the scripts then name everything relative to it (``d=.``): a directory renamed aside and
+replaced after the check is never written to or read."""
 
 LINK_EMPTY = r"""
 # link_empty CLAIM VOID: link an empty file of our own (VOID, a name nobody else uses) into
@@ -167,10 +171,11 @@ WITHDRAW_SCRIPT = (
     + _OWNED_DIRECTORY
     + LINK_EMPTY
     + _WITHDRAW_ONE
-    + 'if ! owned "$d"; then\n'
+    + 'if ! enter "$d"; then\n'
     '    for s in "$@"; do echo "undecided $s directory"; done\n'
     "    exit 0\n"
     "fi\n"
+    "d=.\n"
     'for s in "$@"; do withdraw "$s"; done\n'
 )
 """``sh -c WITHDRAW_SCRIPT withdraw DIR JOB NONCE STEP...``: one ``taken|withdrawn|undecided STEP``
@@ -182,10 +187,11 @@ STOP_SCRIPT = (
     "d=$1\nshift\n"
     + _OWNED_DIRECTORY
     + r"""
-if ! owned "$d"; then
+if ! enter "$d"; then
     for s in "$@"; do echo "unwritten $s directory"; done
     exit 0
 fi
+d=.
 for s in "$@"; do
     r="$d/$s.stop"
     # A request already in place (an earlier cancel's) is as good as ours.
@@ -208,10 +214,11 @@ OFFER_SCRIPT = (
     + LINK_EMPTY
     + _WITHDRAW_ONE
     + r"""
-if ! owned "$d"; then
+if ! enter "$d"; then
     while [ "$#" -gt 1 ]; do echo "refused $1 directory"; shift 2; done
     exit 0
 fi
+d=.
 bad=
 set -- "$@" --
 while [ "$1" != -- ]; do
@@ -258,7 +265,7 @@ MKDIR_SCRIPT = (
     "d=$1\n"
     + _OWNED_DIRECTORY
     + 'if mkdir -m 700 -- "$d" 2>/dev/null; then echo made\n'
-    + 'elif owned "$d"; then echo exists\n'
+    + 'elif [ ! -h "$d" ] && owned "$d"; then echo exists\n'
     + "else echo refused\n"
     + "fi\n"
 )

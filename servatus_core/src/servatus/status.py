@@ -19,6 +19,7 @@ from servatus.config import Target, target_from_identity
 from servatus.evidence import (
     Evidence,
     EvidenceReader,
+    Marker,
     MarkerQuery,
     MarkerRecord,
     Observation,
@@ -27,6 +28,7 @@ from servatus.evidence import (
     fetch,
     fold_markers,
     link_observation,
+    own_job,
     plain_observation,
     step_observation,
 )
@@ -373,13 +375,69 @@ def _run_time(
 _Context = tuple[dict[str, QueueEntry], dict[str, MarkerRecord], float | None]
 
 
-def _context(evidence: Evidence | None) -> _Context | None:
+def _context(
+    evidence: Evidence | None, jobs: Mapping[str, int | None], warnings: list[str]
+) -> _Context | None:
     """A Target's queue entries by job name, its folded markers and its file server's clock;
-    None unless both listings were read."""
+    None unless both listings were read. Only evidence that is the campaign's own is folded:
+    the user's files (the reader lists no other user's as markers) under the job number Slurm
+    accepted for the allocation; what was set aside, and slots with two different ends, are
+    named in ``warnings`` (SECURITY.md, "Evidence")."""
     if evidence is None or evidence.queue is None or evidence.markers is None:
         return None
     queue = {entry.name: entry for entry in evidence.queue}
-    return queue, fold_markers(evidence.markers), evidence.clock
+    markers, strays = own_job(evidence.markers, jobs)
+    folded = fold_markers(markers)
+    warnings.extend(evidence_warnings(evidence.foreign, strays, folded, jobs))
+    return queue, folded, evidence.clock
+
+
+MAX_EVIDENCE_WARNINGS = 5
+"""Lines of each kind of set-aside evidence a status names before it counts the rest."""
+
+
+def evidence_warnings(
+    foreign: Iterable[tuple[str, int]],
+    strays: Iterable[Marker],
+    folded: Mapping[str, MarkerRecord],
+    jobs: Mapping[str, int | None],
+) -> list[str]:
+    """One line per file of the campaign's that was not counted: another user's file under one
+    of its marker names, a marker of a job Slurm did not accept for its allocation, two ends of
+    one slot that disagree (the higher exit code stands, so it never reads as a success)."""
+    lines: list[str] = []
+    mine = [(name, uid) for name, uid in foreign if name[9:33] in jobs]
+    lines += _bounded(
+        [
+            f"{name} in log_root belongs to another user (uid {uid}); it is not evidence and "
+            "was ignored (servatus doctor checks who can write log_root)"
+            for name, uid in mine
+        ]
+    )
+    stray = Counter((marker.allocation_id, marker.job) for marker in strays)
+    lines += _bounded(
+        [
+            f"{count} {'marker names' if count == 1 else 'markers name'} job {job} for "
+            f"allocation {allocation_id}, whose job is {jobs[allocation_id]}; ignored"
+            for (allocation_id, job), count in stray.items()
+        ]
+    )
+    lines += _bounded(
+        [
+            f"allocation {allocation_id} has two different end markers for one step; the "
+            "higher exit code counts"
+            for allocation_id, record in folded.items()
+            if record.conflict and allocation_id in jobs
+        ]
+    )
+    return lines
+
+
+def _bounded(lines: list[str]) -> list[str]:
+    if len(lines) <= MAX_EVIDENCE_WARNINGS:
+        return lines
+    rest = len(lines) - MAX_EVIDENCE_WARNINGS
+    return [*lines[:MAX_EVIDENCE_WARNINGS], f"... and {rest} more like it"]
 
 
 def project(
@@ -408,6 +466,11 @@ def project(
     attempts aside, to sum their run times.
     """
     contexts: dict[str, _Context | None] = {}
+    jobs = {  # the job Slurm accepted for each allocation whose markers are still read
+        submission[0]: submission[6]
+        for submission in submissions
+        if submission[5] is _ACCEPTED and submission[7] is None
+    }
     online = not offline
     attempts: list[Attempt] = []
     append = attempts.append
@@ -439,7 +502,7 @@ def project(
             if target in contexts:
                 context = contexts[target]
             else:
-                context = contexts[target] = _context(evidence.get(target))
+                context = contexts[target] = _context(evidence.get(target), jobs, warnings)
             if context is None:
                 online = False
                 queue = folded = None

@@ -532,7 +532,7 @@ class FakeScheduler:
         of the tests (``-false`` matches none), and with ``-newermt @T`` only those modified
         after T."""
         rows = []
-        if _is_script(argv) and argv[4] not in self.read_only_directories:
+        if _is_script(argv) and "mktemp" in argv[2] and argv[4] not in self.read_only_directories:
             rows.append(f"clock {self.clock():.10f}\n")
         patterns = [argv[i + 1] for i, word in enumerate(argv) if word == "-name"] or ["*"]
         if "-false" in argv:

@@ -53,12 +53,14 @@ _CLOCK = (
     'rm -f -- "$clock"; }; '
 )
 _ORDERS = (
-    "root=$1 format=$2 n=$3 && shift 3 && points= i=0 && "
+    "root=$1 format=$2 n=$3 && shift 3 && points= i=0 && me=$(id -u) && "
+    "foreign='foreign %U %f\\n' && "
     'while [ "$i" -lt "$n" ]; do '
     'i=$((i + 1)); if [ -d "$1" ]; then eval "servatus_d$i=\\$1"; '
     'points="$points \\"\\$servatus_d$i\\""; fi; shift; done && '
     'eval "exec find -H \\"\\$root\\"$points -mindepth 1 -maxdepth 1 '
-    '\\"\\$@\\" -type f -printf \\"\\$format\\""'
+    '\\"\\$@\\" -type f \\\\( -user \\"\\$me\\" -printf \\"\\$format\\" '
+    '-o -printf \\"\\$foreign\\" \\\\)"'
 )
 """The listing proper: ``$1`` log_root, ``$2`` the row format, ``$3`` how many orders
 directories follow (ADR 0009: the claims of lease steps), then the tests that choose the
@@ -66,7 +68,12 @@ markers (:func:`_selection`). Each directory is a further start point of the one
 only if it is a directory now: a purged one drops out instead of failing the listing. The kept
 ones are put in numbered variables and named on the ``find`` line by ``eval`` (only the
 variables' names are in the evaluated text, never their values), so the tests stay in ``$@``
-untouched, however many they are."""
+untouched, however many they are.
+
+Only a file of this user's (``-user``, the uid ``id -u`` prints on the cluster) is listed as a
+marker; anyone else's under a selected name is printed as ``foreign UID NAME``, never as
+evidence (SECURITY.md: another user who can write ``log_root`` can plant names, not forge
+yours)."""
 LIST_SCRIPT = _ORDERS
 """``sh -c`` text of a listing without the clock (``doctor``'s, which writes nothing)."""
 CLOCK_SCRIPT = _CLOCK + _ORDERS
@@ -80,6 +87,10 @@ file swapped in under the name by someone else is no clock. Where ``log_root`` c
 written, no row is printed and the listing runs anyway: the clock is never why a listing
 fails. Its exit status is the marker ``find``'s."""
 _CLOCK_ROW = re.compile(rb"clock ([0-9]{1,12}(?:\.[0-9]{1,10})?)")
+_FOREIGN_ROW = re.compile(
+    rf"\nforeign ([0-9]{{1,10}}) ({MARKER_NAME.pattern})$", re.MULTILINE | re.ASCII
+)
+"""A file of another user's under a marker's name (:data:`_ORDERS`): its uid and name."""
 
 _PADDING = r"[ \t\r\v\f]*"
 """What ``bytes.strip`` removes from a line (squeue pads some fields)."""
@@ -176,7 +187,8 @@ class SlurmEvidenceReader:
         self, target: Target, query: MarkerQuery | None = None, *, clock: bool = True
     ) -> list[str]:
         """``-H`` follows a symlinked ``log_root`` itself (and nothing below it); a marker is a
-        regular file, so a directory or link under a marker's name is no evidence.
+        regular file of this user's, so a directory or link under a marker's name, or another
+        user's file, is no evidence.
 
         With ``clock``, one ``sh`` first creates a fresh file in ``log_root`` and prints its
         mtime, then runs the same ``find``: the file server stamps that mtime as it stamps the
@@ -190,31 +202,16 @@ class SlurmEvidenceReader:
         in the same listing.
         """
         points = _orders_points(target, query)
-        if clock or points:
-            return [
-                "/bin/sh",
-                "-c",
-                CLOCK_SCRIPT if clock else LIST_SCRIPT,
-                "find",
-                target.log_root,
-                MARKER_FORMAT,
-                str(len(points)),
-                *points,
-                *_selection(query),
-            ]
         return [
+            "/bin/sh",
+            "-c",
+            CLOCK_SCRIPT if clock else LIST_SCRIPT,
             "find",
-            "-H",
             target.log_root,
-            "-mindepth",
-            "1",
-            "-maxdepth",
-            "1",
-            *_selection(query),
-            "-type",
-            "f",
-            "-printf",
             MARKER_FORMAT,
+            str(len(points)),
+            *points,
+            *_selection(query),
         ]
 
     def parse_markers(self, result: CommandResult) -> list[Marker]:
@@ -230,6 +227,14 @@ class SlurmEvidenceReader:
             if marker is not None:
                 append(marker)
         return markers
+
+    def parse_foreign(self, result: CommandResult) -> list[tuple[str, int]]:
+        """Each file under a marker's name that another user owns, with that user's uid: never
+        evidence, named in a warning. Read only from a listing that succeeded."""
+        if result.returncode != 0 or result.truncated:
+            return []
+        text = "\n" + result.stdout.decode("latin-1")
+        return [(match[2], int(match[1])) for match in _FOREIGN_ROW.finditer(text)]
 
     def parse_clock(self, result: CommandResult) -> float | None:
         """The mtime of the clock row a ``clock`` listing prints first; None when it printed

@@ -15,6 +15,9 @@ top of a plain allocation's (:mod:`servatus_slurm.script`):
 * the pre-limit ``SIGUSR1`` writes the lease's ``limit`` and each unended step's ``limit``,
   relays the signal to every step, and stops the taking of orders.
 
+The lease enters its orders directory once, after checking it is the user's own, and reads it
+from then on by relative names (its working directory), never by path: SECURITY.md, "Leases".
+
 An order is an ``sh`` fragment defining ``servatus_step``, rendered from the same quoting helpers
 as a plain step, so stdin, environment and argument bytes survive exactly.
 """
@@ -150,9 +153,7 @@ servatus_each() {
     for servatus_en in $servatus_launched; do
         servatus_eq="$servatus_log/servatus-$servatus_en.$SLURM_JOB_ID"
         for servatus_eg in "$servatus_eq".end.0.*; do break; done
-        if [ ! -e "$servatus_eg" ]; then
-            (set -C && umask 077 && : >"$servatus_eq.$1") 2>/dev/null
-        fi
+        if [ ! -e "$servatus_eg" ]; then servatus_own "$servatus_eq.$1"; fi
     done
 }
 # In a step's watcher, on a stop request: SIGUSR1 now, SIGTERM after the grace (srun turns it
@@ -193,8 +194,10 @@ servatus_launch() {
         servatus_prefix="$servatus_log/servatus-$1.$SLURM_JOB_ID"
         servatus_started="$servatus_prefix.step-start"
         servatus_steplog="$servatus_log/servatus-$1-$SLURM_JOB_ID.0.out"
-        servatus_watch "$servatus_steplog"
-        if . "$2" && servatus_step "$servatus_srun" $servatus_options; then
+        if ! servatus_watch "$servatus_steplog"; then
+            servatus_mark end.0.1
+        elif servatus_steplog=/dev/fd/4 && . "$2" &&
+            servatus_step "$servatus_srun" $servatus_options; then
             servatus_wait 0 "$!"
         else
             echo "servatus: the order of step $1 could not be read; it did not run" >&2
@@ -240,21 +243,26 @@ servatus_stops() {
         servatus_q="$servatus_log/servatus-$servatus_n.$SLURM_JOB_ID"
         for servatus_g in "$servatus_q".end.0.*; do break; done
         if [ -e "$servatus_g" ]; then continue; fi
-        (set -C && umask 077 && : >"$servatus_q.stop") 2>/dev/null
+        servatus_own "$servatus_q.stop"
         eval "kill -USR2 \"\$servatus_w_$servatus_n\"" 2>/dev/null
     done
 }
 """.lstrip("\n")
 
 _CHECK_ORDERS = (
-    'if [ -h "$servatus_orders" ] || [ -z "$(find "$servatus_orders" -prune -type d'
-    ' -user "$(id -u)" -perm 700 2>/dev/null)" ]; then\n'
-    '    echo "servatus: $servatus_orders is missing or not an owner-only directory; the lease'
-    ' runs nothing" >&2\n'
+    'if [ -h "$servatus_orders" ] || ! cd -P "$servatus_orders" 2>/dev/null ||'
+    ' [ -z "$(find . -prune -type d -user "$(id -u)" -perm -700 ! -perm /077 2>/dev/null)" ];'
+    " then\n"
+    '    echo "servatus: $servatus_orders is missing or not an owner-only directory (rwx for you'
+    ' alone; a setgid bit is fine); the lease runs nothing" >&2\n'
     "    exit 1\n"
     "fi\n"
+    "servatus_orders=.\n"
 )
-"""An order is a command run as the user: only an owner-only directory may hold them."""
+"""An order is a command run as the user: only an owner-only directory may hold them. The lease
+checks the directory it has entered and from then on names orders and claims relative to it, so
+renaming the directory (or a parent) aside and planting another under its name changes nothing
+the lease reads: it polls the directory it checked, by inode, for its whole life."""
 
 _LOOP = """
 while [ -z "$servatus_stopped" ]; do

@@ -180,9 +180,29 @@ export PATH
 servatus_pids=
 servatus_limited=
 servatus_stopped=
-# A marker is an empty owner-only file; -C keeps the first one, and its mtime, if it exists.
+# A marker is an empty owner-only file; -C keeps the first one, and its mtime, if it exists. It
+# counts only as a new regular file of this user's: never one planted under its name (SECURITY.md).
 servatus_mark() {
-    (set -C && umask 077 && : >"$servatus_prefix.$1") 2>/dev/null
+    servatus_own "$servatus_prefix.$1"
+}
+servatus_own() {
+    [ ! -h "$1" ] && (set -C && umask 077 && : >"$1") 2>/dev/null &&
+        [ -f "$1" ] && [ ! -h "$1" ] && [ -O "$1" ]
+}
+# The step log, opened once as fd 4, only as a new file of this user's: -C never opens an
+# existing regular file or creates through a planted link, and anything else it opened (a link
+# to a FIFO or a device) is refused by its type. The step writes to the descriptor, never the name.
+servatus_open() {
+    servatus_um=$(umask)
+    umask 077
+    set -C
+    if [ ! -h "$1" ] && [ ! -e "$1" ] && command exec 4>"$1"; then
+        umask "$servatus_um"
+        { [ -f /dev/stdin ] && [ ! -s /dev/stdin ] && [ -O /dev/stdin ]; } <&4 && return 0
+    fi 2>/dev/null
+    umask "$servatus_um"
+    echo "servatus: $1 already exists or is not a new file of this user's; the step did not run" >&2
+    return 1
 }
 # Pre-limit SIGUSR1 (only the batch shell gets it): mark it, then relay it to every step.
 servatus_limit() {
@@ -212,7 +232,7 @@ servatus_watch() {
     servatus_f=0
     servatus_late=$servatus_limited
     trap servatus_relay USR1
-    (umask 077 && : >>"$1") 2>/dev/null
+    servatus_open "$1"
 }
 # Wait for the step's srun and mark its end; a wait cut short by the relay is resumed. SIGTERM
 # is ignored only now, so srun kept Slurm's handling of it.
@@ -362,25 +382,26 @@ _OVER = r"""
 # log_root from a stale cache (NFS) and must not take a late listing for "nothing handed on".
 # A dot file, like the claim's, so no marker listing carries it.
 servatus_over() {
-    (set -C && umask 077 && : >"$servatus_log/.${servatus_prefix##*/}.over") 2>/dev/null
+    servatus_own "$servatus_log/.${servatus_prefix##*/}.over"
 }
 """.lstrip("\n")
 
 _HANDED_ON = r"""
-# A slot runs only on a handoff of the previous link (whatever its job number) that this job
-# claims: ln creates the claim name once, on NFS too, and the claim holds the job number of
-# whoever linked it first, so at most one job ever runs a slot on it. reconcile claims with an
-# empty file to keep a link it decided was never submitted from running anything.
+# A slot runs only on a handoff of the previous link (whatever its job number), a regular file of
+# this user's, that this job claims: ln creates the claim name once, on NFS too, and the claim
+# holds the job number of whoever linked it first, so at most one job ever runs a slot on it.
+# reconcile claims with an empty file to keep a link it decided was never submitted from running
+# anything.
 servatus_given() {
     for servatus_g in "$servatus_log/servatus-$servatus_after".*".handoff.$1"; do
-        if [ -e "$servatus_g" ]; then
+        if [ -f "$servatus_g" ] && [ ! -h "$servatus_g" ] && [ -O "$servatus_g" ]; then
             servatus_c="${servatus_g%.handoff.$1}.taken.$1"
             servatus_v="$servatus_log/.${servatus_prefix##*/}.take.$1"
             if (set -C && umask 077 && echo "$SLURM_JOB_ID" >"$servatus_v") 2>/dev/null; then
                 ln "$servatus_v" "$servatus_c" 2>/dev/null
                 rm -f "$servatus_v"
             fi
-            if [ -f "$servatus_c" ] && [ ! -h "$servatus_c" ] &&
+            if [ -f "$servatus_c" ] && [ ! -h "$servatus_c" ] && [ -O "$servatus_c" ] &&
                 [ "$(cat "$servatus_c" 2>/dev/null)" = "$SLURM_JOB_ID" ]; then
                 return 0
             fi
@@ -407,7 +428,7 @@ servatus_await() {
     servatus_o=0
     while :; do
         for servatus_g in "$servatus_log/.servatus-$servatus_after".*.over; do
-            if [ -e "$servatus_g" ]; then return 0; fi
+            if [ -f "$servatus_g" ] && [ -O "$servatus_g" ]; then return 0; fi
         done
         if [ "$servatus_o" -ge "$1" ]; then return 1; fi
         sleep 1
@@ -494,6 +515,10 @@ def slot_options(
     return options
 
 
+_TO_LOG = ">&4 2>&1 4>&- &"
+"""A step's output goes to the log its watcher opened (``servatus_open``), by descriptor."""
+
+
 def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
     words = _Words()
     argv = step.command.argv
@@ -512,9 +537,9 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
     log = f'"$servatus_log/{step_log_name(spec.allocation_id, "$SLURM_JOB_ID", step.slot)}"'
     srun_line = " ".join([*assignments, srun, *options, command])
     if step.stdin:
-        launch = [*_stdin_lines(step.stdin), f"{srun_line} >>{log} 2>&1 &"]
+        launch = [*_stdin_lines(step.stdin), f"{srun_line} {_TO_LOG}"]
     else:
-        launch = [f"{srun_line} </dev/null >>{log} 2>&1 &"]
+        launch = [f"{srun_line} </dev/null {_TO_LOG}"]
     wait = f'servatus_wait {step.slot} "$!"'
     head = [f"# slot {step.slot}"]
     chained: list[str] = []
@@ -531,7 +556,8 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
         ]
         if not link.last:
             wait += " 1" if link.position < step.links else " 0"
-    body = [f"servatus_watch {log}", *chained, *words.setup, *launch, wait]
+    refused = f"servatus_watch {log} || {{ servatus_mark end.{step.slot}.1; exit 0; }}"
+    body = [refused, *chained, *words.setup, *launch, wait]
     lines = [
         *head,
         "(",
@@ -635,8 +661,8 @@ def _found(spec: ScriptSpec) -> str:
     return (
         f"servatus_await {wait} || echo 'servatus: the previous link left no over file; "
         "its handoffs are read as listed' >&2\n"
-        f'servatus_found=$(find "$servatus_log" -maxdepth 1 \\( {names} \\) '
-        "-printf '%f %T@\\n' 2>/dev/null)\n"
+        f'servatus_found=$(find "$servatus_log" -maxdepth 1 \\( {names} \\) -type f '
+        "-user \"$(id -u)\" -printf '%f %T@\\n' 2>/dev/null)\n"
     )
 
 
