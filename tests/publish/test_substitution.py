@@ -105,3 +105,28 @@ def test_a_symlink_inside_the_draft_is_not_followed(tmp_path: Path) -> None:
         publish(out / "run", build)
     assert list(outside.iterdir()) == []
     assert list(out.iterdir()) == []
+
+
+def test_workspace_private_directory_renamed_away_is_refused_everywhere(tmp_path: Path) -> None:
+    # The two-user version is in test_two_users.py; here the planted directory is even this
+    # user's own and owner-only, so only the binding to the directory entered can tell.
+    out = tmp_path / "outputs"
+    out.mkdir()
+    private = out / ".servatus-workspace.run"
+    with Workspace(out / "run", identity=b"v1") as ws:
+        held = ws.path
+        (held / "checkpoint").write_text("mine")
+        os.rename(private, out / "aside")
+        (private / "work").mkdir(parents=True, mode=0o700)
+        (private / "work/checkpoint").write_text("planted")
+        assert (held / "checkpoint").read_text() == "mine"
+        for attempt in (
+            lambda: ws.path,
+            lambda: ws.publish(lambda d: (d.path / "r").write_text("r")),
+            ws.discard,
+        ):
+            with pytest.raises(UnsafeFilesystem, match="renamed away or replaced"):
+                attempt()
+    assert not (out / "run").exists()
+    assert (private / "work/checkpoint").read_text() == "planted"
+    assert (out / "aside/work/checkpoint").read_text() == "mine"

@@ -288,6 +288,7 @@ class Draft:
             st = _source_stat(source)
             if not stat.S_ISREG(st.st_mode):
                 raise ConfigurationError(f"link source {source} is not a regular file")
+            _require_owned(st, source)
             _require_readable(st, source)
             dir_fd = self._open_dirs(parts[:-1])
             try:
@@ -376,6 +377,13 @@ def _source_stat(source: Path) -> os.stat_result:
         raise ConfigurationError(f"link source {source} is missing") from exc
 
 
+def _require_owned(st: os.stat_result, path: Path | str) -> None:
+    """Refuse to publish another user's file: through the shared inode it would stay theirs to
+    change (a planted file, for instance, in a directory swapped for the user's own)."""
+    if st.st_uid != os.geteuid():
+        raise UnsafeFilesystem(f"{path} belongs to uid {st.st_uid}, not to this user; not linked")
+
+
 def _require_readable(st: os.stat_result, path: Path | str) -> None:
     if not st.st_mode & stat.S_IRUSR:
         raise ConfigurationError(f"{path}: its owner cannot read it (mode {st.st_mode & 0o777:o})")
@@ -432,6 +440,7 @@ def _link_tree(src_fd: int, dst_fd: int, source: Path, guard: set[tuple[int, int
             made = os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
             if made.st_ino != inode or not stat.S_ISREG(made.st_mode):
                 raise UnsafeFilesystem(f"{source / name} was substituted while being linked")
+            _require_owned(made, source / name)
             if not made.st_mode & stat.S_IRUSR:
                 _require_readable(made, source / name)
         else:

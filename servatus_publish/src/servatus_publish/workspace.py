@@ -8,6 +8,15 @@ owner-only directory ``<parent>/.servatus-workspace.<name>/``::
     .servatus.lock   only where the directory cannot be flocked (NFS)
 
 That directory is the lock: the process that holds it works, every other one gets ``Busy``.
+
+The directory sits in the destination's parent, which other users may be able to write to, so its
+name is only a hint: another user can rename it away and plant her own. The workspace therefore
+binds to the directory it opened and checked (device, inode, owner, owner-only mode) and re-checks
+that the name still links to it whenever it hands out :attr:`Workspace.path`, before and after
+building a publication, and before removing anything. While entered on Linux, ``path`` goes
+through the held descriptor (``/proc/<pid>/fd/<n>/work``), so a swap after the check does not
+redirect the caller's files either; ``work`` itself sits inside the owner-only directory, where no
+other user can rename anything.
 Removal renames ``work`` to ``work.removing``, deletes it, and only then the identity record, so
 an interrupted removal never leaves half-deleted work that looks resumable, and the next entry
 with the same identity finishes it.
@@ -83,6 +92,7 @@ class Workspace:
         self._dir_name = PREFIX + self.name
         self._held: HeldDirectory | None = None
         self._fd = -1
+        self._checked: tuple[int, int, int] | None = None
         self._lock: AbstractContextManager[None] | None = None
         self._finished = False
         self.cleanup_pending = False
@@ -96,13 +106,22 @@ class Workspace:
 
     @property
     def path(self) -> Path:
-        """The resumable work directory; it exists while the workspace is entered."""
-        return self.private / WORK
+        """The resumable work directory; it exists while the workspace is entered.
+
+        While entered, each access first proves the private directory is still the one entered
+        (UnsafeFilesystem otherwise) and, on Linux, returns a path through the held descriptor,
+        ``/proc/<pid>/fd/<n>/work``, which keeps naming that directory even if its name is
+        renamed away; it is valid in this process and its children until the workspace is left.
+        """
+        if self._held is None or self._fd < 0:
+            return self.private / WORK
+        self._verify("use")
+        return _through_descriptor(self._fd, self.private) / WORK
 
     def child(self, name: str, *, identity: bytes) -> Workspace:
         """A workspace for one concurrent worker's result, published into this one's work."""
         _fs.check_name(name, "child name")
-        return Workspace(self.path / name, identity=identity, _parent=self)
+        return Workspace(self.private / WORK / name, identity=identity, _parent=self)
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.destination)!r})"
@@ -112,10 +131,13 @@ class Workspace:
     def __enter__(self) -> Workspace:
         if self._lock is not None:
             raise RuntimeError(f"{self!r} is already entered")
-        if self._parent is not None:
-            self._parent._prepare_for_child()
+        expected = self._parent._prepare_for_child() if self._parent is not None else None
         held = HeldDirectory.open(self.destination.parent, "workspace directory")
         try:
+            if expected is not None and held.target != expected:
+                raise UnsafeFilesystem(
+                    f"{held.path} is not the parent workspace's work directory (substituted?)"
+                )
             self._acquire(held, wait=0.0, create_if=lambda: _absent(held, self.name))
             try:
                 self._enter_locked(held)
@@ -167,7 +189,9 @@ class Workspace:
                     raise Busy(f"workspace {shown} is held by another process") from exc
                 raise
             if _fs.is_linked(held.fd, self._dir_name, fd):
+                st = os.fstat(fd)
                 self._fd, self._lock = fd, lock
+                self._checked = (st.st_dev, st.st_ino, st.st_uid)
                 return
             lock.__exit__(None, None, None)
             os.close(fd)
@@ -179,6 +203,31 @@ class Workspace:
             self._lock = None
         _fs.close(self._fd if self._fd >= 0 else None)
         self._fd = -1
+        self._checked = None
+
+    def _verify(self, what: str, held: HeldDirectory | None = None) -> None:
+        """Prove the private directory's name still links to the directory entered, and that
+        it is still this user's owner-only directory; UnsafeFilesystem (naming it) if not."""
+        held = held or self._held
+        shown = self.private
+        if held is None or self._fd < 0 or self._checked is None:
+            raise RuntimeError(f"{self!r} is not entered")
+        with oserrors(f"checking {shown}"):
+            st = os.fstat(self._fd)
+            now = _fs.stat_at(held.fd, self._dir_name)
+        if (st.st_dev, st.st_ino, st.st_uid) != self._checked or st.st_uid != os.geteuid():
+            raise UnsafeFilesystem(
+                f"{shown} is no longer this user's directory; refusing to {what} it"
+            )
+        if st.st_mode & 0o077:
+            raise UnsafeFilesystem(
+                f"{shown} has mode {stat.S_IMODE(st.st_mode):o}, not owner-only; "
+                f"refusing to {what} it"
+            )
+        if now is None or not _fs.same_file(now, st):
+            raise UnsafeFilesystem(
+                f"{shown} was renamed away or replaced by another directory; refusing to {what} it"
+            )
 
     def _enter_locked(self, held: HeldDirectory) -> None:
         bound = self._check_identity()
@@ -249,8 +298,14 @@ class Workspace:
                 raise UnsafeFilesystem(f"{shown / WORK} is not this user's directory") from None
 
     def _remove_private(self, held: HeldDirectory) -> bool:
-        """Delete work, then the identity record, then the directory; True if unproven."""
+        """Delete work, then the identity record, then the directory; True if unproven.
+
+        Nothing is removed unless the private directory's name still links to the directory
+        entered; the rename of that name into the stage container is checked afterwards, and
+        anything else it caught is put back and refused.
+        """
         try:
+            self._verify("remove", held)
             if _fs.stat_at(self._fd, WORK) is not None:
                 os.rename(WORK, REMOVING, src_dir_fd=self._fd, dst_dir_fd=self._fd)
                 _fs.fsync_fd(self._fd)
@@ -261,6 +316,11 @@ class Workspace:
             _fs.fsync_fd(self._fd)
             container_fd, retired = retire_beside(held, self._dir_name)
             try:
+                if not _fs.is_linked(container_fd, retired, self._fd):
+                    _put_back(container_fd, retired, held, self._dir_name)
+                    raise UnsafeFilesystem(
+                        f"{self.private} was replaced by another directory while being removed"
+                    )
                 self._release()
                 if _fs.remove_released(container_fd, retired):
                     _fs.fsync_fd(held.fd)
@@ -274,10 +334,12 @@ class Workspace:
 
     # -- children ----------------------------------------------------------------------------
 
-    def _prepare_for_child(self) -> None:
-        """Create this (parent) workspace's record and work for a child, holding it briefly."""
+    def _prepare_for_child(self) -> tuple[int, int]:
+        """Create this (parent) workspace's record and work for a child, holding it briefly;
+        return the work directory's (device, inode), which the child must find at its path."""
         if self._lock is not None:
-            return  # entered here: the record and the work exist, and the lock is ours
+            self._verify("use")  # entered here: the record and the work exist, the lock is ours
+            return self._work_key(self.private)
         held = HeldDirectory.open(self.destination.parent, "workspace directory")
         try:
             if held.entry(self.name) is not None:
@@ -292,10 +354,20 @@ class Workspace:
                     self._make_work(self.private)
                     _fs.fsync_fd(self._fd)
                     _fs.fsync_fd(held.fd)
+                return self._work_key(self.private)
             finally:
                 self._release()
         finally:
             held.close()
+
+    def _work_key(self, shown: Path) -> tuple[int, int]:
+        with oserrors(f"opening {shown / WORK}"):
+            fd = _fs.open_private_dir(self._fd, WORK, shown / WORK, create=False)
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+        return (st.st_dev, st.st_ino)
 
     # -- finishing ---------------------------------------------------------------------------
 
@@ -312,7 +384,13 @@ class Workspace:
         if not callable(build):
             raise ConfigurationError(f"build must be callable, not {build!r}")
         checked = check_mode(mode, directory=True)
-        published = publish_at(held, self.name, build, checked)
+        self._verify("publish")
+
+        def build_then_verify(draft: Draft) -> None:
+            build(draft)
+            self._verify("publish")  # the draft is built; commit only from the directory entered
+
+        published = publish_at(held, self.name, build_then_verify, checked)
         self._finished = True
         removal_pending = self._remove_private(held)
         self.cleanup_pending = published.cleanup_pending or removal_pending
@@ -321,12 +399,36 @@ class Workspace:
     def discard(self) -> None:
         """Remove the private work without publishing."""
         held = self._require_entered("discard")
+        self._verify("remove")
         self._finished = True
         self.cleanup_pending = self._remove_private(held)
 
 
 def _absent(held: HeldDirectory, name: str) -> bool:
     return held.entry(name) is None
+
+
+_PROC_FD = Path("/proc/self/fd")
+
+
+def _through_descriptor(fd: int, named: Path) -> Path:
+    """A path naming the directory open at ``fd`` itself, not whatever its name links to now.
+
+    ``/proc/<pid>/fd/<n>`` (Linux) resolves to the open directory even after a rename; the pid
+    rather than ``self`` keeps it valid in child processes, which do not inherit the descriptor.
+    Elsewhere the name is all there is, re-checked at each access.
+    """
+    if _PROC_FD.is_dir():
+        return Path(f"/proc/{os.getpid()}/fd/{fd}")
+    return named
+
+
+def _put_back(container_fd: int, retired: str, held: HeldDirectory, name: str) -> None:
+    """Return a directory that is not ours, caught by a rename by name, to where it was."""
+    with suppress(OSError, ServatusError):
+        _hooks().rename_noreplace(
+            container_fd, retired, held.fd, name, is_dir=True, path=str(held.path / name)
+        )
 
 
 __all__ = ["Workspace"]
