@@ -1,9 +1,10 @@
-"""A saved plan edited after review is refused by its checksum, whatever field was edited.
+"""A saved plan edited after review is refused by its seal, whatever field was edited.
 
-Most fields of a saved plan are checked only by its digest: ``submit`` rebuilds the plan with the
-saved profile, so an edited time limit, partition, account or launcher would otherwise be sent to
-Slurm as if reviewed. Each row below edits fields of a real saved plan, leaves the digest as it
-was, and keeps the document well formed, so nothing but the checksum can tell.
+Most fields of a saved plan are checked only by its seal (ADR 0011): ``submit`` rebuilds the plan
+with the saved profile, so an edited time limit, partition, account or launcher would otherwise
+be sent to Slurm as if reviewed. Each row below edits fields of a real saved plan, leaves the
+digest and seal as they were, and keeps the document well formed, so nothing but the seal can
+tell; the digest recomputed, as anyone can, changes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from servatus.cli import main
+from servatus.plan import _digest
 from servatus.testing import FakeScheduler
 
 OTHER_ID = "0123456789abcdef01234567"
@@ -143,20 +145,23 @@ def test_every_field_of_a_saved_plan_has_a_tamper_row(saved: Path) -> None:
     allocation_fields = {p for p in leaves(document) if p.startswith("allocations.")}
     generic = {p.replace(".0.", ".N.").replace(".1.", ".N.") for p in allocation_fields}
     covered = {p.replace(".0.", ".N.").replace(".1.", ".N.") for p in edited}
-    missing = (leaves(document) - allocation_fields - {"schema", "digest"} - edited) | (
+    missing = (leaves(document) - allocation_fields - {"schema", "digest", "seal"} - edited) | (
         generic - covered
     )
     assert not missing, f"fields of a saved plan no tamper row edits: {sorted(missing)}"
 
 
+@pytest.mark.parametrize("rehashed", [False, True], ids=["digest kept", "digest recomputed"])
 @pytest.mark.parametrize("change", TAMPERS.values(), ids=TAMPERS.keys())
 def test_a_plan_edited_after_it_was_saved_is_refused(
-    saved: Path, change: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    saved: Path, change: dict[str, Any], rehashed: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     document = json.loads(saved.read_text())
     for path, value in change.items():
         edit(document, path, value)
-    saved.write_text(json.dumps(document))  # the digest left as it was
+    if rehashed:
+        document["digest"] = _digest(document)
+    saved.write_text(json.dumps(document))  # the seal left as it was
     fake = FakeScheduler()
     state = str(saved.parent / "state")
     for command in ("submit", "validate"):
