@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import json
 import os
 import sys
 import warnings
@@ -817,11 +816,7 @@ def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> Non
     # Built only to be saved or printed: of 100,000 Tasks held, it costs more than the table.
     # Only a saved plan is sealed (ADR 0011): the first one creates the campaign's plan key.
     document = (
-        saved_plan_document(state, plan)
-        if output
-        else plan_to_document(plan)
-        if as_json
-        else {}
+        saved_plan_document(state, plan) if output else plan_to_document(plan) if as_json else {}
     )
     if output:
         write_output(output, (json_text(document) + "\n").encode(), replace=False)
