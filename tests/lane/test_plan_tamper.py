@@ -94,6 +94,16 @@ TAMPERS: dict[str, dict[str, Any]] = {
 }
 
 
+REFUSED = {
+    False: "the plan was altered after it was saved; plan again",
+    True: (
+        "its seal is not this campaign's (the plan was saved for another campaign, or altered); "
+        "plan again"
+    ),
+}
+"""What ``submit`` says of an edit: by its digest, or, recomputed as anyone can, by its seal."""
+
+
 @pytest.fixture
 def saved(tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     """A campaign of three Tasks and its saved plan: k0 and k1 in one allocation, k2 in another."""
@@ -168,9 +178,7 @@ def test_a_plan_edited_after_it_was_saved_is_refused(
         code = main([command, state, str(saved)], connect=fake)
         out, err = capsys.readouterr()
         assert code == 1, (command, out, err)
-        assert err == (
-            f"servatus: StalePlan: {saved}: the plan was altered after it was saved; plan again\n"
-        )
+        assert err == f"servatus: StalePlan: {saved}: {REFUSED[rehashed]}\n"
     assert fake.calls == []  # not even a ping: nothing reached Slurm
     assert main(["status", state, "--offline", "--json"]) == 0
     tasks = json.loads(capsys.readouterr().out)["tasks"]

@@ -883,8 +883,7 @@ def plan_from_document(data: Any, *, where: str, key: bytes | None = None) -> Pl
     if key is not None:
         check_seal(data, where=where, key=key)
     _check_schema(data, where)
-    if data.get("digest") != _digest(data):
-        raise StalePlan(f"{where}: the plan was altered after it was saved; plan again")
+    _check_digest(data, where)
     body = {name: value for name, value in data.items() if name not in _ENVELOPE}
     try:
         plan: Plan = _converter.structure(body, Plan)
@@ -918,8 +917,17 @@ def check_seal(data: Any, *, where: str, key: bytes | None) -> None:
     with ``key``, the plan key of the campaign it is submitted to (None: that campaign has
     sealed no plan yet, so none is its)."""
     _check_schema(data, where)
+    _check_digest(data, where)  # an edit by hand reads as one, before the seal is asked
     seal = data.get("seal")
     if key is None or not isinstance(seal, str) or not hmac.compare_digest(seal, _seal(data, key)):
+        raise StalePlan(
+            f"{where}: its seal is not this campaign's (the plan was saved for another "
+            "campaign, or altered); plan again"
+        )
+
+
+def _check_digest(data: dict[str, Any], where: str) -> None:
+    if data.get("digest") != _digest(data):
         raise StalePlan(f"{where}: the plan was altered after it was saved; plan again")
 
 
