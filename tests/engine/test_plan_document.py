@@ -1,5 +1,6 @@
-"""The saved plan document: a plan saved by an earlier release loads, saves back to the same
-bytes and digest, and submits; a document that does not hold together says why."""
+"""The plan document: the body a release before the seal saved reads as the same plan, but its
+unsealed file is refused with a word to save it again (ADR 0011); a document that does not hold
+together says why."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from servatus.cli import json_text, main
 from servatus.config import Profile, Resources, Target
 from servatus.continuation import Continuation
 from servatus.errors import StalePlan
-from servatus.plan import Hold, Request, _digest, make_plan, plan_from_document, plan_to_document
+from servatus.plan import (
+    PLAN_SCHEMA,
+    Hold,
+    Request,
+    _digest,
+    make_plan,
+    plan_from_document,
+    plan_to_document,
+)
 from servatus.testing import FakeScheduler
 from testkit import DATA, owner_only_copy
 
@@ -27,9 +36,17 @@ def old_plan(tmp_path: Path) -> Path:
     return owner_only_copy(SAVED, tmp_path / "plan")
 
 
-def test_a_plan_saved_by_da44b63_reads_as_saved(old_plan: Path) -> None:
-    data = (old_plan / "plan.json").read_bytes()
-    plan = plan_from_document(json.loads(data), where="plan.json")
+def _relabelled(data: bytes) -> dict[str, Any]:
+    """A ``servatus.plan/4`` document as version 5 holds the same body."""
+    document: dict[str, Any] = json.loads(data)
+    document["schema"] = PLAN_SCHEMA
+    document["digest"] = _digest(document)
+    return document
+
+
+def test_the_body_of_a_plan_saved_by_da44b63_reads_as_saved(old_plan: Path) -> None:
+    document = _relabelled((old_plan / "plan.json").read_bytes())
+    plan = plan_from_document(document, where="plan.json")
     assert plan.revision == 1 and not plan.probe
     assert plan.request.only == ("k0", "k1", "k2", "k3", "k5")
     assert plan.request.tasks_per_allocation == 2 and plan.request.retry == ()
@@ -38,26 +55,27 @@ def test_a_plan_saved_by_da44b63_reads_as_saved(old_plan: Path) -> None:
     assert plan.decision.deferred == ("k5",)
     assert [a.task_keys for a in plan.allocations] == [("k0", "k1"), ("k2", "k3")]
     assert plan.profile.target.max_allocations_per_submit == 2
-    assert (json_text(plan_to_document(plan)) + "\n").encode() == data
+    assert plan_to_document(plan) == document
 
 
-def test_a_plan_saved_by_da44b63_submits(
+def test_a_plan_saved_by_da44b63_is_refused_with_a_word_to_save_it_again(
     old_plan: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake = FakeScheduler()
     state, saved = old_plan / "state", old_plan / "plan.json"
-    assert main(["submit", str(state), str(saved), "--json"], connect=fake) == 0
-    receipts = json.loads(capsys.readouterr().out)["receipts"]
-    assert [(r["task_keys"], r["job"]) for r in receipts] == [
-        (["k0", "k1"], 1000),
-        (["k2", "k3"], 1001),
-    ]
-    digest = json.loads(saved.read_text())["digest"]
-    assert {intent.plan_digest for intent in store.read(state).intents} == {digest}
+    for command in ("submit", "validate"):
+        assert main([command, str(state), str(saved)], connect=fake) == 1
+        assert capsys.readouterr().err == (
+            f"servatus: StalePlan: {saved}: a servatus.plan/4 plan, saved by an earlier release "
+            "without a seal, is not submitted; save it again with plan --output\n"
+        )
+    assert fake.calls == [] and store.read(state).intents == ()
+    with pytest.raises(StalePlan, match="saved by an earlier release"):
+        plan_from_document(json.loads(saved.read_bytes()), where="plan.json")
 
 
 def _rehashed(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
-    document = json.loads((SAVED / "plan.json").read_text())
+    document = _relabelled((SAVED / "plan.json").read_bytes())
     change(document)
     document["digest"] = _digest(document)
     return document

@@ -1,9 +1,10 @@
-"""A saved plan edited after review is refused by its checksum, whatever field was edited.
+"""A saved plan edited after review is refused by its seal, whatever field was edited.
 
-Most fields of a saved plan are checked only by its digest: ``submit`` rebuilds the plan with the
-saved profile, so an edited time limit, partition, account or launcher would otherwise be sent to
-Slurm as if reviewed. Each row below edits fields of a real saved plan, leaves the digest as it
-was, and keeps the document well formed, so nothing but the checksum can tell.
+Most fields of a saved plan are checked only by its seal (ADR 0011): ``submit`` rebuilds the plan
+with the saved profile, so an edited time limit, partition, account or launcher would otherwise
+be sent to Slurm as if reviewed. Each row below edits fields of a real saved plan, leaves the
+digest and seal as they were, and keeps the document well formed, so nothing but the seal can
+tell; the digest recomputed, as anyone can, changes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from servatus.cli import main
+from servatus.plan import _digest
 from servatus.testing import FakeScheduler
 
 OTHER_ID = "0123456789abcdef01234567"
@@ -92,6 +94,16 @@ TAMPERS: dict[str, dict[str, Any]] = {
 }
 
 
+REFUSED = {
+    False: "the plan was altered after it was saved; plan again",
+    True: (
+        "its seal is not this campaign's (the plan was saved for another campaign, or altered); "
+        "plan again"
+    ),
+}
+"""What ``submit`` says of an edit: by its digest, or, recomputed as anyone can, by its seal."""
+
+
 @pytest.fixture
 def saved(tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     """A campaign of three Tasks and its saved plan: k0 and k1 in one allocation, k2 in another."""
@@ -143,29 +155,30 @@ def test_every_field_of_a_saved_plan_has_a_tamper_row(saved: Path) -> None:
     allocation_fields = {p for p in leaves(document) if p.startswith("allocations.")}
     generic = {p.replace(".0.", ".N.").replace(".1.", ".N.") for p in allocation_fields}
     covered = {p.replace(".0.", ".N.").replace(".1.", ".N.") for p in edited}
-    missing = (leaves(document) - allocation_fields - {"schema", "digest"} - edited) | (
+    missing = (leaves(document) - allocation_fields - {"schema", "digest", "seal"} - edited) | (
         generic - covered
     )
     assert not missing, f"fields of a saved plan no tamper row edits: {sorted(missing)}"
 
 
+@pytest.mark.parametrize("rehashed", [False, True], ids=["digest kept", "digest recomputed"])
 @pytest.mark.parametrize("change", TAMPERS.values(), ids=TAMPERS.keys())
 def test_a_plan_edited_after_it_was_saved_is_refused(
-    saved: Path, change: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    saved: Path, change: dict[str, Any], rehashed: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     document = json.loads(saved.read_text())
     for path, value in change.items():
         edit(document, path, value)
-    saved.write_text(json.dumps(document))  # the digest left as it was
+    if rehashed:
+        document["digest"] = _digest(document)
+    saved.write_text(json.dumps(document))  # the seal left as it was
     fake = FakeScheduler()
     state = str(saved.parent / "state")
     for command in ("submit", "validate"):
         code = main([command, state, str(saved)], connect=fake)
         out, err = capsys.readouterr()
         assert code == 1, (command, out, err)
-        assert err == (
-            f"servatus: StalePlan: {saved}: the plan was altered after it was saved; plan again\n"
-        )
+        assert err == f"servatus: StalePlan: {saved}: {REFUSED[rehashed]}\n"
     assert fake.calls == []  # not even a ping: nothing reached Slurm
     assert main(["status", state, "--offline", "--json"]) == 0
     tasks = json.loads(capsys.readouterr().out)["tasks"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,8 +39,10 @@ from servatus.errors import (
     StalePlan,
     TaskConflict,
     Unavailable,
+    from_os_error,
 )
 from servatus.evidence import Evidence, MarkerQuery
+from servatus.files import read_own
 from servatus.ids import as_word
 from servatus.lease import (
     Verdict,
@@ -58,12 +62,15 @@ from servatus.plan import (
     Plan,
     Request,
     Work,
+    check_seal,
     consults,
     make_lease_plan,
     make_plan,
     make_request,
     make_step_plan,
+    plan_from_document,
     plan_to_document,
+    seal_document,
     work_from_report,
 )
 from servatus.plugins import Hooks, hooks
@@ -253,6 +260,34 @@ def append_state(path: str | Path, tasks: Iterable[Task]) -> tuple[store.Campaig
         if new:
             state = writer.commit(store.Appended(new))
     return state, _result(state, created=False, added=len(new), existing=existing)
+
+
+def saved_plan_document(state: str | Path, plan: Plan) -> dict[str, Any]:
+    """The document ``plan --output`` saves: the plan's, sealed with the campaign's plan key,
+    which the first saved plan creates (ADR 0011)."""
+    key = store.plan_key(state, create=True)
+    assert key is not None
+    return seal_document(plan_to_document(plan), key)
+
+
+def read_saved_plan(state: str | Path, path: str | os.PathLike[str]) -> Plan:
+    """A plan saved for campaign ``state``, to validate or submit (ADR 0011): the file must be
+    the user's own and writable by no one else, checked on the descriptor it is read from, and
+    its seal the one the campaign's plan key makes; anything else is refused in one line
+    (:class:`~servatus.errors.UnsafeFilesystem` or :class:`~servatus.errors.StalePlan`)."""
+    name = os.fspath(path)
+    try:
+        text = read_own(name, "a plan")
+    except FileNotFoundError:
+        raise ConfigurationError(f"no plan file {name}") from None
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot read {name}") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise StalePlan(f"{name}: not a JSON plan document (altered?)") from None
+    check_seal(data, where=name, key=store.plan_key(state, create=False))
+    return plan_from_document(data, where=name)
 
 
 def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
@@ -756,6 +791,16 @@ class Campaign:
         return batch_scripts(
             registry, plan.profile, plan.allocations, index, launcher, budget=budget, spent=spent
         )
+
+    def plan_document(self, plan: Plan) -> dict[str, Any]:
+        """The document ``plan --output`` saves for ``plan``, sealed with this campaign's plan
+        key (made by the first call): write it as JSON to a file of yours."""
+        return saved_plan_document(self.path, plan)
+
+    def read_plan(self, path: str | os.PathLike[str]) -> Plan:
+        """A plan saved for this campaign, as ``submit STATE PLAN`` reads it: refused unless the
+        file is yours, writable by no one else, and sealed with this campaign's plan key."""
+        return read_saved_plan(self.path, path)
 
     def submit(self, plan: Plan, *, progress: Progress | None = None) -> Submitted:
         """Submit exactly the reviewed plan, or refuse it as stale.

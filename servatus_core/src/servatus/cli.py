@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import json
 import os
 import sys
 import warnings
@@ -808,14 +807,17 @@ def plan_command(
 
 def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> None:
     """What ``plan`` prints and saves, whatever it planned."""
-    from servatus.campaign import to_document  # noqa: PLC0415
+    from servatus.campaign import saved_plan_document, to_document  # noqa: PLC0415
     from servatus.plan import plan_to_document  # noqa: PLC0415
 
     warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
         _fail(f"warning: {warning}")
     # Built only to be saved or printed: of 100,000 Tasks held, it costs more than the table.
-    document = plan_to_document(plan) if output or as_json else {}
+    # Only a saved plan is sealed (ADR 0011): the first one creates the campaign's plan key.
+    document = (
+        saved_plan_document(state, plan) if output else plan_to_document(plan) if as_json else {}
+    )
     if output:
         write_output(output, (json_text(document) + "\n").encode(), replace=False)
     if as_json:
@@ -857,22 +859,10 @@ def _refuse_with_hold(**given: bool) -> None:
         raise click.UsageError(f"--hold plans a lease, which takes no {', '.join(wrong)}")
 
 
-def _read_plan(path: str) -> Plan:
-    from servatus.errors import ConfigurationError, StalePlan  # noqa: PLC0415
-    from servatus.files import read_regular  # noqa: PLC0415
-    from servatus.plan import plan_from_document  # noqa: PLC0415
+def _read_plan(state: str, path: str) -> Plan:
+    from servatus.campaign import read_saved_plan  # noqa: PLC0415
 
-    try:
-        text = read_regular(path)
-    except FileNotFoundError:
-        raise ConfigurationError(f"no plan file {path}") from None
-    except OSError as exc:
-        raise from_os_error(exc, f"cannot read {path}") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        raise StalePlan(f"{path}: not a JSON plan document (altered?)") from None
-    return plan_from_document(data, where=path)
+    return read_saved_plan(state, path)
 
 
 @cli.command("validate", epilog=example("servatus validate state plan.json"))
@@ -891,7 +881,7 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     made: list[ShapeCheck] = []  # the checks made, also if Slurm stops answering
     if as_json:
         describe(lambda: {"checks": [to_document(check) for check in made]})
-    checks = _campaign(state).validate(_read_plan(plan_file), progress=made.append)
+    checks = _campaign(state).validate(_read_plan(state, plan_file), progress=made.append)
     if not as_json:
         for check in checks:
             echo(check_line(check))
@@ -913,7 +903,7 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.submission import SubmittedAllocation  # noqa: PLC0415
 
-    plan = _read_plan(plan_file)
+    plan = _read_plan(state, plan_file)
     interactive = not as_json and sys.stdout.isatty()
     keys = {allocation.allocation_id: allocation.task_keys for allocation in plan.allocations}
     accepted: list[SubmittedAllocation] = []  # what Slurm accepted, also if submit stops

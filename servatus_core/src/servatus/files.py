@@ -15,7 +15,7 @@ import secrets
 import shlex
 import stat
 
-from servatus.errors import ConfigurationError
+from servatus.errors import ConfigurationError, UnsafeFilesystem
 
 
 def checked_path(path: str | os.PathLike[str], what: str) -> str:
@@ -47,6 +47,37 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(mode):
             raise ConfigurationError(f"{os.fspath(path)!r} is not a regular file")
+        return read_all(fd)
+    finally:
+        os.close(fd)
+
+
+def read_own(path: str | os.PathLike[str], what: str) -> bytes:
+    """The bytes of ``path`` as :func:`read_regular` reads them, but only from a file of the
+    user's that no one else can write (a saved plan, ADR 0011): it is opened without following
+    a symbolic link at its name (``UnsafeFilesystem`` through the caller's mapping of ``ELOOP``)
+    and judged on that descriptor, the one then read, so no name swapped in between is read.
+    Another user's file, or one others can write, is :class:`UnsafeFilesystem`."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
+    text = checked_path(path, "path")
+    fd = os.open(text, flags)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), text)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigurationError(f"{text!r} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise UnsafeFilesystem(
+                f"{text}: is owned by uid {st.st_uid}, not by you, so {what} is not used from "
+                "it; save your own with plan --output"
+            )
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o022:
+            raise UnsafeFilesystem(
+                f"{text}: other users can write it (mode {mode:04o}), so {what} is not used "
+                f"from it; make it writable only by you: chmod go-w {path_word(text)}"
+            )
         return read_all(fd)
     finally:
         os.close(fd)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import hmac
 import json
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -583,7 +584,12 @@ def _hours(value: float) -> str:
     return f"{math.floor(value * 10 + 0.5) / 10:.1f}"
 
 
-PLAN_SCHEMA: Literal["servatus.plan/4"] = "servatus.plan/4"
+PLAN_SCHEMA: Literal["servatus.plan/5"] = "servatus.plan/5"
+"""Version 5 adds the ``seal`` (ADR 0011); its body is version 4's."""
+
+UNSEALED_SCHEMAS = frozenset({"servatus.plan/4"})
+"""Saved plans of earlier releases: sealed by nothing but a digest anyone can compute, so they
+are refused with a word to save the plan again."""
 
 
 @attrs.frozen
@@ -767,8 +773,8 @@ def _structure_plan(converter: cattrs.Converter) -> Any:
 
 
 def _allocation_document(allocation: Allocation) -> dict[str, Any]:
-    """A plain allocation's document is what every ``servatus.plan/4`` document held (so a plan
-    saved before chains saves back to the same bytes and digest); a chain link's holds its
+    """A plain allocation's document is what every ``servatus.plan`` document held since version
+    4 (so a plan saved before chains reads back to the same body); a chain link's holds its
     place in its chain too."""
     document: dict[str, Any] = {
         "allocation_id": allocation.allocation_id,
@@ -853,20 +859,32 @@ _converter = _plan_converter()
 
 
 def plan_to_document(plan: Plan) -> dict[str, Any]:
-    """The saved ``servatus.plan/4`` document, sealed by a digest of everything else in it."""
+    """The ``servatus.plan/5`` document of a plan, with the ``digest`` of everything else in it
+    (the plan's identity, recorded with each intent), unsealed: :func:`seal_document` seals it
+    for saving."""
     document: dict[str, Any] = {"schema": PLAN_SCHEMA, **_converter.unstructure(plan)}
     document["digest"] = _digest(document)
     return document
 
 
-def plan_from_document(data: Any, *, where: str) -> Plan:
-    """Read a saved plan back; a document altered by even one byte is
-    :class:`~servatus.errors.StalePlan`. ``where`` names the document in messages."""
-    if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
-        raise StalePlan(f"{where}: not a {PLAN_SCHEMA} document")
-    if data.get("digest") != _digest(data):
-        raise StalePlan(f"{where}: the plan was altered after it was saved; plan again")
-    body = {name: value for name, value in data.items() if name not in ("schema", "digest")}
+def seal_document(document: Mapping[str, Any], key: bytes) -> dict[str, Any]:
+    """``document`` with its ``seal``: an HMAC-SHA256, under the campaign's plan key
+    (:func:`servatus.store.plan_key`), of everything else in it. Only who can read the key (the
+    campaign's owner) can make a seal that :func:`plan_from_document` accepts."""
+    return {**document, "seal": _seal(document, key)}
+
+
+def plan_from_document(data: Any, *, where: str, key: bytes | None = None) -> Plan:
+    """Read a plan document back; a document altered by even one byte is
+    :class:`~servatus.errors.StalePlan`. With ``key``, its ``seal`` is checked as
+    :func:`check_seal` does; without, it is not: use that only for a document you made or
+    trust (``Campaign.read_plan`` reads a saved plan to submit). ``where`` names the document in
+    messages."""
+    if key is not None:
+        check_seal(data, where=where, key=key)
+    _check_schema(data, where)
+    _check_digest(data, where)
+    body = {name: value for name, value in data.items() if name not in _ENVELOPE}
     try:
         plan: Plan = _converter.structure(body, Plan)
     except cattrs.BaseValidationError as exc:
@@ -892,6 +910,36 @@ def plan_from_document(data: Any, *, where: str) -> Plan:
     if extended - measured or len(extended) != len(decision.extensions):
         raise StalePlan(f"{where}: not a usable plan (its extensions are not of its selection)")
     return plan
+
+
+def check_seal(data: Any, *, where: str, key: bytes | None) -> None:
+    """Refuse (:class:`~servatus.errors.StalePlan`) a document that is not a saved plan sealed
+    with ``key``, the plan key of the campaign it is submitted to (None: that campaign has
+    sealed no plan yet, so none is its)."""
+    _check_schema(data, where)
+    _check_digest(data, where)  # an edit by hand reads as one, before the seal is asked
+    seal = data.get("seal")
+    if key is None or not isinstance(seal, str) or not hmac.compare_digest(seal, _seal(data, key)):
+        raise StalePlan(
+            f"{where}: its seal is not this campaign's (the plan was saved for another "
+            "campaign, or altered); plan again"
+        )
+
+
+def _check_digest(data: dict[str, Any], where: str) -> None:
+    if data.get("digest") != _digest(data):
+        raise StalePlan(f"{where}: the plan was altered after it was saved; plan again")
+
+
+def _check_schema(data: Any, where: str) -> None:
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema in UNSEALED_SCHEMAS:
+        raise StalePlan(
+            f"{where}: a {schema} plan, saved by an earlier release without a seal, is not "
+            "submitted; save it again with plan --output"
+        )
+    if schema != PLAN_SCHEMA:
+        raise StalePlan(f"{where}: not a {PLAN_SCHEMA} document")
 
 
 def lease_problem(plan: Plan) -> str | None:
@@ -1124,10 +1172,24 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
         yield exc
 
 
+_ENVELOPE = ("schema", "digest", "seal")
+"""The names of a plan document that are not the plan's (the rest must all be)."""
+
+
+def _canonical(document: Mapping[str, Any], *leaving: str) -> bytes:
+    body = {key: value for key, value in document.items() if key not in leaving}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return text.encode("ascii")
+
+
 def _digest(document: Mapping[str, Any]) -> str:
-    body = {key: value for key, value in document.items() if key != "digest"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    """The plan's identity: the SHA-256 of everything in its document but the digest and seal."""
+    return hashlib.sha256(_canonical(document, "digest", "seal")).hexdigest()
+
+
+def _seal(document: Mapping[str, Any], key: bytes) -> str:
+    """The HMAC-SHA256 under ``key`` of everything in the document but the seal."""
+    return hmac.new(key, _canonical(document, "seal"), hashlib.sha256).hexdigest()
 
 
 def work_from_report(report: Report) -> dict[str, Work]:

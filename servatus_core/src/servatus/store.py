@@ -30,6 +30,7 @@ import math
 import operator
 import os
 import re
+import secrets
 import stat
 import time
 import uuid
@@ -75,6 +76,10 @@ MAGIC = SCHEMA.encode("ascii") + b"\n"
 JOURNAL = "journal"
 LOCK = "lock"
 TEMPORARY = "journal.tmp"
+PLAN_KEY = "plan-key"
+"""The campaign's secret that seals its saved plans (ADR 0011): 32 random bytes, owner-only."""
+PLAN_KEY_BYTES = 32
+_PLAN_KEY_DRAFT = "plan-key."
 DIRECTORY_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -1533,10 +1538,12 @@ beside the journal, never read by anything that changes the campaign."""
 
 
 def _ours(entries: set[str]) -> bool:
-    return all(name in _OURS or name.startswith(STATUS_CACHE) for name in entries)
+    return all(
+        name in _OURS or name.startswith((STATUS_CACHE, _PLAN_KEY_DRAFT)) for name in entries
+    )
 
 
-_OURS = frozenset({JOURNAL, LOCK, TEMPORARY})
+_OURS = frozenset({JOURNAL, LOCK, TEMPORARY, PLAN_KEY})
 
 
 def holds_campaign(directory: str) -> bool:
@@ -1679,6 +1686,81 @@ def writing(
         raise from_os_error(exc, f"campaign {str(path)!r}") from None
     finally:
         writer.close()
+
+
+def plan_key(path: str | Path, *, create: bool) -> bytes | None:
+    """The secret that seals the campaign's saved plans (ADR 0011), or None when it has none and
+    ``create`` is false. With ``create``, the first caller makes it: 32 random bytes written
+    owner-only under a draft name, synced, then linked to ``plan-key`` (``link`` never replaces,
+    so two planners at once agree on the first one linked). It is read as the journal is: the
+    campaign must be ours and not writable by others, and the key a regular file of ours that
+    nobody else can read or write, else :class:`UnsafeFilesystem` (whoever could read it could
+    seal a plan of their own)."""
+    path = Path(checked_path(path, "campaign"))
+    name = str(path / PLAN_KEY)
+    directory = _open_directory(path)
+    try:
+        if not _exists(JOURNAL, directory):
+            raise ConfigurationError(f"no campaign at {str(path)!r}")
+        _check_owned(os.fstat(directory), str(path), stat.S_ISDIR)
+        try:
+            fd = _open_key(directory)
+        except FileNotFoundError:
+            if not create:
+                return None
+            _make_key(directory)
+            fd = _open_key(directory)
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot open {name!r}") from None
+    finally:
+        os.close(directory)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFilesystem(f"{name}: has the wrong type")
+        if st.st_uid != os.geteuid():
+            raise UnsafeFilesystem(f"{name}: is owned by uid {st.st_uid}, not by you")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise UnsafeFilesystem(
+                f"{name}: other users can read it (mode {stat.S_IMODE(st.st_mode):04o}), so "
+                f"they could seal plans as you; remove it (rm {path_word(name)}) and save your "
+                "plans again"
+            )
+        key = read_all(fd)
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot read {name!r}") from None
+    finally:
+        os.close(fd)
+    if len(key) != PLAN_KEY_BYTES:
+        raise CorruptState(
+            f"{name}: not a plan key ({len(key)} bytes, not {PLAN_KEY_BYTES}); remove it "
+            f"(rm {path_word(name)}) and save your plans again"
+        )
+    return key
+
+
+def _open_key(directory: int) -> int:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    return os.open(PLAN_KEY, flags, dir_fd=directory)
+
+
+def _make_key(directory: int) -> None:
+    """Link a fresh key to ``plan-key`` unless another process linked one first."""
+    draft = f"{_PLAN_KEY_DRAFT}{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(draft, flags, FILE_MODE, dir_fd=directory)
+    try:
+        try:
+            os.fchmod(fd, FILE_MODE)
+            write_all(fd, secrets.token_bytes(PLAN_KEY_BYTES), 0)
+            sync(fd)
+        finally:
+            os.close(fd)
+        with suppress(FileExistsError):
+            os.link(draft, PLAN_KEY, src_dir_fd=directory, dst_dir_fd=directory)
+    finally:
+        os.unlink(draft, dir_fd=directory)
+    sync(directory)
 
 
 def new_campaign(tasks: tuple[Task, ...], *, sealed: bool) -> Created:
