@@ -375,7 +375,7 @@ def ping(transport: Transport, target: Target) -> str:
         raise Unavailable(f"{PING_UNANSWERED}: {exc}") from exc
     problem = ping_problem(result)
     if problem is not None and result.returncode in (126, 127):
-        raise ConfigurationError(problem)  # no sbatch there, or one that cannot run: a shell's codes
+        raise ConfigurationError(problem)  # no sbatch, or one that cannot run: a shell's codes
     if problem is not None:
         raise Unavailable(problem)
     return result.stdout.decode("utf-8", "replace").strip()
