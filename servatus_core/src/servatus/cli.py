@@ -1206,9 +1206,12 @@ def doctor_command(config: str | None, profile_name: str | None, as_json: bool) 
                     {"name": c.name, "status": c.status, "detail": c.detail}
                     for c in diagnosis.checks
                 ],
+                "warnings": with_warnings(diagnosis.warnings),
             }
         )
     else:
         echo(*doctor_lines(diagnosis))
+    for warning in diagnosis.warnings:  # read by whoever runs it, also when --json goes elsewhere
+        _fail(f"warning: {warning}")
     if diagnosis.exit_code:
         raise click.exceptions.Exit(diagnosis.exit_code)
