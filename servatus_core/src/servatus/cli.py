@@ -562,17 +562,30 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
     is_flag=True,
     help="Create the campaign sealed, or seal it after appending (default: appendable).",
 )
+@config_options
 @json_option
-def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> None:
+def ensure_command(
+    state: str,
+    tasks_file: str,
+    sealed: bool,
+    config: str | None,
+    profile_name: str | None,
+    as_json: bool,
+) -> None:
     """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it.
 
     STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create. Run again with
-    the same file, it adds nothing.
+    the same file, it adds nothing. With --config or --profile, or a ./SERVATUS.toml, a Task
+    whose batch script could never fit the profile's max_script_bytes is refused first.
     """
     from servatus.campaign import ensure_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
-    _, done = ensure_state(state, read_jsonl(tasks_file), sealed=sealed)
+    bound = None
+    if config is not None or profile_name is not None or os.path.exists(DEFAULT_CONFIG):
+        bound = load_profile_option(config, profile_name).target.max_script_bytes
+    tasks = read_jsonl(tasks_file)
+    _, done = ensure_state(state, tasks, sealed=sealed, max_script_bytes=bound)
     _report_authoring("ensure", state, done, as_json)
 
 
