@@ -54,8 +54,8 @@ def test_a_slurm_bin_that_is_a_file_is_named(tmp_path: Path) -> None:
     done = servatus(tmp_path, "submit", "st", "plan.json")
     assert done.returncode == 1, done.stderr
     assert done.stderr.count("\n") == 1
-    assert f"{bindir}/sbatch: not found: {bindir} is not a directory" in done.stderr
+    assert f"{bindir}/sbatch: cannot execute: {bindir} is not a directory" in done.stderr
     assert "campaign" not in done.stderr
     done = servatus(tmp_path, "doctor", "--config", str(config))
     assert done.returncode == 1
-    assert f"{bindir}/squeue: not found: {bindir} is not a directory" in done.stdout
+    assert f"{bindir}/squeue: cannot execute: {bindir} is not a directory" in done.stdout

@@ -48,7 +48,7 @@ def test_ensure_refuses_a_task_that_could_never_fit(
     assert main(["ensure", str(state), str(tmp_path / "both.jsonl"), *args]) == 1
     assert "could never fit" in capsys.readouterr().err
     assert snapshot(state) == before
-    # Without a profile nothing bounds it: ensure stays what it was.
+    # Without --config or --profile nothing bounds it: ensure stays what it was.
     assert main(["ensure", str(state), str(tmp_path / "both.jsonl")]) == 0
     assert snapshot(state) != before
 

@@ -575,14 +575,14 @@ def ensure_command(
     """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it.
 
     STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create. Run again with
-    the same file, it adds nothing. With --config or --profile, or a ./SERVATUS.toml, a Task
-    whose batch script could never fit the profile's max_script_bytes is refused first.
+    the same file, it adds nothing. With --config or --profile, a Task whose batch script could
+    never fit that profile's max_script_bytes is refused first.
     """
     from servatus.campaign import ensure_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
     bound = None
-    if config is not None or profile_name is not None or os.path.exists(DEFAULT_CONFIG):
+    if config is not None or profile_name is not None:
         bound = load_profile_option(config, profile_name).target.max_script_bytes
     tasks = read_jsonl(tasks_file)
     _, done = ensure_state(state, tasks, sealed=sealed, max_script_bytes=bound)

@@ -295,8 +295,8 @@ def _not_started(program: str, exc: OSError) -> tuple[int, bytes, bytes]:
             if os.path.lexists(parent):
                 break
             parent = os.path.dirname(parent)
-        message = f"{program}: not found: {parent} is not a directory"
-        return 127, b"", f"{message}\n".encode()
+        message = f"{program}: cannot execute: {parent} is not a directory"
+        return 126, b"", f"{message}\n".encode()
     if exc.errno == errno.ENOEXEC:
         message = f"{program}: cannot execute: not a program the system can run (no #! line?)"
     else:
