@@ -102,7 +102,7 @@ from servatus.submission import (
     submit_steps,
     unanswered,
 )
-from servatus.tasks import Roster, Task, bulk, check_unique
+from servatus.tasks import Roster, Task, bulk, check_unique, content_size
 from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
@@ -221,16 +221,36 @@ def create_state(
     return state, _result(state, created=True, added=len(batch), existing=0)
 
 
+def check_fits(tasks: Iterable[Task], max_script_bytes: int) -> None:
+    """Refuse a Task whose batch script could never fit ``max_script_bytes``: a script carries
+    every byte of its Task's content (stdin, args, env), so content over the bound never fits."""
+    for task in tasks:
+        size = content_size(task)
+        if size > max_script_bytes:
+            raise ConfigurationError(
+                f"Task {task.key!r} carries {size} bytes of stdin, args and env: its batch "
+                f"script could never fit max_script_bytes ({max_script_bytes}); nothing was "
+                "recorded"
+            )
+
+
 def ensure_state(
-    path: str | Path, tasks: Iterable[Task], *, sealed: bool = False
+    path: str | Path,
+    tasks: Iterable[Task],
+    *,
+    sealed: bool = False,
+    max_script_bytes: int | None = None,
 ) -> tuple[store.CampaignState, Authoring]:
     """Create the campaign (appendable unless ``sealed``), or append the Tasks it has not seen.
 
     With ``sealed``, an existing appendable campaign is sealed after the append: asking for a
     sealed campaign and getting an appendable one would leave it open to later appends. The
-    result's ``sealed`` says what the campaign is now.
+    result's ``sealed`` says what the campaign is now. With ``max_script_bytes``, a Task whose
+    script could never fit it is refused before anything is recorded (:func:`check_fits`).
     """
     batch = check_unique(tasks)
+    if max_script_bytes is not None:
+        check_fits(batch, max_script_bytes)
     with store.writing(path, create=True) as writer:
         state = writer.state
         if state is None:
@@ -376,10 +396,13 @@ class Campaign:
         sealed: bool = False,
         probe: Probe | None = None,
         connect: Connect | None = None,
+        profile: Profile | None = None,
     ) -> Campaign:
         """Create (appendable unless ``sealed``) or append unseen Tasks, then seal if ``sealed``;
-        safe to rerun."""
-        state, _ = ensure_state(path, tasks, sealed=sealed)
+        safe to rerun. With ``profile``, a Task whose batch script could never fit its
+        ``max_script_bytes`` is refused (ConfigurationError) before anything is recorded."""
+        bound = profile.target.max_script_bytes if profile is not None else None
+        state, _ = ensure_state(path, tasks, sealed=sealed, max_script_bytes=bound)
         return cls(path, probe=probe, connect=connect, _state=state)
 
     @classmethod

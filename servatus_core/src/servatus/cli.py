@@ -561,17 +561,30 @@ def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool)
     is_flag=True,
     help="Create the campaign sealed, or seal it after appending (default: appendable).",
 )
+@config_options
 @json_option
-def ensure_command(state: str, tasks_file: str, sealed: bool, as_json: bool) -> None:
+def ensure_command(
+    state: str,
+    tasks_file: str,
+    sealed: bool,
+    config: str | None,
+    profile_name: str | None,
+    as_json: bool,
+) -> None:
     """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it.
 
     STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create. Run again with
-    the same file, it adds nothing.
+    the same file, it adds nothing. With --config or --profile, a Task whose batch script could
+    never fit that profile's max_script_bytes is refused first.
     """
     from servatus.campaign import ensure_state  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
-    _, done = ensure_state(state, read_jsonl(tasks_file), sealed=sealed)
+    bound = None
+    if config is not None or profile_name is not None:
+        bound = load_profile_option(config, profile_name).target.max_script_bytes
+    tasks = read_jsonl(tasks_file)
+    _, done = ensure_state(state, tasks, sealed=sealed, max_script_bytes=bound)
     _report_authoring("ensure", state, done, as_json)
 
 
@@ -1196,9 +1209,12 @@ def doctor_command(config: str | None, profile_name: str | None, as_json: bool) 
                     {"name": c.name, "status": c.status, "detail": c.detail}
                     for c in diagnosis.checks
                 ],
+                "warnings": with_warnings(diagnosis.warnings),
             }
         )
     else:
         echo(*doctor_lines(diagnosis))
+    for warning in diagnosis.warnings:  # read by whoever runs it, also when --json goes elsewhere
+        _fail(f"warning: {warning}")
     if diagnosis.exit_code:
         raise click.exceptions.Exit(diagnosis.exit_code)

@@ -223,11 +223,41 @@ def _text(value: object) -> str:
     return text
 
 
+_SSH_DESTINATION = re.compile(r"[A-Za-z0-9_.@:\[\]%/-]+")
+"""What the ssh transport accepts as one destination word: refused here already, so a file with
+another (``$(...)``, ``;``, a quote) fails at load, not at the first command."""
+
+
 def _host(value: object) -> str:
     host = _text(value)
-    if host.startswith("-") or any(char.isspace() for char in host):
+    if host.startswith("-") or not _SSH_DESTINATION.fullmatch(host):
         raise ConfigurationError(f"{host!r} is not an SSH destination ([user@]host or an alias)")
     return host
+
+
+_NOT_ON_A_DIRECTIVE = frozenset("\"'\\#")
+
+
+def _directive_word(value: object) -> str:
+    """A value that goes on an ``#SBATCH`` line: printable ASCII without spaces, quotes,
+    backslashes or ``#``, which ``sbatch`` would misread (the renderer refuses them too)."""
+    text = _text(value)
+    found = sorted({c for c in text if not "!" <= c <= "~" or c in _NOT_ON_A_DIRECTIVE})
+    if found:
+        shown = " or ".join(repr(char) for char in found)
+        raise ConfigurationError(
+            f"{text!r} must not contain {shown}: it goes on an #SBATCH line, which takes "
+            "printable ASCII without spaces, quotes, backslashes or '#'"
+        )
+    return text
+
+
+def _ascii_path(value: object) -> str:
+    """An absolute path of printable ASCII (``slurm_bin``: its programs are named in scripts)."""
+    path = _absolute(value)
+    if not all(" " <= char <= "~" for char in path):
+        raise ConfigurationError(f"{path!r} must be printable ASCII")
+    return path
 
 
 def _absolute(value: object) -> str:
@@ -237,9 +267,11 @@ def _absolute(value: object) -> str:
     return path
 
 
-def _without(characters: str) -> Callable[[object], str]:
+def _without(characters: str, *, directive: bool = False) -> Callable[[object], str]:
     def rule(value: object) -> str:
         path = _absolute(value)
+        if directive:
+            _directive_word(path)
         found = sorted({char for char in path if char in characters})
         if found:
             shown = " or ".join(repr(char) for char in found)
@@ -249,8 +281,8 @@ def _without(characters: str) -> Callable[[object], str]:
     return rule
 
 
-_work_root = _without(",:")
-_log_root = _without("%")
+_work_root = _without(",:", directive=True)
+_log_root = _without("%", directive=True)
 _image = _without(":")
 
 
@@ -272,7 +304,13 @@ def _partition(value: object) -> str:
     name = _text(value)
     if "," in name or any(char.isspace() for char in name):
         raise ConfigurationError(f"{name!r} is not one partition name")
-    return name
+    return _directive_word(name)
+
+
+GRES = re.compile(r"[A-Za-z0-9_.-]+(?::[A-Za-z0-9_.-]+)?")
+"""A count-free Slurm GRES: a name (``gpu``, ``shard``) and an optional ``:type`` (``a100_80GB``,
+``nvidia_a100_3g.39gb``), each of letters, digits, ``_``, ``-`` and ``.``. It is pasted into
+``--gres`` options of ``sbatch`` and of every ``srun`` line, so nothing else is allowed."""
 
 
 def _gres(value: object) -> str:
@@ -281,6 +319,11 @@ def _gres(value: object) -> str:
         raise ConfigurationError(f"{gres!r} is not one GRES name")
     if ":" in gres and gres.rsplit(":", 1)[1].isdigit():
         raise ConfigurationError(f"{gres!r} has a count; give the count-free GRES and set gpus")
+    if not GRES.fullmatch(gres):
+        raise ConfigurationError(
+            f"{gres!r} is not a GRES name: use NAME or NAME:TYPE of letters, digits, "
+            "'_', '-' and '.', such as gpu or gpu:a100_80GB"
+        )
     return gres
 
 
@@ -334,6 +377,8 @@ _Image = NewType("_Image", str)
 _Partition = NewType("_Partition", str)
 _Gres = NewType("_Gres", str)
 _Bind = NewType("_Bind", str)
+_Directive = NewType("_Directive", str)
+_AsciiPath = NewType("_AsciiPath", str)
 _Positive = NewType("_Positive", int)
 _Count = NewType("_Count", int)
 _TimeLimit = NewType("_TimeLimit", int)
@@ -351,6 +396,8 @@ _RULES: dict[Any, Callable[[object], Any]] = {
     _Partition: _partition,
     _Gres: _gres,
     _Bind: _bind,
+    _Directive: _directive_word,
+    _AsciiPath: _ascii_path,
     _Positive: _positive,
     _Count: _count,
     _TimeLimit: _limit,
@@ -363,7 +410,7 @@ class _TargetTable:
     """``[target]`` or ``[profiles.NAME.target]`` as written; ``None`` means absent."""
 
     host: _Host | None = None
-    slurm_bin: _Absolute | None = None
+    slurm_bin: _AsciiPath | None = None
     work_root: _WorkRoot | None = None
     log_root: _LogRoot | None = None
     partitions: tuple[_Partition, ...] | None = None
@@ -371,9 +418,9 @@ class _TargetTable:
     max_cpus_per_allocation: _Positive | None = None
     max_memory_mib_per_allocation: _Positive | None = None
     max_time_limit: _TimeLimit | None = None
-    account: _Text | None = None
-    qos: _Text | None = None
-    constraint: _Text | None = None
+    account: _Directive | None = None
+    qos: _Directive | None = None
+    constraint: _Directive | None = None
     gpu_gres: _Gres | None = None
     max_gpus_per_allocation: _Count | None = None
     max_allocations_per_submit: _Positive | None = None
@@ -646,7 +693,7 @@ def _resolve(name: str, document: _Document, table: _ProfileTable, where: str) -
 # Checks over a whole Profile --------------------------------------------------------------------
 
 _TARGET_RULES: dict[str, Callable[[object], object]] = {
-    "slurm_bin": _absolute,
+    "slurm_bin": _ascii_path,
     "work_root": _work_root,
     "log_root": _log_root,
     "max_tasks_per_allocation": _positive,
@@ -659,9 +706,9 @@ _TARGET_RULES: dict[str, Callable[[object], object]] = {
 }
 _TARGET_OPTIONAL_RULES: dict[str, Callable[[object], object]] = {
     "host": _host,
-    "account": _text,
-    "qos": _text,
-    "constraint": _text,
+    "account": _directive_word,
+    "qos": _directive_word,
+    "constraint": _directive_word,
     "gpu_gres": _gres,
     "max_allocations_per_submit": _positive,
 }

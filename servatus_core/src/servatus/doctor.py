@@ -61,6 +61,10 @@ class Diagnosis:
     """The profile's name."""
     checks: tuple[Check, ...]
     """Each check made, in the order ``doctor`` prints them."""
+    warnings: tuple[str, ...] = ()
+    """What passes but is unsafe on a shared cluster: each directory (``work_root``,
+    ``log_root``, ``work_root/results``, or a parent of one) that others can write to without
+    the sticky bit, with the fix."""
 
     @property
     def exit_code(self) -> int:
@@ -107,7 +111,10 @@ def diagnose(
     target = profile.target
     transport = (connect or _default_connect(hooks))(target)
     try:
-        return Diagnosis(profile.name, tuple(_checks(profile, transport, hooks)))
+        checks = tuple(_checks(profile, transport, hooks))
+        if checks[0].status == UNAVAILABLE:  # no answer to sbatch --version: it stops there
+            return Diagnosis(profile.name, checks)
+        return Diagnosis(profile.name, checks, _open_directories(target, transport))
     finally:
         transport.close()
 
@@ -195,6 +202,50 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
 
     checks.append(_test_only(profile, transport, hooks))
     return checks
+
+
+RESULTS = "results"
+"""The results directory under ``work_root`` that the quickstart has users create."""
+
+# Each path and each of its parents: octal mode and name, one per line; a missing one is skipped.
+_MODES = r"""for p in "$@"; do
+    while :; do
+        stat -c '%a %n' -- "$p" 2>/dev/null
+        [ "$p" = / ] && break
+        p=$(dirname -- "$p")
+    done
+done"""
+
+
+def _open_directories(target: Target, transport: Transport) -> tuple[str, ...]:
+    """One warning per directory on the way to ``work_root``, ``log_root`` and the results
+    directory that others can write to without the sticky bit: another user could rename or
+    replace entries in it. Asked on the target in one command; no answer, no warnings."""
+    work_root = target.work_root.rstrip("/") or "/"
+    paths = [work_root, target.log_root.rstrip("/") or "/", f"{work_root}/{RESULTS}"]
+    result = _run(transport, ["/bin/sh", "-c", _MODES, "sh", *paths])
+    if result is None:
+        return ()
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for line in result.stdout.decode("utf-8", "surrogateescape").splitlines():
+        mode_text, _, path = line.partition(" ")
+        if not re.fullmatch(r"[0-7]{3,4}", mode_text) or not path or path in seen:
+            continue
+        seen.add(path)
+        mode = int(mode_text, 8)
+        if mode & 0o022 and not mode & 0o1000:
+            who = (
+                "group and others"
+                if mode & 0o022 == 0o022
+                else ("its group" if mode & 0o020 else "others")
+            )
+            warnings.append(
+                f"{path} is writable by {who} without the sticky bit (mode {mode:04o}): another "
+                f"user could rename or replace entries in it; run chmod go-w {path} "
+                f"(or chmod +t {path} if others must write there)"
+            )
+    return tuple(warnings)
 
 
 SCANCEL_NEEDED = "servatus cancel and chains need scancel in slurm_bin"

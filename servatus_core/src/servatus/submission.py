@@ -374,6 +374,8 @@ def ping(transport: Transport, target: Target) -> str:
     except Unavailable as exc:
         raise Unavailable(f"{PING_UNANSWERED}: {exc}") from exc
     problem = ping_problem(result)
+    if problem is not None and result.returncode == 126:
+        raise ConfigurationError(problem)  # a shell's "found but cannot execute"
     if problem is not None:
         raise Unavailable(problem)
     return result.stdout.decode("utf-8", "replace").strip()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from servatus.config import MAX_SIGNAL_BEFORE_END, Target
+from servatus.config import GRES, MAX_SIGNAL_BEFORE_END, Target
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID, job_name
@@ -147,9 +147,9 @@ def directives(spec: ScriptSpec | LeaseSpec) -> list[str]:
         f"#SBATCH --mem={count * spec.memory_mib}M",
     ]
     if spec.gpus:
-        if not target.gpu_gres:
-            raise ConfigurationError("a profile with gpus needs [target] gpu_gres")
-        lines.append(_directive("gres", f"{target.gpu_gres}:{count * spec.gpus}", "gpu_gres"))
+        lines.append(
+            _directive("gres", f"{_gres(target.gpu_gres)}:{count * spec.gpus}", "gpu_gres")
+        )
     lines.append(f"#SBATCH --time={_minutes(spec.time_limit)}")
     if not target.partitions:
         raise ConfigurationError("a Target needs at least one partition")
@@ -495,6 +495,20 @@ def _stdin_lines(data: bytes) -> list[str]:
     return ["{", *(f"    printf {printf_format(chunk)}" for chunk in chunks), "} |"]
 
 
+def _gres(gres: str | None) -> str:
+    """The Target's GRES, as the configuration allows it (:data:`servatus.config.GRES`): it goes
+    unquoted into every step's ``srun`` line, so a Target built around the loader is refused here
+    too."""
+    if not gres:
+        raise ConfigurationError("a profile with gpus needs [target] gpu_gres")
+    if not GRES.fullmatch(gres):
+        raise ConfigurationError(
+            f"gpu_gres {gres!r} is not a GRES name (NAME or NAME:TYPE of letters, digits, "
+            "'_', '-' and '.'); it cannot go into a batch script"
+        )
+    return gres
+
+
 def slot_options(
     target: Target, cpus: int, memory_mib: int, gpus: int, *, gres_none: bool = False
 ) -> list[str]:
@@ -509,7 +523,7 @@ def slot_options(
         f"--mem={memory_mib}M",
     ]
     if gpus:
-        options.append(f"--gres={target.gpu_gres}:{gpus}")
+        options.append(f"--gres={_gres(target.gpu_gres)}:{gpus}")
     elif gres_none:
         options.append("--gres=none")
     return options

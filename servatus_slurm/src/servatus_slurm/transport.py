@@ -14,6 +14,7 @@ sentinel is no answer (:class:`~servatus.errors.Unavailable`), whatever ``ssh`` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -285,6 +286,24 @@ def _exchange(
             _kill_group(process)
 
 
+def _not_started(program: str, exc: OSError) -> tuple[int, bytes, bytes]:
+    """The exit code and stderr a shell would give for a program that could not be started,
+    naming the program, and for a path through a file the component that is not a directory."""
+    if exc.errno == errno.ENOTDIR:
+        parent = os.path.dirname(program)
+        while parent not in ("/", "") and not os.path.isdir(parent):
+            if os.path.lexists(parent):
+                break
+            parent = os.path.dirname(parent)
+        message = f"{program}: cannot execute: {parent} is not a directory"
+        return 126, b"", f"{message}\n".encode()
+    if exc.errno == errno.ENOEXEC:
+        message = f"{program}: cannot execute: not a program the system can run (no #! line?)"
+    else:
+        message = f"{program}: cannot execute: {exc.strerror or exc}"
+    return 126, b"", f"{message}\n".encode()
+
+
 # -- local ---------------------------------------------------------------------------------------
 
 
@@ -315,6 +334,10 @@ class LocalTransport:
             return CommandResult(words, 127, b"", f"{words[0]}: not found\n".encode())
         except PermissionError:
             return CommandResult(words, 126, b"", f"{words[0]}: permission denied\n".encode())
+        except OSError as exc:
+            if exc.filename != words[0]:
+                raise  # not the program failing to start
+            return CommandResult(words, *_not_started(words[0], exc))
         return CommandResult(
             words, code, bytes(out.data), bytes(err.data), out.truncated or err.truncated
         )

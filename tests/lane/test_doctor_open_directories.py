@@ -1,0 +1,45 @@
+"""doctor warns of each directory on the way to work_root, log_root and work_root/results that
+others can write to without the sticky bit, asked on the target through the local transport."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from fake_bin import make_fake_bin
+
+from servatus.cli import main
+
+
+def test_doctor_warns_of_directories_others_can_rename_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "shared" / "sweep"
+    root.mkdir(parents=True)
+    config, logs = make_fake_bin(root)
+    (root / "results").mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(tmp_path / "shared", 0o2770)  # a project group's directory: group-writable
+    os.chmod(root, 0o755)
+    os.chmod(logs, 0o1777)  # writable by all, but sticky: only owners rename
+    os.chmod(root / "results", 0o777)
+    code = main(["doctor", "--config", str(config), "--json"])
+    out, err = capsys.readouterr()
+    warnings = json.loads(out)["warnings"]
+    assert [w.split(" ", 1)[0] for w in warnings] == [
+        str(tmp_path / "shared"),
+        str(root / "results"),
+    ]
+    assert "writable by its group without the sticky bit (mode 2770)" in warnings[0]
+    assert "writable by group and others without the sticky bit (mode 0777)" in warnings[1]
+    assert f"chmod go-w {root / 'results'}" in warnings[1]
+    assert err.splitlines() == [f"servatus: warning: {w}" for w in warnings]
+    assert code == 1  # the fake bin has no scontrol; the warnings change no exit code
+    os.chmod(tmp_path / "shared", 0o755)
+    os.chmod(root / "results", 0o700)
+    main(["doctor", "--config", str(config), "--json"])
+    out, err = capsys.readouterr()
+    assert json.loads(out)["warnings"] == []
+    assert "warning" not in err
