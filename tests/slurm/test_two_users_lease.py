@@ -2,12 +2,12 @@
 with two real Unix users and the real lease script under dash and bash.
 
 The project's ``log_root`` is root's and group-writable, with no sticky bit (and setgid where a
-test says so), as project directories often are: Mallory can rename anything in it. The lease is the victim's process; the
-orders directory is made by the client's own ``mkdir`` script, as the victim. Mallory renames
-the victim's orders directory aside and puts her own in its place, holding an order for the
-lease's slot and a ready claim whose step writes ``id -u`` into a file of hers. Nothing of hers
-may ever run as the victim, and the victim's own orders keep working (or are refused, never sent
-to her).
+test says so), as project directories often are: Mallory can rename anything in it. The lease is
+the victim's process; the orders directory is made by the client's own ``mkdir`` script, as the
+victim. Mallory renames the victim's orders directory aside and puts her own in its place,
+holding an order for the lease's slot and a ready claim whose step writes ``id -u`` into a file
+of hers. Nothing of hers may ever run as the victim, and the victim's own orders keep working
+(or are refused, never sent to her).
 """
 
 from __future__ import annotations
@@ -140,6 +140,9 @@ class Scene:
         assert done.returncode == 0, done.stderr.decode()
         self.plant(identity, self.orders)
 
+    def started(self) -> bool:
+        return (self.logs / f"servatus-{LEASE}.{JOB}.start").exists()
+
     def looted(self) -> str:
         return self.loot.read_text() if self.loot.exists() else ""
 
@@ -185,7 +188,7 @@ def test_a_setgid_log_root_gives_a_usable_orders_directory(
     assert scene.offer(identity, ["/bin/sh", "-c", f"id -u >{done}"]) == f"offered {identity}"
     lease = scene.start(("dash",))
     try:
-        wait_for(lambda: done.exists())
+        wait_for(done.exists)
     finally:
         log = stop(lease)
     assert done.read_text().strip() == str(scene.victim.uid), log
@@ -200,7 +203,7 @@ def test_an_orders_directory_swapped_after_the_lease_checked_it_is_never_read(
     assert scene.make_orders() == "made"
     lease = scene.start(shell)
     try:
-        wait_for(lambda: (scene.logs / f"servatus-{LEASE}.{JOB}.start").exists())
+        wait_for(scene.started)
         scene.swap(step_id(2))
         time.sleep(3.5)  # three polls of the lease
         assert scene.looted() == ""
@@ -254,7 +257,7 @@ def test_mallory_swapping_in_a_loop_never_gets_an_order_run(
     try:
         # A lease that starts while her directory has the name refuses it and runs nothing
         # (test_a_lease_starting_on_a_swapped_directory_runs_nothing): here it starts first.
-        wait_for(lambda: (scene.logs / f"servatus-{LEASE}.{JOB}.start").exists())
+        wait_for(scene.started)
         racer = scene.mallory.popen(["/bin/sh", "-c", loop], stdout=subprocess.PIPE)
         for n in range(40):
             identity = step_id(100 + n)
