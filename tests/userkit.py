@@ -8,12 +8,16 @@ enter: pytest's own ``tmp_path`` is root's alone, so neither user could reach it
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import grp
+import importlib.metadata
+import importlib.util
 import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 VICTIM = "servatus-victim"
 """Runs Servatus: owns the campaign, the lease, the results."""
@@ -140,3 +145,93 @@ def owned(path: Path, user: User, mode: int, *, directory: bool = True) -> Path:
     os.chown(path, user.uid, user.gid)
     path.chmod(mode)
     return path
+
+
+_PACKAGES = (
+    "servatus",
+    "servatus_slurm",
+    "servatus_publish",
+    "servatus_apptainer",
+    "attr",
+    "attrs",
+    "cattrs",
+    "click",
+    "pluggy",
+    "typing_extensions",
+)
+"""What a Servatus process of the test users imports."""
+_DISTRIBUTIONS = (
+    "servatus",
+    "servatus-core",
+    "servatus-slurm",
+    "servatus-publish",
+    "servatus-apptainer",
+    "attrs",
+    "cattrs",
+    "click",
+    "pluggy",
+    "typing_extensions",
+)
+"""Whose metadata they read: the entry points that load the plugins, and versions."""
+_SITE: list[Path] = []
+
+
+def readable_site() -> Path:
+    """A copy of what :data:`_PACKAGES` and :data:`_DISTRIBUTIONS` need, readable by every user,
+    made once per test process: the tests' own environment may sit under root's home (pyenv,
+    or a clone there), which the test users cannot enter."""
+    if _SITE:
+        return _SITE[0]
+    site = Path(tempfile.mkdtemp(prefix="servatus-site-", dir="/var/tmp"))
+    atexit.register(shutil.rmtree, site, True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in _PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        origin = Path(spec.origin)
+        if spec.submodule_search_locations:
+            shutil.copytree(origin.parent, site / name, ignore=skip)
+        else:
+            shutil.copy2(origin, site / origin.name)
+    for name in _DISTRIBUTIONS:
+        try:
+            found = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        metadata = Path(str(found.locate_file(""))) / f"{found._path.name}"  # type: ignore[attr-defined]
+        if metadata.is_dir():
+            shutil.copytree(metadata, site / metadata.name, ignore=skip)
+    for path in [site, *site.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    _SITE.append(site)
+    return site
+
+
+PRELUDE = "import sys; sys.path.insert(0, sys.argv.pop(1))\n"
+"""The first line of code a test user's Python runs: the readable site goes first on its path,
+given as the first argument after ``-c``."""
+
+
+def python(user: User) -> list[str]:
+    """``[interpreter, "-c"]`` for ``user``: this Python's version, one the user can run (the
+    tests' own, or the system's of the same version), with :func:`readable_site` (code given to
+    it must start with :data:`PRELUDE`, its first argument be :func:`readable_site`)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (
+        sys.executable,
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
+    ):
+        try:
+            check = user.run([candidate, "-c", "pass"])
+        except OSError:
+            continue
+        if check.returncode == 0:
+            return [candidate, "-c"]
+    pytest.skip(f"no python{version} that the test users can run (the tests run under one)")
+
+
+def python_code(user: User, code: str, *args: str) -> list[str]:
+    """The argv that runs ``code`` (seeing ``args`` as ``sys.argv[1:]``) as ``user``."""
+    return [*python(user), PRELUDE + code, str(readable_site()), *args]

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,18 +22,10 @@ from typing import Any
 import pytest
 from fake_bin import make_fake_bin, submitted
 
-from userkit import User, owned, project_directory
+from userkit import User, owned, project_directory, python_code
 
-SITE = next(Path(sys.prefix, "lib").glob("python3*/site-packages"), None)
-SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
-SERVATUS = (
-    "import runpy, site, sys\n"
-    "site.addsitedir(sys.argv.pop(1))\n"
-    "runpy.run_module('servatus', run_name='__main__', alter_sys=True)\n"
-)
-"""``python -m servatus`` for another user, who may not be able to enter the directory of the
-interpreter running the tests (pyenv's, under root's home): the system's Python of the same
-version, with the tests' site-packages (and so the editable Servatus) added."""
+RUN_SERVATUS = "import runpy; runpy.run_module('servatus', run_name='__main__', alter_sys=True)\n"
+"""``python -m servatus`` as another user (:func:`userkit.python_code`)."""
 
 SEAL_REFUSED = (
     "its seal is not this campaign's (the plan was saved for another campaign, or altered); "
@@ -112,7 +103,7 @@ class Scene:
 
     def servatus(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         """``servatus ARGS`` as the victim, a real process, from the victim's directory."""
-        argv = [str(SYSTEM_PYTHON), "-c", SERVATUS, str(SITE), *args]
+        argv = python_code(self.victim, RUN_SERVATUS, *args)
         done = self.victim.run(argv, cwd=self.home)
         result = subprocess.CompletedProcess(
             done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
@@ -158,8 +149,6 @@ class Scene:
 
 @pytest.fixture
 def scene(users: tuple[User, User], shared: Path) -> Scene:
-    if SITE is None or not SYSTEM_PYTHON.exists():
-        pytest.skip(f"needs {SYSTEM_PYTHON} and a virtual environment's site-packages")
     return Scene(shared, *users)
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
-import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,14 +20,10 @@ from pathlib import Path
 import pytest
 
 from servatus_publish.workspace import PREFIX, _record
-from userkit import User, owned, project_directory
+from userkit import User, owned, project_directory, python, python_code
 
 IDENTITY = b"sweep v1"
 HERS = b"MALLORY: pickle that runs her code"
-
-PREAMBLE = f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
-"""The victim may not be able to run this venv's interpreter (it may live under root's home),
-so the victim's processes run a python of the same version with this venv's packages."""
 
 VICTIM_ENTER = """\
 import json, sys, time
@@ -182,23 +176,6 @@ print(json.dumps(tally))
 """
 
 
-def python_for(user: User) -> list[str]:
-    """An interpreter ``user`` can run, of this Python's version, with this venv's packages."""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (
-        sys.executable,
-        f"/usr/bin/python{version}",
-        f"/usr/local/bin/python{version}",
-    ):
-        try:
-            check = user.run([candidate, "-c", PREAMBLE + "import servatus_publish"])
-        except OSError:
-            continue
-        if check.returncode == 0:
-            return [candidate, "-c"]
-    pytest.skip(f"no python{version} the test users can run")
-
-
 def run_ok(user: User, argv: list[str], **kwargs: object) -> str:
     done = user.run(argv, **kwargs)  # type: ignore[arg-type]
     assert done.returncode == 0, done.stderr.decode()
@@ -217,7 +194,7 @@ def both(
 ) -> Iterator[tuple[User, User, list[str], list[str]]]:
     victim, mallory = users
     owned(shared / "signals", victim, 0o755)  # the victim's, for the files saying where it is
-    yield victim, mallory, python_for(victim), python_for(mallory)
+    yield victim, mallory, python(victim), python(mallory)
 
 
 def swap(mallory: User, py: list[str], results: Path) -> int:
@@ -246,7 +223,7 @@ def enter_swap_then(
 ) -> dict[str, object]:
     ready, swapped = results.parent / "signals/ready", results.parent / "signals/swapped"
     process = victim.popen(
-        [*vpy, PREAMBLE + VICTIM_ENTER, str(results), str(ready), str(swapped), steps],
+        python_code(victim, VICTIM_ENTER, str(results), str(ready), str(swapped), steps),
         stdout=-1,
         stderr=-1,
     )
@@ -271,12 +248,15 @@ def enter_swap_then(
 def test_reopening_a_swapped_private_directory_is_refused(
     both: tuple[User, User, list[str], list[str]], results: Path
 ) -> None:
-    victim, mallory, vpy, mpy = both
+    victim, mallory, _, mpy = both
     ready, swapped = results.parent / "signals/ready", results.parent / "signals/swapped"
     swapped.touch()
-    run_ok(victim, [*vpy, PREAMBLE + VICTIM_ENTER, str(results), str(ready), str(swapped), ""])
+    run_ok(
+        victim,
+        python_code(victim, VICTIM_ENTER, str(results), str(ready), str(swapped), ""),
+    )
     assert swap(mallory, mpy, results) == 1
-    kind, message = json.loads(run_ok(victim, [*vpy, PREAMBLE + VICTIM_REOPEN, str(results)]))
+    kind, message = json.loads(run_ok(victim, python_code(victim, VICTIM_REOPEN, str(results))))
     assert kind == "UnsafeFilesystem"
     assert f"{results}/{PREFIX}run" in message and "\n" not in message
     hers_untouched(results, mallory)
@@ -317,7 +297,7 @@ def test_a_path_taken_before_the_swap_keeps_naming_the_victims_work(
 def test_another_users_file_is_never_linked(
     both: tuple[User, User, list[str], list[str]], results: Path
 ) -> None:
-    victim, mallory, vpy, _ = both
+    victim, mallory, _, _ = both
     planted = results / "planted"
     run_ok(mallory, ["/bin/sh", "-c", f"umask 0; printf MALLORY > {planted}"])
     script = """\
@@ -329,7 +309,7 @@ try:
 except UnsafeFilesystem as exc:
     print("refused:", exc)
 """
-    out = run_ok(victim, [*vpy, PREAMBLE + script, str(results)])
+    out = run_ok(victim, python_code(victim, script, str(results)))
     assert out.startswith(f"refused: {planted} belongs to uid {mallory.uid}")
     assert not (results / "model").exists()
 
@@ -338,7 +318,7 @@ except UnsafeFilesystem as exc:
 def test_a_swapping_loop_never_gets_anything_in_or_out(
     both: tuple[User, User, list[str], list[str]], results: Path
 ) -> None:
-    victim, mallory, vpy, mpy = both
+    victim, mallory, _, mpy = both
     stop = results.parent / "stop"
     seconds = 20.0
     swapper = mallory.popen(
@@ -358,7 +338,7 @@ def test_a_swapping_loop_never_gets_anything_in_or_out(
         tally = json.loads(
             run_ok(
                 victim,
-                [*vpy, PREAMBLE + VICTIM_ROUNDS, str(results), "200", str(seconds), HERS.hex()],
+                python_code(victim, VICTIM_ROUNDS, str(results), "200", str(seconds), HERS.hex()),
                 timeout=seconds + 60,
             )
         )
