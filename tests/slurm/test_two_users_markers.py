@@ -1,0 +1,191 @@
+"""Run markers, step logs and chain handoffs against another user of the project group (issue #30,
+attacks 3 and 5), with two real Unix users and the real batch scripts under dash and bash.
+
+``log_root`` is the project's: root's, group-writable, no sticky bit. Mallory can create any name
+in it, and a pending job's allocation id and job number are visible to her in ``squeue``. What
+she plants there must never be written through, and never count as the victim's evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slurm_helpers import ALLOCATION, HERE, direct_step, make_spec
+from test_script import chain_spec, chain_step
+
+from servatus.evidence import MarkerKind
+from servatus_slurm.evidence import SlurmEvidenceReader
+from servatus_slurm.markers import marker_name, step_log_name
+from servatus_slurm.script import render
+from servatus_slurm.transport import LocalTransport
+from testkit import make_target
+from userkit import User, owned, project_directory
+
+SHELLS = [("dash",), ("bash", "--posix")]
+JOB = 4242
+PROFILE = b"# the victim's shell start-up file\nexport EDITOR=vi\n"
+
+
+class Scene:
+    """The victim's batch scripts on the project's ``log_root``; Mallory's files in it."""
+
+    def __init__(self, base: Path, victim: User, mallory: User) -> None:
+        self.base, self.victim, self.mallory = base, victim, mallory
+        bindir = base / "bin"
+        bindir.mkdir()
+        for name, text in (
+            ("srun", "#!/usr/bin/python3\n" + (HERE / "fake_srun.py").read_text()),
+            ("scancel", "#!/bin/sh\nexit 0\n"),
+            ("squeue", "#!/bin/sh\nexit 0\n"),
+        ):
+            (bindir / name).write_text(text)
+            (bindir / name).chmod(0o755)
+        self.logs = project_directory(base / "logs", 0o770)
+        for name in ("work", "record", "out"):
+            owned(base / name, victim, 0o755)
+        self.target = make_target(base)
+        self.profile = victim.home / ".profile"
+        self.profile.write_bytes(PROFILE)
+        os.chown(self.profile, victim.uid, victim.gid)
+
+    def run(self, script: str, shell: tuple[str, ...]) -> tuple[int, str]:
+        """The batch script as the victim's job ``JOB``: its exit code and its own output (what
+        Slurm writes to the allocation's log)."""
+        path = self.base / "job.sh"
+        path.write_text(script)
+        path.chmod(0o644)
+        done = self.victim.run(
+            [*shell, str(path)],
+            cwd=self.base / "work",
+            env={
+                "SLURM_JOB_ID": str(JOB),
+                "SLURM_JOB_END_TIME": "1900000000",
+                "SLURM_CPUS_ON_NODE": "2",
+                "FAKE_SRUN_RECORD": str(self.base / "record"),
+            },
+            timeout=60,
+        )
+        return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+    def plant(self, name: str, *, link_to: Path | None = None, text: str = "") -> None:
+        """A file (or a symlink) of Mallory's at ``log_root/name``."""
+        path = self.logs / name
+        if link_to is not None:
+            command = f"ln -s {link_to} {path}"
+        else:
+            command = f"printf %s '{text}' >{path} && chmod 666 {path}"
+        done = self.mallory.sh(command)
+        assert done.returncode == 0, done.stderr.decode()
+
+    def ran(self) -> list[str]:
+        """The steps the fake srun started, as recorded."""
+        return os.listdir(self.base / "record")
+
+    def step(self, slot: int, name: str) -> object:
+        out = self.base / "out"
+        return direct_step(self.target, slot, ["/bin/sh", "-c", f"echo {name} >>{out}/{name}"])
+
+
+@pytest.fixture
+def scene(shared: Path, users: tuple[User, User]) -> Iterator[Scene]:
+    made = Scene(shared, *users)
+    yield made
+    made.profile.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_step_log_planted_as_a_symlink_is_never_written_through(
+    scene: Scene, shell: tuple[str, ...]
+) -> None:
+    """Attack 5: Mallory links the step log's name (predictable once ``squeue`` shows the job)
+    to the victim's ``~/.profile``. The step does not run, the file is untouched, and the
+    allocation's log and end marker say why."""
+    scene.plant(step_log_name(ALLOCATION, JOB, 0), link_to=scene.profile)
+    script = render(make_spec(scene.target, [scene.step(0, "a")]))
+    code, said = scene.run(script, shell)
+    assert scene.profile.read_bytes() == PROFILE
+    assert code == 0, said
+    assert scene.ran() == []
+    assert "already exists or is not a new file of this user's; the step did not run" in said
+    end = scene.logs / marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=1)
+    assert end.stat().st_uid == scene.victim.uid
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_step_log_of_hers_under_the_name_is_not_appended_to(
+    scene: Scene, shell: tuple[str, ...]
+) -> None:
+    """A regular file of hers under the log's name (which she could read): refused the same."""
+    scene.plant(step_log_name(ALLOCATION, JOB, 0), text="hers\n")
+    code, said = scene.run(render(make_spec(scene.target, [scene.step(0, "a")])), shell)
+    assert (scene.logs / step_log_name(ALLOCATION, JOB, 0)).read_text() == "hers\n"
+    assert scene.ran() == [], said
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_step_log_is_the_victims_own_new_file(scene: Scene, shell: tuple[str, ...]) -> None:
+    """Nothing planted: the step runs and its output is in a new owner-only file of its own."""
+    code, said = scene.run(render(make_spec(scene.target, [scene.step(0, "a")])), shell)
+    log = scene.logs / step_log_name(ALLOCATION, JOB, 0)
+    assert code == 0, said
+    assert len(scene.ran()) == 1
+    assert (log.stat().st_uid, log.stat().st_mode & 0o777) == (scene.victim.uid, 0o600)
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize("claim", ["none", "hers holding the victim's job"])
+def test_a_handoff_planted_by_another_user_runs_nothing(
+    scene: Scene, shell: tuple[str, ...], claim: str
+) -> None:
+    """Attack 3, chains: a forged handoff of the previous link (any job number) and its over
+    file, even with a claim of hers that names the victim's job, never make the next link run
+    a slot again."""
+    previous = "a" * 24
+    scene.plant(f"servatus-{previous}.777.handoff.0")
+    scene.plant(f".servatus-{previous}.777.over")
+    if claim != "none":
+        scene.plant(f"servatus-{previous}.777.taken.0", text=str(JOB))
+    step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
+    script = render(chain_spec(scene.target, [step], 2, 2, time_limit=60))
+    code, said = scene.run(script, shell)
+    assert scene.ran() == [], said
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_victims_own_handoff_still_runs_the_next_link(
+    scene: Scene, shell: tuple[str, ...]
+) -> None:
+    previous = "a" * 24
+    for name in (f"servatus-{previous}.777.handoff.0", f".servatus-{previous}.777.over"):
+        done = scene.victim.sh(f"umask 077 && : >{scene.logs / name}")
+        assert done.returncode == 0
+    step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
+    code, said = scene.run(render(chain_spec(scene.target, [step], 2, 2, time_limit=60)), shell)
+    assert len(scene.ran()) == 1, said
+
+
+def test_a_listing_counts_only_the_users_own_markers(scene: Scene) -> None:
+    """The reader's listing, run as the victim: Mallory's ``end.0.0`` under the victim's
+    allocation is no marker, and comes back as hers, by uid."""
+    mine = marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=3)
+    hers = marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=0)
+    assert scene.victim.sh(f"umask 077 && : >{scene.logs / mine}").returncode == 0
+    scene.plant(hers)
+    reader = SlurmEvidenceReader()
+    argv = reader.marker_command(scene.target)
+    done = scene.victim.run(argv)
+    assert done.returncode == 0, done.stderr.decode()
+    result = LocalTransport().run(["/bin/true"])  # a CommandResult to fill with what the victim saw
+    listed = type(result)(tuple(argv), 0, done.stdout, done.stderr)
+    assert [(m.kind, m.exit_code) for m in reader.parse_markers(listed)] == [(MarkerKind.END, 3)]
+    assert reader.parse_foreign(listed) == [(hers, scene.mallory.uid)]
+    assert reader.parse_clock(listed) is not None
+
+
+def test_the_scene_needs_both_shells() -> None:
+    for shell in ("dash", "bash"):
+        assert subprocess.run(["which", shell], capture_output=True).returncode == 0
