@@ -121,7 +121,7 @@ def test_a_step_log_of_hers_under_the_name_is_not_appended_to(
 ) -> None:
     """A regular file of hers under the log's name (which she could read): refused the same."""
     scene.plant(step_log_name(ALLOCATION, JOB, 0), text="hers\n")
-    code, said = scene.run(render(make_spec(scene.target, [scene.step(0, "a")])), shell)
+    _, said = scene.run(render(make_spec(scene.target, [scene.step(0, "a")])), shell)
     assert (scene.logs / step_log_name(ALLOCATION, JOB, 0)).read_text() == "hers\n"
     assert scene.ran() == [], said
 
@@ -151,7 +151,7 @@ def test_a_handoff_planted_by_another_user_runs_nothing(
         scene.plant(f"servatus-{previous}.777.taken.0", text=str(JOB))
     step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
     script = render(chain_spec(scene.target, [step], 2, 2, time_limit=60))
-    code, said = scene.run(script, shell)
+    _, said = scene.run(script, shell)
     assert scene.ran() == [], said
 
 
@@ -164,7 +164,7 @@ def test_the_victims_own_handoff_still_runs_the_next_link(
         done = scene.victim.sh(f"umask 077 && : >{scene.logs / name}")
         assert done.returncode == 0
     step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
-    code, said = scene.run(render(chain_spec(scene.target, [step], 2, 2, time_limit=60)), shell)
+    _, said = scene.run(render(chain_spec(scene.target, [step], 2, 2, time_limit=60)), shell)
     assert len(scene.ran()) == 1, said
 
 
