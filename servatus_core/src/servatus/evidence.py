@@ -13,12 +13,17 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import attrs
 
-from servatus.errors import Unavailable
+from servatus.errors import ConfigurationError, Unavailable
 
 if TYPE_CHECKING:
     from servatus.config import Target
     from servatus.transport import CommandResult, Transport
 
+
+LOG_ROOT_MISSING = 66
+"""The exit code of a marker listing whose ``log_root`` is not a directory (sysexits'
+``EX_NOINPUT``): a purge removed it, or it was never made. Asking again cannot help, so it is a
+configuration error, not unavailable evidence."""
 
 MAX_JOB = 2**32 - 1
 """Slurm job numbers are unsigned 32-bit: a larger one in a listing or a record is not a job."""
@@ -296,7 +301,8 @@ class EvidenceReader(Protocol):
         """The one remote command that lists the run markers of ``log_root``: every marker
         (``query`` None), or at least those the query asks for. With ``clock`` it also reads the
         file server's clock first, by creating and removing a fresh file (a write: ``doctor``
-        lists without it). The clock never makes the listing fail."""
+        lists without it). The clock never makes the listing fail. It exits
+        :data:`LOG_ROOT_MISSING` when ``log_root`` is not a directory."""
         ...
 
     def parse_markers(self, result: CommandResult) -> list[Marker]:
@@ -354,6 +360,12 @@ def fetch_markers(
     it could not be read), and files of other users under marker names. An unreadable
     log_root is unavailable evidence, an unwritable one is not."""
     result = transport.run(reader.marker_command(target, query))
+    if result.returncode == LOG_ROOT_MISSING:
+        raise ConfigurationError(
+            f"log_root {target.log_root} is not a directory on the cluster (purged, or never "
+            "made): make it again (mkdir -p), then run the command again; markers that were in "
+            "it are gone"
+        )
     if result.returncode != 0:
         raise Unavailable(
             f"listing {target.log_root} failed (exit {result.returncode}): "

@@ -48,7 +48,9 @@ so a lease application can be tested without a cluster:
 * ``submit`` makes the lease's orders directory first (its ``mkdir`` command): made, or accepted
   when it already is one of the fake's; a path in :attr:`FakeScheduler.foreign_directories`, or
   under a ``log_root`` in :attr:`~FakeScheduler.missing_directories`, is refused. A lease that
-  starts without its directory ends ``FAILED`` before its start marker and runs nothing.
+  starts without its directory ends ``FAILED`` before its start marker and runs nothing. A
+  marker listing of a ``log_root`` in that set fails as a gone one does on a cluster (exit 66:
+  a ``ConfigurationError``, not unavailable evidence).
 * The offer's ``sh -c`` (``DIR JOB NONCE STEP SIZE...``, the orders on stdin) keeps each order
   whole (``refused STEP directory`` without the directory, ``refused STEP write`` for a directory
   in :attr:`~FakeScheduler.full_directories`). While its lease job is ``RUNNING`` and has not had
@@ -81,7 +83,7 @@ import attrs
 
 from servatus.config import Target
 from servatus.errors import Unavailable
-from servatus.evidence import MarkerKind
+from servatus.evidence import LOG_ROOT_MISSING, MarkerKind
 from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
 
 _NAME = re.compile(r"^#SBATCH --job-name=servatus-([0-9a-f]+)$", re.MULTILINE)
@@ -532,6 +534,9 @@ class FakeScheduler:
         of the tests (``-false`` matches none), and with ``-newermt @T`` only those modified
         after T."""
         rows = []
+        if _is_script(argv) and argv[4] in self.missing_directories:
+            message = f"log_root {argv[4]} is not a directory\n".encode()
+            return CommandResult(argv, LOG_ROOT_MISSING, b"", message)
         if _is_script(argv) and "mktemp" in argv[2] and argv[4] not in self.read_only_directories:
             rows.append(f"clock {self.clock():.10f}\n")
         patterns = [argv[i + 1] for i, word in enumerate(argv) if word == "-name"] or ["*"]

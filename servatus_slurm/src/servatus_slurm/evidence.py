@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from servatus.errors import Unavailable
-from servatus.evidence import MAX_JOB, Marker, MarkerQuery, QueueEntry
+from servatus.evidence import LOG_ROOT_MISSING, MAX_JOB, Marker, MarkerQuery, QueueEntry
 from servatus.lease import orders_directory
 from servatus_slurm.markers import (
     ID_LENGTH,
@@ -47,6 +47,11 @@ MAX_ROWS = 1_000_000
 MAX_LINE = 512
 """Longer lines are not ours: our names are under 80 bytes."""
 
+_ROOT = (
+    f'[ -d "$1" ] || {{ echo "log_root $1 is not a directory" >&2; exit {LOG_ROOT_MISSING}; }}; '
+)
+"""First in every listing: a ``log_root`` that is gone (purged, never made) is said apart from a
+listing that failed, since asking again cannot help."""
 _CLOCK = (
     'clock=$(umask 077 && mktemp -- "$1/servatus-clock.XXXXXXXXXX" 2>/dev/null) '
     '&& { find "$clock" -maxdepth 0 -type f -user "$(id -u)" -printf "clock %T@\\n" 2>/dev/null; '
@@ -74,9 +79,9 @@ Only a file of this user's (``-user``, the uid ``id -u`` prints on the cluster) 
 marker; anyone else's under a selected name is printed as ``foreign UID NAME``, never as
 evidence (SECURITY.md: another user who can write ``log_root`` can plant names, not forge
 yours)."""
-LIST_SCRIPT = _ORDERS
+LIST_SCRIPT = _ROOT + _ORDERS
 """``sh -c`` text of a listing without the clock (``doctor``'s, which writes nothing)."""
-CLOCK_SCRIPT = _CLOCK + _ORDERS
+CLOCK_SCRIPT = _ROOT + _CLOCK + _ORDERS
 """``sh -c`` text of the clock listing: the clock row, then :data:`_ORDERS`'s listing.
 
 ``mktemp`` creates a fresh file (``O_EXCL``: a link or file already at its name is never
