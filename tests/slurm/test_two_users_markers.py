@@ -186,6 +186,29 @@ def test_a_listing_counts_only_the_users_own_markers(scene: Scene) -> None:
     assert reader.parse_clock(listed) is not None
 
 
+@pytest.mark.parametrize("junk", ["x", "x\udcff"], ids=["plain", "invalid-utf8"])
+def test_a_name_with_a_newline_never_prints_a_row_of_its_own(scene: Scene, junk: str) -> None:
+    """Review of issue #30: a file of hers whose name holds a newline and, after it, a marker row
+    of the victim's (an end.0.0 of the victim's job) must not be read as that row, in the sticky
+    directory SECURITY.md recommends too; nor may a byte invalid in UTF-8 hide the newline."""
+    sticky = project_directory(scene.base / "sticky", 0o3770)
+    target = make_target(scene.base, log_root=str(sticky))
+    mine = marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=3)
+    assert scene.victim.sh(f"umask 077 && : >{sticky / mine}").returncode == 0
+    forged = marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=0)
+    name = os.fsencode(f"servatus-{ALLOCATION}.{junk}\n{forged} 1700000000 0")
+    done = scene.mallory.run(["/usr/bin/touch", b"/".join([os.fsencode(sticky), name])])
+    assert done.returncode == 0, done.stderr
+    reader = SlurmEvidenceReader()
+    argv = reader.marker_command(target)
+    listed = scene.victim.run(argv, env={"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
+    assert listed.returncode == 0, listed.stderr.decode()
+    result = LocalTransport().run(["/bin/true"])
+    result = type(result)(tuple(argv), 0, listed.stdout, listed.stderr)
+    assert [(m.kind, m.exit_code) for m in reader.parse_markers(result)] == [(MarkerKind.END, 3)]
+    assert b"1700000000" not in listed.stdout
+
+
 def test_the_scene_needs_both_shells() -> None:
     for shell in ("dash", "bash"):
         assert subprocess.run(["which", shell], capture_output=True).returncode == 0

@@ -58,13 +58,14 @@ _CLOCK = (
     'rm -f -- "$clock"; }; '
 )
 _ORDERS = (
-    "root=$1 format=$2 n=$3 && shift 3 && points= i=0 && me=$(id -u) && "
-    "foreign='foreign %U %f\\n' && "
+    "LC_ALL=C && export LC_ALL && root=$1 format=$2 n=$3 && shift 3 && points= i=0 && "
+    "me=$(id -u) && "
+    "foreign='foreign %U %f\\n' odd='*[!-.0-9a-z]*' && "
     'while [ "$i" -lt "$n" ]; do '
     'i=$((i + 1)); if [ -d "$1" ]; then eval "servatus_d$i=\\$1"; '
     'points="$points \\"\\$servatus_d$i\\""; fi; shift; done && '
     'eval "exec find -H \\"\\$root\\"$points -mindepth 1 -maxdepth 1 '
-    '\\"\\$@\\" -type f \\\\( -user \\"\\$me\\" -printf \\"\\$format\\" '
+    '\\"\\$@\\" ! -name \\"\\$odd\\" -type f \\\\( -user \\"\\$me\\" -printf \\"\\$format\\" '
     '-o -printf \\"\\$foreign\\" \\\\)"'
 )
 """The listing proper: ``$1`` log_root, ``$2`` the row format, ``$3`` how many orders
@@ -75,10 +76,13 @@ ones are put in numbered variables and named on the ``find`` line by ``eval`` (o
 variables' names are in the evaluated text, never their values), so the tests stay in ``$@``
 untouched, however many they are.
 
-Only a file of this user's (``-user``, the uid ``id -u`` prints on the cluster) is listed as a
-marker; anyone else's under a selected name is printed as ``foreign UID NAME``, never as
-evidence (SECURITY.md: another user who can write ``log_root`` can plant names, not forge
-yours)."""
+A name with any character a marker's name cannot hold (``odd``: anything but ``-``, ``.``,
+digits and lowercase letters; a newline above all, which would let one file print two rows) is
+never printed; ``LC_ALL=C`` makes every test bytewise, so no byte escapes the pattern. Only a
+file of this user's (``-user``, the uid ``id -u`` prints on the cluster) is listed as a marker;
+anyone else's under a selected name is printed as ``foreign UID NAME``, never as evidence
+(ADR 0012).
+"""
 LIST_SCRIPT = _ROOT + _ORDERS
 """``sh -c`` text of a listing without the clock (``doctor``'s, which writes nothing)."""
 CLOCK_SCRIPT = _ROOT + _CLOCK + _ORDERS
