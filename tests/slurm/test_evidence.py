@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from slurm_helpers import ALLOCATION, make_target
 
-from servatus.errors import Unavailable
-from servatus.evidence import Marker, MarkerKind, QueueEntry
+from servatus.errors import ConfigurationError, Unavailable
+from servatus.evidence import Marker, MarkerKind, QueueEntry, fetch_markers
 from servatus.transport import CommandResult
 from servatus_slurm import evidence
 from servatus_slurm.evidence import SlurmEvidenceReader
@@ -293,10 +293,15 @@ def test_a_failed_listing_has_no_clock() -> None:
     assert READER.parse_clock(result(b"clock 2000000000.5\n", code=1)) is None
 
 
-def test_missing_log_root_is_unavailable(tmp_path: Path) -> None:
+def test_a_missing_log_root_is_a_configuration_error(tmp_path: Path) -> None:
+    """The listing says a gone log_root apart (exit 66); the reader's parse still refuses it as
+    unavailable, and fetching turns it into a configuration error, since asking again cannot
+    help (issue #30)."""
     target = make_target(tmp_path, log_root=str(tmp_path / "absent"))
-    with pytest.raises(Unavailable, match="find exited 1"):
+    with pytest.raises(Unavailable, match=r"find exited 66: log_root .* is not a directory"):
         READER.parse_markers(LocalTransport().run(READER.marker_command(target)))
+    with pytest.raises(ConfigurationError, match="is not a directory on the cluster"):
+        fetch_markers(LocalTransport(), READER, target)
 
 
 def test_log_paths_match_what_the_script_writes(tmp_path: Path) -> None:
