@@ -280,6 +280,28 @@ def test_mallory_swapping_in_a_loop_never_gets_an_order_run(
     print(f"{shell[0]}: {swaps} swaps, {len(offered)} of 40 offers accepted and run once")
 
 
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_step_start_planted_as_a_link_keeps_the_step_from_running(
+    scene: Scene, shell: tuple[str, ...]
+) -> None:
+    """Review of issue #30: her link at a step's ``step-start`` name (to ``/dev/null``, which
+    ``set -C`` would open) is no start marker of the step's: the step exits 1 unrun."""
+    assert scene.make_orders() == "made"
+    identity = step_id(5)
+    planted = scene.logs / f"servatus-{identity}.{JOB}.step-start"
+    assert scene.mallory.sh(f"ln -s /dev/null {planted}").returncode == 0
+    done = scene.base / "work" / "done"
+    assert scene.offer(identity, ["/bin/sh", "-c", f": >{done}"]) == f"offered {identity}"
+    lease = scene.start(shell)
+    ended = scene.logs / f"servatus-{identity}.{JOB}.end.0.1"
+    try:
+        wait_for(ended.exists)
+    finally:
+        log = stop(lease)
+    assert not done.exists(), log
+    assert planted.is_symlink()
+
+
 def ran_lines(mine: Path) -> list[str]:
     path = mine / "ran"
     return path.read_text().split() if path.exists() else []

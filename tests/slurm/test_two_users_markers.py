@@ -156,12 +156,46 @@ def test_a_handoff_planted_by_another_user_runs_nothing(
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_file_of_the_victims_renamed_to_a_handoff_runs_nothing(
+    scene: Scene, shell: tuple[str, ...]
+) -> None:
+    """Review of issue #30: without the sticky bit Mallory can rename the victim's own files. The
+    previous link's start marker renamed to its handoff is still the victim's file, but not a
+    handoff: a handoff holds its own name, and the next link reads it."""
+    previous = "a" * 24
+    for name in (f"servatus-{previous}.777.start", f".servatus-{previous}.777.over"):
+        assert scene.victim.sh(f"umask 077 && : >{scene.logs / name}").returncode == 0
+    prefix = scene.logs / f"servatus-{previous}.777"
+    done = scene.mallory.sh(f"mv {prefix}.start {prefix}.handoff.0")
+    assert done.returncode == 0, done.stderr.decode()
+    step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
+    _, said = scene.run(render(chain_spec(scene.target, [step], 2, 2, time_limit=60)), shell)
+    assert scene.ran() == [], said
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_an_over_file_planted_as_a_link_is_not_the_previous_links(
+    scene: Scene, shell: tuple[str, ...]
+) -> None:
+    """Review of issue #30: her link named as the previous link's ``over`` file, pointing at a
+    file of the victim's, does not end the wait for the previous link's handoffs."""
+    previous = "a" * 24
+    assert scene.victim.sh(f"umask 077 && : >{scene.victim.home}/any").returncode == 0
+    scene.plant(f".servatus-{previous}.777.over", link_to=scene.victim.home / "any")
+    step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
+    _, said = scene.run(render(chain_spec(scene.target, [step], 2, 2, time_limit=60)), shell)
+    assert "the previous link left no over file" in said
+    assert scene.ran() == [], said
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
 def test_the_victims_own_handoff_still_runs_the_next_link(
     scene: Scene, shell: tuple[str, ...]
 ) -> None:
     previous = "a" * 24
-    for name in (f"servatus-{previous}.777.handoff.0", f".servatus-{previous}.777.over"):
-        done = scene.victim.sh(f"umask 077 && : >{scene.logs / name}")
+    handoff = f"servatus-{previous}.777.handoff.0"
+    for name, text in ((handoff, handoff), (f".servatus-{previous}.777.over", "")):
+        done = scene.victim.sh(f"umask 077 && printf %s '{text}' >{scene.logs / name}")
         assert done.returncode == 0
     step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
     _, said = scene.run(render(chain_spec(scene.target, [step], 2, 2, time_limit=60)), shell)

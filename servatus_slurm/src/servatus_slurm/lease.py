@@ -169,7 +169,8 @@ servatus_halt() {
     fi
 }
 # The step's first act on the node: its own start marker, or exit 1 before running anything.
-servatus_begin='(set -C && umask 077 && : >"$1") 2>/dev/null || {
+servatus_begin='{ [ ! -h "$1" ] && (set -C && umask 077 && : >"$1") 2>/dev/null &&
+    [ -f "$1" ] && [ ! -h "$1" ] && [ -O "$1" ]; } || {
     echo "servatus: cannot create $1; the step did not run" >&2
     exit 1
 }

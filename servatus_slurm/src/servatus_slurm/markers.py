@@ -7,7 +7,8 @@ a ``-`` a log, so one ``find -name`` :data:`MARKER_GLOB` lists every marker and 
     servatus-<id>.<job>.end.<slot>.<exit> the step in <slot> returned <exit> (0-255)
     servatus-<id>.<job>.stop              the job was told to end (SIGTERM: scancel, time limit)
     servatus-<id>.<job>.limit             the pre-limit SIGUSR1 arrived and was relayed
-    servatus-<id>.<job>.handoff.<slot>    a chain link hands <slot> on to its next link
+    servatus-<id>.<job>.handoff.<slot>    a chain link hands <slot> on to its next link (the
+                                          file holds its own name, which the next link reads)
     servatus-<id>.<job>.taken.<slot>      the claim on that handoff, made once by ln: its size
                                           is the verdict, more than 0 taken by the next link
                                           (it holds that job's number), 0 withheld by reconcile

@@ -182,11 +182,12 @@ servatus_limited=
 servatus_stopped=
 # A marker is an empty owner-only file; -C keeps the first one, and its mtime, if it exists. It
 # counts only as a new regular file of this user's: never one planted under its name (SECURITY.md).
+# servatus_own PATH [TEXT] makes one, holding TEXT (a handoff holds its own name).
 servatus_mark() {
     servatus_own "$servatus_prefix.$1"
 }
 servatus_own() {
-    [ ! -h "$1" ] && (set -C && umask 077 && : >"$1") 2>/dev/null &&
+    [ ! -h "$1" ] && (set -C && umask 077 && printf '%s' "${2-}" >"$1") 2>/dev/null &&
         [ -f "$1" ] && [ ! -h "$1" ] && [ -O "$1" ]
 }
 # The step log, opened once as fd 4, only as a new file of this user's: -C never opens an
@@ -307,10 +308,13 @@ _HANDING_ON = r"""
 servatus_timer=
 servatus_ending=
 servatus_removed=
-# Whether some slot of this link handed on.
+# Whether some slot of this link handed on: a handoff of its own, never a name someone planted.
 servatus_handed() {
     for servatus_h in $servatus_slots; do
-        if [ -e "$servatus_prefix.handoff.$servatus_h" ]; then return 0; fi
+        servatus_hf="$servatus_prefix.handoff.$servatus_h"
+        if [ -f "$servatus_hf" ] && [ ! -h "$servatus_hf" ] && [ -O "$servatus_hf" ]; then
+            return 0
+        fi
     done
     return 1
 }
@@ -372,7 +376,7 @@ servatus_term() {
 servatus_handoff() {
     if [ "$2" = 1 ] && { [ "$servatus_s" = 75 ] ||
         { [ "$servatus_s" != 0 ] && [ -e "$servatus_prefix.limit" ]; }; }; then
-        servatus_mark "handoff.$1"
+        servatus_own "$servatus_prefix.handoff.$1" "${servatus_prefix##*/}.handoff.$1"
     fi
 }
 """.lstrip("\n")
@@ -388,13 +392,15 @@ servatus_over() {
 
 _HANDED_ON = r"""
 # A slot runs only on a handoff of the previous link (whatever its job number), a regular file of
-# this user's, that this job claims: ln creates the claim name once, on NFS too, and the claim
+# this user's holding its own name (so no other file of the user's renamed to it), that this job
+# claims: ln creates the claim name once, on NFS too, and the claim
 # holds the job number of whoever linked it first, so at most one job ever runs a slot on it.
 # reconcile claims with an empty file to keep a link it decided was never submitted from running
 # anything.
 servatus_given() {
     for servatus_g in "$servatus_log/servatus-$servatus_after".*".handoff.$1"; do
-        if [ -f "$servatus_g" ] && [ ! -h "$servatus_g" ] && [ -O "$servatus_g" ]; then
+        if [ -f "$servatus_g" ] && [ ! -h "$servatus_g" ] && [ -O "$servatus_g" ] &&
+            [ "$(cat "$servatus_g" 2>/dev/null)" = "${servatus_g##*/}" ]; then
             servatus_c="${servatus_g%.handoff.$1}.taken.$1"
             servatus_v="$servatus_log/.${servatus_prefix##*/}.take.$1"
             if (set -C && umask 077 && echo "$SLURM_JOB_ID" >"$servatus_v") 2>/dev/null; then
@@ -428,7 +434,9 @@ servatus_await() {
     servatus_o=0
     while :; do
         for servatus_g in "$servatus_log/.servatus-$servatus_after".*.over; do
-            if [ -f "$servatus_g" ] && [ -O "$servatus_g" ]; then return 0; fi
+            if [ -f "$servatus_g" ] && [ ! -h "$servatus_g" ] && [ -O "$servatus_g" ]; then
+                return 0
+            fi
         done
         if [ "$servatus_o" -ge "$1" ]; then return 1; fi
         sleep 1
