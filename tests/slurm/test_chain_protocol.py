@@ -83,14 +83,18 @@ def test_a_sigterm_after_the_signal_before_any_handoff_keeps_the_chain(
     steps = [chain_step(target, 0, fake_cluster.step_args("runs-on", "sleep"), links=3)]
     script = render(chain_spec(target, steps, 1, 3, signal_before_end=GRACE + 2))
     process = fake_cluster.start(script, shell=shell, job=JOB)
-    wait_for((fake_cluster.out / "runs-on.json").exists)
-    process.send_signal(signal.SIGUSR1)
-    wait_for((fake_cluster.logs / (PREFIX + "limit")).exists)
-    process.send_signal(signal.SIGTERM)
-    wait_for((fake_cluster.logs / (PREFIX + "stop")).exists)
-    assert not (fake_cluster.logs / (PREFIX + "handoff.0")).exists()
-    time.sleep(0.5)  # the trap has run: the stop marker is its own
-    assert removed(fake_cluster) == []
+    try:
+        wait_for((fake_cluster.out / "runs-on.json").exists)
+        process.send_signal(signal.SIGUSR1)
+        wait_for((fake_cluster.logs / (PREFIX + "limit")).exists)
+        process.send_signal(signal.SIGTERM)
+        wait_for((fake_cluster.logs / (PREFIX + "stop")).exists)
+        assert not (fake_cluster.logs / (PREFIX + "handoff.0")).exists()
+        time.sleep(0.5)  # the trap has run: the stop marker is its own
+        assert removed(fake_cluster) == []
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
     out = wait_exit(process)
     assert "hands nothing on" not in out
     assert removed(fake_cluster) == []
