@@ -240,3 +240,39 @@ def test_a_damaged_planning_part_plans_from_the_whole_journal(planner: Planner) 
         assert run(["status", str(state)], fake, capsys)[0] == 0
         assert loads == [], "the status did not answer from its rows"
         cache.write_bytes(status_cache.FORMAT + b"%08x\n" % zlib.crc32(rest) + rest)
+
+
+def test_a_resolution_recorded_after_the_cache_makes_a_first_plan_read_slurm(
+    tmp_path: Path, profile: Profile, capsys: pytest.CaptureFixture[str], loads: list[int]
+) -> None:
+    """The cache is written while nothing was resolved; then a submission's answer is lost and
+    ``reconcile`` resolves it. The cache still holds (the records after it are folded on), but
+    a first plan must now read Slurm, as the whole journal's does: a job recorded as never
+    sent may be listed after all."""
+    fake = FakeScheduler()
+    tasks = [Task(f"t{i}", ["/bin/true"]) for i in range(4)]
+    campaign = Campaign.ensure(tmp_path / "state", tasks, connect=fake)
+    campaign.submit(campaign.plan(profile, only=["t0", "t1"]))
+    for job in fake.jobs:
+        fake.start(job.job)
+        fake.finish(job.job, 0, 0)
+    fake.purge()
+    state = campaign.path
+    assert_cached_same(state, fake, capsys, loads)
+    fake.lose_answer("sbatch")
+    with pytest.raises(Exception, match=r"interrupted|no answer"):
+        campaign.submit(campaign.plan(profile, only=["t2"]))
+    campaign.reconcile()
+    assert campaign.state.resolutions
+    for path in cache_files(state):
+        header = json.loads(path.read_bytes().split(b"\n")[1])
+        assert header["resolved"] is False, path.name  # written before the resolution
+    args = [*config(tmp_path), "--json"]
+    reference = whole(state, fake, capsys, args)
+    listed = fake.count("squeue")
+    loads.clear()
+    shown = normal(run(["plan", str(state), *args], fake, capsys))
+    assert fake.count("squeue") > listed, "the plan did not read Slurm"
+    assert loads == [], "the cache did not answer"
+    assert shown == reference
+    assert isinstance(shown[1], dict) and shown[1]["decision"]["selected"] == ["t3"]

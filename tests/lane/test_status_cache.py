@@ -346,3 +346,48 @@ def test_a_chain_link_after_no_recorded_allocation_is_never_cached(
     with store.writing(state) as writer:
         writer.add(store.Intent("ab" * 12, ("t9",), "d", time.time(), target, 300, link))
     assert_cached_same(state, fake, capsys, loads)
+
+
+def rewritten(data: bytes, old: bytes, new: bytes) -> bytes:
+    """The journal ``data`` with the first record holding ``old`` holding ``new`` instead (as
+    long), each record framed and checksummed anew: a valid journal of the same length."""
+    payloads = store.scan(data, "journal").payloads
+    assert store.MAGIC + b"".join(map(store.frame, payloads)) == data
+    at = next(i for i, payload in enumerate(payloads) if old in payload)
+    changed = [*payloads[:at], payloads[at].replace(old, new, 1), *payloads[at + 1 :]]
+    out = store.MAGIC + b"".join(map(store.frame, changed))
+    assert len(out) == len(data) and out != data
+    return out
+
+
+@pytest.mark.parametrize("longer", [False, True], ids=["same length", "longer"])
+def test_a_journal_rewritten_under_the_cache_is_read_whole(
+    sweep: tuple[Campaign, FakeScheduler, Path],
+    capsys: pytest.CaptureFixture[str],
+    loads: list[int],
+    longer: bool,
+) -> None:
+    """The cache's prefix rewritten (t1's exit code 3 recorded as 4), the journal as long as
+    before or longer: the cached rows no longer say what the journal does, so its digest, not
+    its length, must refuse the cache."""
+    _campaign, fake, state = sweep
+    journal = state / store.JOURNAL
+    assert run(["status", str(state)], fake, capsys)[0] == 0
+    cache = state / status_cache.file_name(offline=False, as_json=False)
+    length = json.loads(cache.read_bytes().split(b"\n")[1])["length"]
+    data = journal.read_bytes()
+    assert length == len(data)
+    ends = b"[3,"  # t1, slot 1 of job 1000, failed with 3
+    data = rewritten(data, ends, b"[4,")
+    journal.write_bytes(data)
+    if longer:  # job 1002 leaves the queue; the API (which never reads a cache) settles it
+        fake.purge()
+        Campaign(state, connect=fake).status()
+        assert len(journal.read_bytes()) > length
+    loads.clear()
+    shown = run(["status", str(state)], fake, capsys)
+    assert len(loads) == 1, "the cache answered for a journal it was not written over"
+    reference = uncached(state, fake, capsys, [])
+    assert shown == reference
+    [t1] = [line.split() for line in reference[1].splitlines() if line.startswith("t1 ")]
+    assert t1[2:4] == ["FAILED", "4"], t1

@@ -23,7 +23,7 @@ from servatus import lease as lease_client
 from servatus.direct import DirectLauncher
 from servatus.errors import ConfigurationError
 from servatus.lease import claim_name, orders_directory
-from servatus.script import CHAIN_VARIABLES, LeaseOrder, LeaseSpec
+from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, LeaseOrder, LeaseSpec
 from servatus_slurm.lease import render_lease, render_order
 from servatus_slurm.script import RUNTIME_VARIABLES
 from servatus_slurm.transport import LocalTransport
@@ -94,7 +94,7 @@ def make_orders(cluster: FakeCluster) -> Path:
     return orders
 
 
-def offer(
+def order_for(
     cluster: FakeCluster,
     identity: str,
     args: list[str],
@@ -102,10 +102,13 @@ def offer(
     stdin: bytes = b"",
     env: Mapping[str, str] | None = None,
     slot: tuple[int, int, int] = (1, 100, 0),
-) -> None:
+    run_time: int = 0,
+    budget: int | None = None,
+) -> str:
+    """The text of the order of step ``identity``, as the client renders it."""
     target = cluster.target
     # As for a chain link's step, the launcher carries the reserved variables the order sets.
-    carried = (*RUNTIME_VARIABLES, *CHAIN_VARIABLES)
+    carried = (*RUNTIME_VARIABLES, *CHAIN_VARIABLES, *([BUDGET_VARIABLE] if budget else []))
     command = DirectLauncher().command(target, args, dict(env or {}), inherit=carried, gpus=0)
     order = LeaseOrder(
         step_id=identity,
@@ -117,11 +120,28 @@ def offer(
         memory_mib=slot[1],
         gpus=slot[2],
         inherit=tuple(RUNTIME_VARIABLES),
+        run_time=run_time,
+        budget=budget,
+    )
+    return render_order(order, target)
+
+
+def offer(
+    cluster: FakeCluster,
+    identity: str,
+    args: list[str],
+    *,
+    stdin: bytes = b"",
+    env: Mapping[str, str] | None = None,
+    slot: tuple[int, int, int] = (1, 100, 0),
+    run_time: int = 0,
+    budget: int | None = None,
+) -> None:
+    text = order_for(
+        cluster, identity, args, stdin=stdin, env=env, slot=slot, run_time=run_time, budget=budget
     )
     orders = cluster.logs / orders_directory(LEASE)
-    answers = lease_client.offer(
-        LocalTransport(), str(orders), JOB, {identity: render_order(order, target)}
-    )
+    answers = lease_client.offer(LocalTransport(), str(orders), JOB, {identity: text})
     assert answers == {identity: lease_client.OfferAnswer(lease_client.Offer.OFFERED)}
 
 
@@ -318,19 +338,51 @@ def test_a_claim_already_withdrawn_never_runs(
 def test_an_unusable_order_is_withdrawn_by_the_lease(
     fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
 ) -> None:
+    """An order for another slot, and one whose closing line is missing (torn, or still being
+    written by hand) though its header is right for this lease: the lease takes neither, it
+    withdraws both. The torn one is whole but for its trailer, so it would run if taken."""
     orders = make_orders(fake_cluster)
     other, partial = step_id(1), step_id(2)
     offer(fake_cluster, other, fake_cluster.step_args("other", "exit:0"), slot=(2, 100, 0))
-    text = (orders / other).read_text()
-    (orders / partial).write_text(text.replace(other, partial).rsplit("# servatus.order", 1)[0])
+    text = order_for(fake_cluster, partial, fake_cluster.step_args("partial", "exit:0"))
+    head, trailer = text.rsplit("# servatus.order", 1)
+    assert trailer == f"/1 end {partial}\n"
+    (orders / partial).write_text(head)
     (orders / partial).chmod(0o600)
     lease = start_lease(shell)  # type: ignore[operator]
     wait_for(lambda: lease.claim(other).exists() and lease.claim(partial).exists())
     time.sleep(1.5)
     assert lease.claim(other).stat().st_size == 0 and lease.claim(partial).stat().st_size == 0
     assert not (fake_cluster.out / "other.json").exists()
+    assert not (fake_cluster.out / "partial.json").exists()
+    assert not lease.marker(partial, "step-start").exists() and not lease.ended(partial)
     assert not (orders / other).exists() and not (orders / partial).exists()
     assert "not whole or not for this lease's slot" in lease.finish()
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_budgeted_step_sees_its_run_time_so_far(
+    fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
+) -> None:
+    """A step planned into a lease under a budget sees the Task's measured run time so far as
+    ``SERVATUS_RUN_TIME`` (0 would tell it its whole budget is left), beside its budget."""
+    make_orders(fake_cluster)
+    spent, fresh = step_id(1), step_id(2)
+    offer(
+        fake_cluster, spent, fake_cluster.step_args("spent", "exit:0"), run_time=1234, budget=5000
+    )
+    offer(fake_cluster, fresh, fake_cluster.step_args("fresh", "exit:0"), run_time=0, budget=5000)
+    lease = start_lease(shell)  # type: ignore[operator]
+    wait_for(lambda: lease.ended(spent) and lease.ended(fresh))
+    for name, run_time in (("spent", "1234"), ("fresh", "0")):
+        env = {
+            bytes.fromhex(k).decode(): bytes.fromhex(v).decode()
+            for k, v in ran(fake_cluster, name)["env"].items()  # type: ignore[attr-defined]
+        }
+        assert env["SERVATUS_RUN_TIME"] == run_time, name
+        assert env["SERVATUS_BUDGET"] == "5000", name
+        assert env["SERVATUS_LINK"] == "1" and env["SERVATUS_LINKS"] == "1", name
+    lease.finish()
 
 
 @WAITS_ON_POLLS
