@@ -178,6 +178,27 @@ class SlurmCluster:
         """Run argv as alice on the login node with a fresh login environment."""
         return harness.login(argv, cwd=cwd, env=env, input=input, timeout=timeout)
 
+    @property
+    def second_user(self) -> str:
+        """Mallory: another user of the login node, in alice's primary group and nothing more."""
+        return harness.SECOND_USER
+
+    def second_ids(self) -> tuple[int, int]:
+        """Mallory's uid and gid (inside the root; her files on scratch read so outside too)."""
+        uid, gid, _groups = harness.second_user_ids(self.root, self.gid)
+        return uid, gid
+
+    def as_second_user(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        input: str | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run argv as mallory on the login node, as :meth:`login` runs it as alice."""
+        return harness.login(argv, cwd=cwd, input=input, timeout=timeout, user=harness.SECOND_USER)
+
     def ssh(
         self, command: str | Sequence[str], *, input: str | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:

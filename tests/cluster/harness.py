@@ -68,6 +68,10 @@ ALIAS = "servatus-test"
 SSH_PORT = 2222
 USER = "alice"
 FIRST_UID = 1001
+SECOND_USER = "mallory"
+"""Another user of the cluster, inside the root only: a member of alice's primary group (her
+project group) and nothing more, for the tests of a shared ``log_root`` (issue #30)."""
+SECOND_FIRST_UID = 2001
 CPUS = 16
 """CPUs the node declares: more than the machine has (slurmd accepts it with
 ``config_overrides``), so slow real-cluster cases run side by side; the jobs mostly sleep."""
@@ -579,6 +583,50 @@ def ensure_users(root: Path) -> tuple[int, int]:
     return uid, gid
 
 
+def ensure_second_user(root: Path, alice_gid: int) -> tuple[int, int]:
+    """Mallory inside the root: her own group, plus alice's primary group as a supplementary
+    one (a project group both are in), a home, no sshd login (sshd admits alice only), no
+    sudo. Her uid is free inside and outside, so her files on /scratch read as nobody else's.
+    Idempotent: an existing mallory is kept and only put back into alice's group if missing."""
+    inside = ids_in(root / "etc/passwd")
+    if SECOND_USER not in inside:
+        taken = set(ids_in(Path("/etc/passwd")).values()) | set(ids_in(Path("/etc/group")).values())
+        taken |= set(inside.values()) | set(ids_in(root / "etc/group").values())
+        number = next((n for n in range(SECOND_FIRST_UID, 60000) if n not in taken), None)
+        if number is None:
+            raise HarnessError(f"no free uid for {SECOND_USER}")
+        if SECOND_USER not in ids_in(root / "etc/group"):
+            in_root(root, ["groupadd", "-g", str(number), SECOND_USER])
+        in_root(root, ["useradd", "-m", "-u", str(number), "-g", SECOND_USER, "-s", "/bin/bash",
+                       SECOND_USER])  # fmt: skip
+    group = alice_group(root, alice_gid)
+    if SECOND_USER not in group_members(root, group):
+        in_root(root, ["usermod", "-a", "-G", group, SECOND_USER])
+    return lookup_ids(root, SECOND_USER)
+
+
+def alice_group(root: Path, gid: int) -> str:
+    for line in (root / "etc/group").read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) > 2 and fields[2] == str(gid):
+            return fields[0]
+    raise HarnessError(f"no group {gid} in {root}/etc/group")
+
+
+def group_members(root: Path, name: str) -> list[str]:
+    for line in (root / "etc/group").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == name and len(fields) > 3:
+            return [member for member in fields[3].split(",") if member]
+    return []
+
+
+def second_user_ids(root: Path, alice_gid: int) -> tuple[int, int, tuple[int, ...]]:
+    """Mallory's uid, gid and every group she is in (her own, then alice's primary group)."""
+    uid, gid = lookup_ids(root, SECOND_USER)
+    return uid, gid, (gid, alice_gid)
+
+
 def ensure_ssh(root: Path, uid: int, gid: int) -> None:
     """A key-only login for alice and an ssh_config alias root's ssh reads by itself."""
     RUN_DIR.mkdir(mode=0o700, exist_ok=True)
@@ -817,9 +865,11 @@ def start_daemon(root: Path, daemon: str, *, keep_state: bool = False) -> None:
         wait_for(lambda: port_open(SSH_PORT), 10, "sshd to listen")
 
 
-def as_user(uid: int, gid: int) -> list[str]:
-    """The root's setpriv, run in the namespace: become uid:gid with only gid as group."""
-    return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", f"--groups={gid}", "--"]
+def as_user(uid: int, gid: int, groups: Sequence[int] = ()) -> list[str]:
+    """The root's setpriv, run in the namespace: become uid:gid with only gid as group, or
+    with ``groups`` (gid among them) where given."""
+    listed = ",".join(str(g) for g in (groups or (gid,)))
+    return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", f"--groups={listed}", "--"]
 
 
 def stop_daemon(root: Path, daemon: str) -> None:
@@ -1009,6 +1059,7 @@ def up(
         uid, gid = ensure_users(root)
         state = State(str(root), uid, gid, settings, mounts, holder, namespace)
         write_state(state)
+        ensure_second_user(root, gid)
         ensure_scratch(root, uid, gid)
         ensure_ssh(root, uid, gid)
         changed = ensure_configs(root, settings)
@@ -1122,6 +1173,8 @@ def environment() -> dict[str, object]:
         "uid": state.uid if state is not None else None,
         "gid": state.gid if state is not None else None,
         "home": f"/home/{USER}",
+        "second_user": SECOND_USER,
+        "second_home": f"/home/{SECOND_USER}",
         "min_job_age": settings.min_job_age,
         "proctrack": settings.proctrack,
         "venv": VENV,
@@ -1133,12 +1186,12 @@ def environment() -> dict[str, object]:
 # ---------------------------------------------------------------- helpers for tests
 
 
-def login_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def login_env(extra: Mapping[str, str] | None = None, user: str = USER) -> dict[str, str]:
     """A fresh login's environment: what a user on the login node would start from."""
     env = {
-        "HOME": f"/home/{USER}",
-        "USER": USER,
-        "LOGNAME": USER,
+        "HOME": f"/home/{user}",
+        "USER": user,
+        "LOGNAME": user,
         "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
     }
@@ -1153,19 +1206,28 @@ def login(
     env: Mapping[str, str] | None = None,
     input: str | None = None,
     timeout: float = 120,
+    user: str = USER,
 ) -> subprocess.CompletedProcess[str]:
     """Run argv as alice on the login node, i.e. in the cluster's namespace, with a clean login
-    environment: ``nsenter`` into the namespace, the root's ``setpriv`` to alice, ``env -i``."""
+    environment: ``nsenter`` into the namespace, the root's ``setpriv`` to alice, ``env -i``.
+    ``user=SECOND_USER`` runs it as mallory instead, with her two groups."""
     state = read_state()
     if state is None or live_state(Path(state.root)) is None:
         raise HarnessError("the cluster is not up")
-    variables = [f"{k}={v}" for k, v in login_env(env).items()]
+    if user == USER:
+        become = as_user(state.uid, state.gid)
+    elif user == SECOND_USER:
+        uid, gid, groups = second_user_ids(Path(state.root), state.gid)
+        become = as_user(uid, gid, groups)
+    else:
+        raise HarnessError(f"no such test user: {user}")
+    variables = [f"{k}={v}" for k, v in login_env(env, user).items()]
     command = [
         *enter_argv(state),
-        *as_user(state.uid, state.gid),
+        *become,
         "/usr/bin/env",
         "-i",
-        f"--chdir={cwd or f'/home/{USER}'}",
+        f"--chdir={cwd or f'/home/{user}'}",
         *variables,
         *argv,
     ]

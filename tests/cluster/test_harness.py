@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -283,6 +284,40 @@ def test_login_node_case_runs_servatus_and_slurm_locally(slurm_cluster: SlurmClu
     mark = Path(f"{work}/mark")
     assert mark.read_text() == "local\n"
     assert mark.stat().st_uid == cluster.uid
+
+
+@pytest.mark.cluster
+def test_a_second_user_shares_alice_group_and_nothing_else(slurm_cluster: SlurmCluster) -> None:
+    """mallory, on the login node: her own uid and group plus alice's primary group, her own
+    home; alice's groups are alice's alone; alice's private directories stay closed to her,
+    a directory of alice's group (2770) is open to her, and she sees alice's jobs' names."""
+    cluster = slurm_cluster
+    uid, gid = cluster.second_ids()
+    who = cluster.as_second_user(["/bin/sh", "-c", "id -u; id -g; id -G; echo $HOME"])
+    assert who.returncode == 0, who.stderr
+    assert who.stdout.split("\n")[:4] == [
+        str(uid),
+        str(gid),
+        f"{gid} {cluster.gid}",
+        "/home/mallory",
+    ]
+    assert uid not in (0, cluster.uid) and gid != cluster.gid
+    alice = cluster.login(["/usr/bin/id", "-G"])
+    assert alice.stdout.split() == [str(cluster.gid)]
+    closed = cluster.as_second_user(["/bin/ls", cluster.work_root])
+    assert closed.returncode != 0 and "Permission denied" in closed.stderr
+    shared = cluster.scratch / f"shared-{next(_serial)}-{os.getpid()}"
+    shared.mkdir()
+    try:
+        os.chown(shared, 0, cluster.gid)
+        shared.chmod(0o2770)
+        made = cluster.as_second_user(["/usr/bin/touch", f"{shared}/hers"])
+        assert made.returncode == 0, made.stderr
+        assert (shared / "hers").stat().st_uid == uid
+        queue = cluster.as_second_user([f"{cluster.slurm_bin}/squeue", "-h", "-u", cluster.user])
+        assert queue.returncode == 0, queue.stderr
+    finally:
+        shutil.rmtree(shared)
 
 
 @pytest.mark.cluster
