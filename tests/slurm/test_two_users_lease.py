@@ -12,6 +12,7 @@ of hers. Nothing of hers may ever run as the victim, and the victim's own orders
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -56,6 +57,9 @@ class Scene:
         self.loot = owned(base / "loot", mallory, 0o777) / "id"
         self.target = make_target(base)
         self.orders = self.logs / orders_directory(LEASE)
+        self.processes: list[subprocess.Popen[bytes]] = []
+        """What the test started, killed by group at its end (never every process of a user:
+        the tox environments run side by side, with the same users)."""
 
     def order(self, identity: str, program: list[str]) -> str:
         """An order for this lease's slot, rendered as the client renders one."""
@@ -104,7 +108,7 @@ class Scene:
         script = self.base / "lease.sh"
         script.write_text(render_lease(spec))
         script.chmod(0o644)
-        return self.victim.popen(
+        process = self.victim.popen(
             [*shell, str(script)],
             cwd=self.base / "work",
             env={
@@ -119,6 +123,8 @@ class Scene:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self.processes.append(process)
+        return process
 
     def plant(self, identity: str, into: Path) -> None:
         """Mallory's directory ``into``: an order of this lease's slot whose step writes her
@@ -152,8 +158,11 @@ def scene(shared: Path, users: tuple[User, User]) -> Iterator[Scene]:
     victim, mallory = users
     made = Scene(shared, victim, mallory)
     yield made
-    subprocess.run(["pkill", "-KILL", "-u", victim.name], check=False)
-    subprocess.run(["pkill", "-KILL", "-u", mallory.name], check=False)
+    for process in made.processes:  # each in a session of its own: its whole group goes
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def stop(process: subprocess.Popen[bytes]) -> str:
@@ -258,7 +267,10 @@ def test_mallory_swapping_in_a_loop_never_gets_an_order_run(
         # A lease that starts while her directory has the name refuses it and runs nothing
         # (test_a_lease_starting_on_a_swapped_directory_runs_nothing): here it starts first.
         wait_for(scene.started)
-        racer = scene.mallory.popen(["/bin/sh", "-c", loop], stdout=subprocess.PIPE)
+        racer = scene.mallory.popen(
+            ["/bin/sh", "-c", loop], stdout=subprocess.PIPE, start_new_session=True
+        )
+        scene.processes.append(racer)
         for n in range(40):
             identity = step_id(100 + n)
             answer = scene.offer(identity, ["/bin/sh", "-c", f"echo {identity} >>{mine}/ran"])

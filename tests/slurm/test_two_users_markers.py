@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +47,10 @@ class Scene:
         for name in ("work", "record", "out"):
             owned(base / name, victim, 0o755)
         self.target = make_target(base)
-        self.profile = victim.home / ".profile"
+        # The victim's shell start-up file: in a home of this test's own (the tox environments
+        # run side by side with the same users, so never the shared home's).
+        self.home = owned(base / "home", victim, 0o755)
+        self.profile = self.home / ".profile"
         self.profile.write_bytes(PROFILE)
         os.chown(self.profile, victim.uid, victim.gid)
 
@@ -91,10 +93,8 @@ class Scene:
 
 
 @pytest.fixture
-def scene(shared: Path, users: tuple[User, User]) -> Iterator[Scene]:
-    made = Scene(shared, *users)
-    yield made
-    made.profile.unlink(missing_ok=True)
+def scene(shared: Path, users: tuple[User, User]) -> Scene:
+    return Scene(shared, *users)
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
@@ -180,8 +180,8 @@ def test_an_over_file_planted_as_a_link_is_not_the_previous_links(
     """Review of issue #30: her link named as the previous link's ``over`` file, pointing at a
     file of the victim's, does not end the wait for the previous link's handoffs."""
     previous = "a" * 24
-    assert scene.victim.sh(f"umask 077 && : >{scene.victim.home}/any").returncode == 0
-    scene.plant(f".servatus-{previous}.777.over", link_to=scene.victim.home / "any")
+    assert scene.victim.sh(f"umask 077 && : >{scene.home}/any").returncode == 0
+    scene.plant(f".servatus-{previous}.777.over", link_to=scene.home / "any")
     step = chain_step(scene.target, 0, ["/bin/sh", "-c", "echo again"], links=2)
     _, said = scene.run(render(chain_spec(scene.target, [step], 2, 2, time_limit=60)), shell)
     assert "the previous link left no over file" in said
