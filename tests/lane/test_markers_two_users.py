@@ -98,3 +98,23 @@ def test_a_forged_end_marker_never_turns_a_failure_into_a_success(scene: Scene) 
         str(retry),
     )
     assert "selected: 1 Task in 1 allocation" in out
+
+
+def test_logs_never_prints_what_her_planted_step_log_points_to(scene: Scene) -> None:
+    """Her link at the step log's name, to a file of the victim's: ``logs`` refuses it in one
+    line and prints nothing of that file (a tail by name followed it)."""
+    scene.ok("ensure", str(scene.state), str(scene.home / "tasks.jsonl"))
+    plan = scene.home / "plan.json"
+    scene.ok("plan", str(scene.state), "--config", str(scene.config), "--output", str(plan))
+    scene.ok("submit", str(scene.state), str(plan))
+    [(allocation, job)] = submitted(scene.home)
+    private = scene.home / "private.txt"
+    private.write_text("the victim's own secret\n")
+    os.chown(private, scene.victim.uid, scene.victim.gid)
+    private.chmod(0o600)
+    link = scene.logs / f"servatus-{allocation}-{job}.0.out"
+    assert scene.mallory.sh(f"ln -s {private} {link}").returncode == 0
+    done = scene.servatus("logs", str(scene.state), "--task", "k0")
+    assert done.returncode == 1, done
+    assert "secret" not in done.stdout
+    assert done.stderr.count("\n") == 1 and "not a file of this user's" in done.stderr

@@ -16,6 +16,7 @@ import attrs
 from servatus.config import Target
 from servatus.direct import DirectLauncher
 from servatus.script import ScriptSpec, ScriptStep
+from servatus_slurm.markers import allocation_log_name
 from testkit import make_target
 
 HERE = Path(__file__).resolve().parent
@@ -117,3 +118,10 @@ def make_fake_cluster(tmp_path: Path) -> FakeCluster:
     assert shutil.which("dash"), "dash is needed: it is /bin/sh on Debian clusters"
     os.chmod(tmp_path, 0o755)
     return FakeCluster(tmp_path)
+
+
+def allocation_log(cluster: FakeCluster, job: int = 4242, allocation: str = ALLOCATION) -> str:
+    """What the batch script said: its own log in ``log_root`` (Slurm's ``--output`` is
+    ``/dev/null``: the script opens its log itself, ADR 0012); empty when it made none."""
+    path = cluster.logs / allocation_log_name(allocation, job)
+    return path.read_text(errors="replace") if path.exists() else ""

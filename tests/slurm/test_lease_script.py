@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from slurm_helpers import INHERIT, FakeCluster
+from slurm_helpers import INHERIT, FakeCluster, allocation_log
 
 from servatus import lease as lease_client
 from servatus.direct import DirectLauncher
@@ -82,9 +82,10 @@ class Lease:
     def finish(self) -> str:
         """End the lease as Slurm would at its limit, and return its log."""
         self.process.send_signal(signal.SIGTERM)
-        out, _ = self.process.communicate(timeout=30)
-        assert self.process.returncode == 0, out.decode(errors="replace")
-        return out.decode(errors="replace")
+        self.process.communicate(timeout=30)
+        said = allocation_log(self.cluster, JOB, LEASE)
+        assert self.process.returncode == 0, said
+        return said
 
 
 def make_orders(cluster: FakeCluster) -> Path:
@@ -491,9 +492,9 @@ def test_a_lease_without_its_own_orders_directory_runs_nothing(
         real.mkdir(mode=0o700)
         orders.symlink_to(real)
     lease = start_lease(shell)  # type: ignore[operator]
-    out, _ = lease.process.communicate(timeout=30)
+    lease.process.communicate(timeout=30)
     assert lease.process.returncode == 1
-    assert b"not an owner-only directory" in out
+    assert "not an owner-only directory" in allocation_log(fake_cluster, JOB, LEASE)
     assert not lease.marker(LEASE, "start").exists()
 
 

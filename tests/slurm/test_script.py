@@ -22,6 +22,7 @@ from slurm_helpers import (
     INHERIT,
     PYTHON,
     FakeCluster,
+    allocation_log,
     direct_step,
     make_spec,
     make_target,
@@ -60,9 +61,11 @@ ODD_ENV = {"QUOTE": "it's", "NEWLINE": "a\nb\n", "EMPTY": "", "RAW": "\udcfe!", 
 
 
 def wait_exit(process: subprocess.Popen[bytes], seconds: float = 30) -> str:
+    """The script's exit, which must be 0, and what it said in its own log."""
     out, _ = process.communicate(timeout=seconds)
-    assert process.returncode == 0, out.decode(errors="replace")
-    return out.decode(errors="replace")
+    said = out.decode(errors="replace") + allocation_log(FakeCluster(Path(process.args[-1]).parent))
+    assert process.returncode == 0, said
+    return said
 
 
 def markers(cluster: FakeCluster) -> dict[str, float]:
@@ -114,7 +117,7 @@ def test_directives_request_the_whole_allocation(tmp_path: Path) -> None:
     header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
     assert header == [
         f"#SBATCH --job-name=servatus-{ALLOCATION}",
-        f"#SBATCH --output={tmp_path}/logs/servatus-{ALLOCATION}-%j.out",
+        "#SBATCH --output=/dev/null",
         f"#SBATCH --chdir={tmp_path}/work",
         "#SBATCH --export=NIL",
         "#SBATCH --no-requeue",
@@ -482,11 +485,15 @@ def test_no_start_marker_no_step(
         fake_cluster.logs.rmdir()
     script = render(make_spec(target, steps))
     process = fake_cluster.start(script, shell=shell)
-    out, _ = process.communicate(timeout=30)
+    process.communicate(timeout=30)
     assert process.returncode == 1
-    assert out.decode().splitlines() == [
-        f"servatus: cannot create the start marker in {target.log_root}; no step was started"
-    ]
+    # With log_root gone the script has nowhere to say why (nor would Slurm have had).
+    said = (
+        []
+        if blocked == "log_root gone"
+        else [f"servatus: cannot create the start marker in {target.log_root}; no step was started"]
+    )
+    assert allocation_log(fake_cluster).splitlines() == said
     assert not (fake_cluster.out / "a.json").exists() and not os.listdir(fake_cluster.root / "srun")
     if blocked == "name taken":  # a directory under a marker's name is no evidence
         listed = LocalTransport().run(SlurmEvidenceReader().marker_command(target))
@@ -665,9 +672,9 @@ def test_a_middle_link_that_hands_nothing_on_exits_1(
     handoff(fake_cluster, EARLIER[0], 17, 1)
     over(fake_cluster, EARLIER[0], 17)
     process = fake_cluster.start(script, shell=shell)
-    out, _ = process.communicate(timeout=30)
+    process.communicate(timeout=30)
     assert process.returncode == 1
-    assert out.decode().splitlines() == [
+    assert allocation_log(fake_cluster).splitlines() == [
         "servatus: link 2/3 hands nothing on; it removes the rest of the chain"
     ]
     assert removed(fake_cluster) == [f"--name=servatus-{LATER[0]}"]
@@ -826,9 +833,9 @@ def test_a_link_without_its_start_marker_removes_the_rest_of_the_chain(
     steps = [chain_step(target, 0, fake_cluster.step_args("a", "exit:75"), links=3)]
     (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.start").mkdir()
     process = fake_cluster.start(render(chain_spec(target, steps, 1, 3)), shell=shell)
-    out, _ = process.communicate(timeout=30)
+    process.communicate(timeout=30)
     assert process.returncode == 1
-    assert out.decode().splitlines() == [
+    assert allocation_log(fake_cluster).splitlines() == [
         f"servatus: cannot create the start marker in {target.log_root}; no step was started"
     ]
     assert not os.listdir(fake_cluster.root / "srun")
@@ -889,9 +896,9 @@ def test_a_link_handed_nothing_runs_nothing_and_exits_1(
     steps = [chain_step(target, 0, fake_cluster.step_args("a", "exit:0"), links=3)]
     over(fake_cluster, EARLIER[0], 17)
     process = fake_cluster.start(render(chain_spec(target, steps, 2, 3)), shell=shell)
-    out, _ = process.communicate(timeout=30)
+    process.communicate(timeout=30)
     assert process.returncode == 1
-    assert out.decode().splitlines() == [
+    assert allocation_log(fake_cluster).splitlines() == [
         "servatus: link 2/3 hands nothing on; it removes the rest of the chain"
     ]
     assert removed(fake_cluster) == [f"--name=servatus-{LATER[0]}"]
@@ -920,10 +927,10 @@ def test_a_link_after_one_killed_outright_waits_its_bound_then_trusts_the_listin
     process = fake_cluster.start(
         render(chain_spec(target, steps, 2, 3, time_limit=60, signal_before_end=20)), shell=shell
     )
-    out, _ = process.communicate(timeout=60)
+    process.communicate(timeout=60)
     assert 7 <= time.monotonic() - began < 30
     assert process.returncode == 0
-    assert out.decode().splitlines() == [NO_OVER]
+    assert allocation_log(fake_cluster).splitlines() == [NO_OVER]
     assert (fake_cluster.out / "handed.json").exists()
     assert not (fake_cluster.out / "killed.json").exists()
 
@@ -942,9 +949,9 @@ def test_a_handoff_listed_late_is_run_once_the_over_file_shows(
     assert not (fake_cluster.out / "late.json").exists()
     handoff(fake_cluster, EARLIER[0], 17, 0)
     over(fake_cluster, EARLIER[0], 17)
-    out, _ = process.communicate(timeout=30)
-    assert process.returncode == 0, out
-    assert out.decode() == ""
+    process.communicate(timeout=30)
+    assert process.returncode == 0, allocation_log(fake_cluster)
+    assert allocation_log(fake_cluster) == ""
     assert (fake_cluster.out / "late.json").exists()
     assert removed(fake_cluster) == []
 

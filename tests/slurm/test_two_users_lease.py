@@ -28,6 +28,7 @@ from servatus.direct import DirectLauncher
 from servatus.lease import MKDIR_SCRIPT, OFFER_SCRIPT, claim_name, orders_directory
 from servatus.script import CHAIN_VARIABLES, LeaseOrder, LeaseSpec
 from servatus_slurm.lease import render_lease, render_order
+from servatus_slurm.markers import allocation_log_name
 from servatus_slurm.script import RUNTIME_VARIABLES
 from testkit import make_target
 from userkit import User, owned, project_directory
@@ -166,6 +167,7 @@ def scene(shared: Path, users: tuple[User, User]) -> Iterator[Scene]:
 
 
 def stop(process: subprocess.Popen[bytes]) -> str:
+    """End the lease as Slurm would at its limit; what it said (its output and its own log)."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
     try:
@@ -173,7 +175,9 @@ def stop(process: subprocess.Popen[bytes]) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         out, _ = process.communicate()
-    return out.decode(errors="replace")
+    logs = Path(process.args[-1]).parent / "logs"  # type: ignore[index]
+    log = logs / allocation_log_name(LEASE, JOB)
+    return out.decode(errors="replace") + (log.read_text(errors="replace") if log.exists() else "")
 
 
 def wait_for(predicate: object, seconds: float = 20) -> None:

@@ -18,7 +18,7 @@ from test_script import chain_spec, chain_step
 
 from servatus.evidence import MarkerKind
 from servatus_slurm.evidence import SlurmEvidenceReader
-from servatus_slurm.markers import marker_name, step_log_name
+from servatus_slurm.markers import allocation_log_name, marker_name, step_log_name
 from servatus_slurm.script import render
 from servatus_slurm.transport import LocalTransport
 from testkit import make_target
@@ -71,7 +71,9 @@ class Scene:
             },
             timeout=60,
         )
-        return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+        log = self.logs / allocation_log_name(ALLOCATION, JOB)  # the script's own log
+        said = log.read_text(errors="replace") if log.exists() else ""
+        return done.returncode, (done.stdout + done.stderr).decode(errors="replace") + said
 
     def plant(self, name: str, *, link_to: Path | None = None, text: str = "") -> None:
         """A file (or a symlink) of Mallory's at ``log_root/name``."""
@@ -113,6 +115,25 @@ def test_a_step_log_planted_as_a_symlink_is_never_written_through(
     assert "already exists or is not a new file of this user's; the step did not run" in said
     end = scene.logs / marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=1)
     assert end.stat().st_uid == scene.victim.uid
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_an_allocation_log_planted_as_a_symlink_is_never_written_through(
+    scene: Scene, shell: tuple[str, ...]
+) -> None:
+    """Slurm opens ``--output`` by name and follows a link planted there while the job waits
+    (it truncated the file behind it on the test cluster), so ``--output`` is ``/dev/null`` and
+    the script opens its own log: a link planted at that name makes the job exit 1 before its
+    start marker, the file behind it untouched."""
+    planted = scene.logs / f"servatus-{ALLOCATION}-{JOB}.out"
+    scene.plant(planted.name, link_to=scene.profile)
+    script = render(make_spec(scene.target, [scene.step(0, "a")]))
+    assert "#SBATCH --output=/dev/null" in script.splitlines()
+    code, _ = scene.run(script, shell)
+    assert code == 1
+    assert scene.profile.read_bytes() == PROFILE
+    assert scene.ran() == []
+    assert not (scene.logs / marker_name(ALLOCATION, JOB, MarkerKind.START)).exists()
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])

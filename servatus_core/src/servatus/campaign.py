@@ -39,6 +39,7 @@ from servatus.errors import (
     StalePlan,
     TaskConflict,
     Unavailable,
+    UnsafeFilesystem,
     from_os_error,
 )
 from servatus.evidence import Evidence, MarkerQuery
@@ -114,6 +115,17 @@ Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
 
 _SHOWN_CONFLICTS = 5
+
+NOT_OWN = 77
+"""The exit of :data:`TAIL_OWN` for a log that is a link or not a regular file of the user's."""
+TAIL_OWN = (
+    'p=$4; if [ -h "$p" ] || { [ -e "$p" ] && { [ ! -f "$p" ] || [ ! -O "$p" ]; }; }; then '
+    f'exit {NOT_OWN}; fi; exec /usr/bin/tail "$@"'
+)
+"""``sh -c TAIL_OWN tail -c N -- PATH``: the last N bytes of a log only if it is a regular file
+of the user's, never what a link someone planted at its name points to (issue #30). A name
+swapped between the test and ``tail``'s open, where others can rename entries in ``log_root``,
+is not caught; the log is only shown to the user, never used."""
 
 
 @attrs.frozen
@@ -1354,9 +1366,16 @@ class Campaign:
             path = reader.log_path(target, allocation_id, submission.job, slot)
             transport = connect(target)
             try:
-                result = transport.run(["/usr/bin/tail", "-c", str(size), "--", path])
+                result = transport.run(
+                    ["/bin/sh", "-c", TAIL_OWN, "tail", "-c", str(size), "--", path]
+                )
             finally:
                 transport.close()
+            if result.returncode == NOT_OWN:
+                raise UnsafeFilesystem(
+                    f"{path} is a link or not a file of this user's (planted by another user who "
+                    "can write log_root?); not read"
+                )
             if result.returncode != 0:
                 message = result.stderr.decode("utf-8", "replace").strip()[:200]
                 why = self._why_no_log(allocation_id, wanted_key, path, message)

@@ -40,6 +40,7 @@ from servatus_slurm.script import (
     _stdin_lines,
     _Words,
     directives,
+    own_log,
     sh_quote,
     slot_options,
 )
@@ -336,6 +337,7 @@ def render_lease(spec: LeaseSpec) -> str:
         _LEASE_PRELUDE,
         _LEASE_FUNCTIONS,
         "".join(f"{line}\n" for line in variables),
+        own_log(spec.allocation_id),
         _CHECK_ORDERS,
         _START,
         _LOOP,

@@ -16,7 +16,7 @@ a ``-`` a log, so one ``find -name`` :data:`MARKER_GLOB` lists every marker and 
     servatus-<id>.<job>.claim             the decision on a step's order (in its lease's orders
                                           directory): its size is the verdict, 0 withdrawn,
                                           more than 0 taken (a hard link to the order)
-    servatus-<id>-<job>.out               the allocation's Slurm log (stdout and stderr)
+    servatus-<id>-<job>.out               the allocation's log: its batch script's stdout and stderr
     servatus-<id>-<job>.<slot>.out        the step log of <slot>
 
 ``<id>`` is :data:`ID_LENGTH` lowercase hex digits, ``<job>`` Slurm's job number without leading
@@ -127,13 +127,9 @@ def marker_from_groups(
     return _new(Marker, (identity, number, _HANDOFF, at, slot, None, None))
 
 
-def allocation_log_pattern(allocation_id: str) -> str:
-    """The ``--output`` file name of an allocation, with Slurm's ``%j`` for the job number."""
-    return f"servatus-{allocation_id}-%j.out"
-
-
-def allocation_log_name(allocation_id: str, job: int) -> str:
-    """The allocation's Slurm log as it exists once the job ran."""
+def allocation_log_name(allocation_id: str, job: int | str) -> str:
+    """The allocation's log, which its batch script opens (``job`` may be a shell expansion
+    when rendering)."""
     return f"servatus-{allocation_id}-{job}.out"
 
 

@@ -30,7 +30,7 @@ from servatus.continuation import Link
 from servatus.errors import ConfigurationError
 from servatus.ids import ALLOCATION_ID, job_name
 from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, LeaseSpec, ScriptSpec, ScriptStep
-from servatus_slurm.markers import allocation_log_pattern, step_log_name
+from servatus_slurm.markers import allocation_log_name, step_log_name
 
 RUNTIME_VARIABLES = {
     "SERVATUS_JOB_ID": "$SLURM_JOB_ID",
@@ -132,12 +132,14 @@ def directives(spec: ScriptSpec | LeaseSpec) -> list[str]:
     log_root = _absolute(target.log_root, "log_root")
     if "%" in log_root:
         raise ConfigurationError(f"log_root cannot contain '%': {log_root!r}")
+    _directive("output", log_root, "log_root")  # the same rule as every #SBATCH path, as loaded
     lines = [
         "#!/bin/sh",
         _directive("job-name", job_name(spec.allocation_id), "the job name"),
-        _directive(
-            "output", f"{log_root}/{allocation_log_pattern(spec.allocation_id)}", "log_root"
-        ),
+        # Slurm opens --output by name, following a link planted there while the job waits
+        # (seen on the test cluster: it truncated the file behind it), so Slurm writes nothing;
+        # the script opens its own log as a new file (_OWN_LOG).
+        "#SBATCH --output=/dev/null",
         _directive("chdir", _absolute(target.work_root, "work_root"), "work_root"),
         "#SBATCH --export=NIL",
         "#SBATCH --no-requeue",
@@ -446,6 +448,15 @@ servatus_await() {
 """.lstrip("\n")
 
 
+def own_log(allocation_id: str) -> str:
+    """The script's first act after its traps and functions: its own log (what ``logs
+    --allocation`` reads), opened as a new file of the user's and made its stdout and stderr.
+    A name someone planted there (a link to one of the user's files, a file of theirs) makes the
+    job exit 1 before its start marker, having written nothing anywhere."""
+    log = f'"$servatus_log/{allocation_log_name(allocation_id, "$SLURM_JOB_ID")}"'
+    return f"servatus_open {log} || exit 1\nset +C\nexec >&4 2>&1 4>&-\n"
+
+
 _START = (
     'servatus_mark start || { echo "servatus: cannot create the start marker in $servatus_log;'
     ' no step was started" >&2; exit 1; }\n'
@@ -721,6 +732,7 @@ def render(spec: ScriptSpec) -> str:
         _OVER if handing_on else "",
         _HANDED_ON if spec.earlier else "",
         "".join(f"{line}\n" for line in _variables(spec)),
+        own_log(spec.allocation_id),
         _LINK_START if handing_on else _START,
         _found(spec),
         *(_step(spec, step, srun, work_root) for step in spec.steps),
