@@ -207,33 +207,47 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
 RESULTS = "results"
 """The results directory under ``work_root`` that the quickstart has users create."""
 
-# Each path and each of its parents: octal mode and name, one per line; a missing one is skipped.
-_MODES = r"""for p in "$@"; do
-    while :; do
-        stat -c '%a %n' -- "$p" 2>/dev/null
-        [ "$p" = / ] && break
-        p=$(dirname -- "$p")
+# The user's uid, then for each path as given and as resolved (links followed), it and each of its
+# parents: octal mode, owner's uid, and name; a link itself and a missing path are skipped.
+_MODES = r"""id -u
+for given in "$@"; do
+    for p in "$given" "$(readlink -f -- "$given" 2>/dev/null)"; do
+        [ -n "$p" ] || continue
+        while :; do
+            [ -h "$p" ] || stat -c '%a %u %n' -- "$p" 2>/dev/null
+            [ "$p" = / ] && break
+            p=$(dirname -- "$p")
+        done
     done
 done"""
 
 
 def _open_directories(target: Target, transport: Transport) -> tuple[str, ...]:
     """One warning per directory on the way to ``work_root``, ``log_root`` and the results
-    directory that others can write to without the sticky bit: another user could rename or
-    replace entries in it. Asked on the target in one command; no answer, no warnings."""
+    directory (the paths as written and as their links resolve) in which another user could
+    rename or replace entries: one that others can write without the sticky bit, or a sticky one
+    owned by someone other than the user and root (its owner may rename anything in it). Asked on
+    the target in one command; no answer, no warnings."""
     work_root = target.work_root.rstrip("/") or "/"
     paths = [work_root, target.log_root.rstrip("/") or "/", f"{work_root}/{RESULTS}"]
     result = _run(transport, ["/bin/sh", "-c", _MODES, "sh", *paths])
     if result is None:
         return ()
+    lines = result.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if not lines or not lines[0].isdigit():
+        return ()
+    me = int(lines[0])
     warnings: list[str] = []
     seen: set[str] = set()
-    for line in result.stdout.decode("utf-8", "surrogateescape").splitlines():
-        mode_text, _, path = line.partition(" ")
-        if not re.fullmatch(r"[0-7]{3,4}", mode_text) or not path or path in seen:
+    for line in lines[1:]:
+        mode_text, _, rest = line.partition(" ")
+        owner_text, _, path = rest.partition(" ")
+        if not re.fullmatch(r"[0-7]{3,4}", mode_text) or not owner_text.isdigit() or not path:
+            continue
+        if path in seen:
             continue
         seen.add(path)
-        mode = int(mode_text, 8)
+        mode, owner = int(mode_text, 8), int(owner_text)
         if mode & 0o022 and not mode & 0o1000:
             who = (
                 "group and others"
@@ -244,6 +258,11 @@ def _open_directories(target: Target, transport: Transport) -> tuple[str, ...]:
                 f"{path} is writable by {who} without the sticky bit (mode {mode:04o}): another "
                 f"user could rename or replace entries in it; run chmod go-w {path} "
                 f"(or chmod +t {path} if others must write there)"
+            )
+        elif mode & 0o022 and owner not in (me, 0):
+            warnings.append(
+                f"{path} is sticky but belongs to uid {owner} (mode {mode:04o}): its owner can "
+                "rename or replace any entry in it; keep your work in a directory of your own"
             )
     return tuple(warnings)
 
