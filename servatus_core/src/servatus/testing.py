@@ -652,7 +652,8 @@ class FakeScheduler:
         name = os.path.basename(argv[-1])
         if name not in self.logs:
             return CommandResult(argv, 1, b"", f"tail: cannot open '{argv[-1]}'\n".encode())
-        count = int(argv[argv.index("-c") + 1]) if "-c" in argv else 65536
+        words = argv[4:] if _is_script(argv) else argv  # ``sh -c TAIL_OWN tail -c N -- PATH``
+        count = int(words[words.index("-c") + 1]) if "-c" in words else 65536
         return CommandResult(argv, 0, self.logs[name][-count:], b"")
 
     def _cmd_sh(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
