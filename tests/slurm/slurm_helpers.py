@@ -88,10 +88,7 @@ class FakeCluster:
         path = self.root / "job.sh"
         path.write_text(script)
         env = {
-            "SLURM_JOB_ID": str(job),
-            "SLURM_JOB_END_TIME": str(end_time),
-            "SLURM_CPUS_ON_NODE": "2",
-            "FAKE_SRUN_RECORD": str(self.root / "srun"),
+            **job_env(self.root / "srun", job, end_time),
             "NOT_FOR_STEPS": "leak",
             **(env or {}),
         }
@@ -103,6 +100,16 @@ class FakeCluster:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def job_env(record: Path, job: int = 4242, end_time: int = 1900000000) -> dict[str, str]:
+    """What Slurm gives a batch script of job ``job``, and where the fake ``srun`` records."""
+    return {
+        "SLURM_JOB_ID": str(job),
+        "SLURM_JOB_END_TIME": str(end_time),
+        "SLURM_CPUS_ON_NODE": "2",
+        "FAKE_SRUN_RECORD": str(record),
+    }
 
 
 def make_fake_cluster(tmp_path: Path) -> FakeCluster:

@@ -22,19 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_helpers import HERE, INHERIT
+from slurm_helpers import HERE, FakeCluster, job_env
+from test_lease_script import LEASE, lease_spec, order_for
 
-from servatus.direct import DirectLauncher
 from servatus.lease import MKDIR_SCRIPT, OFFER_SCRIPT, claim_name, orders_directory
-from servatus.script import CHAIN_VARIABLES, LeaseOrder, LeaseSpec
-from servatus_slurm.lease import render_lease, render_order
+from servatus_slurm.lease import render_lease
 from servatus_slurm.markers import allocation_log_name
-from servatus_slurm.script import RUNTIME_VARIABLES
 from testkit import make_target
 from userkit import User, owned, project_directory
 
 SHELLS = [("dash",), ("bash", "--posix")]
-LEASE = "feedfacefeedfacefeedface"
 JOB = 4242
 
 
@@ -64,20 +61,7 @@ class Scene:
 
     def order(self, identity: str, program: list[str]) -> str:
         """An order for this lease's slot, rendered as the client renders one."""
-        carried = (*RUNTIME_VARIABLES, *CHAIN_VARIABLES)
-        command = DirectLauncher().command(self.target, program, {}, inherit=carried, gpus=0)
-        order = LeaseOrder(
-            step_id=identity,
-            lease_id=LEASE,
-            task_key=f"task-{identity[-2:]}",
-            command=command,
-            stdin=b"",
-            cpus=1,
-            memory_mib=100,
-            gpus=0,
-            inherit=tuple(RUNTIME_VARIABLES),
-        )
-        return render_order(order, self.target)
+        return order_for(FakeCluster(self.base), identity, program)
 
     def make_orders(self) -> str:
         """The victim's client makes the orders directory (its own mkdir script)."""
@@ -94,18 +78,7 @@ class Scene:
         return self.victim.run(argv, input=text).stdout.decode().strip()
 
     def start(self, shell: tuple[str, ...]) -> subprocess.Popen[bytes]:
-        spec = LeaseSpec(
-            allocation_id=LEASE,
-            target=self.target,
-            slots=2,
-            cpus=1,
-            memory_mib=100,
-            gpus=0,
-            time_limit=600,
-            signal_before_end=2,
-            inherit=INHERIT,
-            poll_seconds=1,
-        )
+        spec = lease_spec(FakeCluster(self.base))
         script = self.base / "lease.sh"
         script.write_text(render_lease(spec))
         script.chmod(0o644)
@@ -113,10 +86,7 @@ class Scene:
             [*shell, str(script)],
             cwd=self.base / "work",
             env={
-                "SLURM_JOB_ID": str(JOB),
-                "SLURM_JOB_END_TIME": "1900000000",
-                "SLURM_CPUS_ON_NODE": "2",
-                "FAKE_SRUN_RECORD": str(self.base / "record"),
+                **job_env(self.base / "record", JOB),
                 "FAKE_SRUN_SLOTS": str(self.base / "slots"),
                 "FAKE_SRUN_SLOT_COUNT": "2",
             },

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurm_helpers import ALLOCATION, HERE, direct_step, make_spec
+from slurm_helpers import ALLOCATION, HERE, direct_step, job_env, make_spec
 from test_script import chain_spec, chain_step
 
 from servatus.evidence import MarkerKind
@@ -63,12 +63,7 @@ class Scene:
         done = self.victim.run(
             [*shell, str(path)],
             cwd=self.base / "work",
-            env={
-                "SLURM_JOB_ID": str(JOB),
-                "SLURM_JOB_END_TIME": "1900000000",
-                "SLURM_CPUS_ON_NODE": "2",
-                "FAKE_SRUN_RECORD": str(self.base / "record"),
-            },
+            env=job_env(self.base / "record", JOB),
             timeout=60,
         )
         log = self.logs / allocation_log_name(ALLOCATION, JOB)  # the script's own log
