@@ -302,7 +302,7 @@ class EvidenceReader(Protocol):
         (``query`` None), or at least those the query asks for. With ``clock`` it also reads the
         file server's clock first, by creating and removing a fresh file (a write: ``doctor``
         lists without it). The clock never makes the listing fail. It exits
-        :data:`LOG_ROOT_MISSING` when ``log_root`` is not a directory."""
+        ``LOG_ROOT_MISSING`` when ``log_root`` is not a directory."""
         ...
 
     def parse_markers(self, result: CommandResult) -> list[Marker]:

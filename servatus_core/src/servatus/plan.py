@@ -869,7 +869,7 @@ def plan_to_document(plan: Plan) -> dict[str, Any]:
 
 def seal_document(document: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """``document`` with its ``seal``: an HMAC-SHA256, under the campaign's plan key
-    (:func:`servatus.store.plan_key`), of everything else in it. Only who can read the key (the
+    (``servatus.store.plan_key``), of everything else in it. Only who can read the key (the
     campaign's owner) can make a seal that :func:`plan_from_document` accepts."""
     return {**document, "seal": _seal(document, key)}
 
@@ -877,7 +877,7 @@ def seal_document(document: Mapping[str, Any], key: bytes) -> dict[str, Any]:
 def plan_from_document(data: Any, *, where: str, key: bytes | None = None) -> Plan:
     """Read a plan document back; a document altered by even one byte is
     :class:`~servatus.errors.StalePlan`. With ``key``, its ``seal`` is checked as
-    :func:`check_seal` does; without, it is not: use that only for a document you made or
+    ``check_seal`` does; without, it is not: use that only for a document you made or
     trust (``Campaign.read_plan`` reads a saved plan to submit). ``where`` names the document in
     messages."""
     if key is not None:
