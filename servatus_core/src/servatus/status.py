@@ -33,7 +33,7 @@ from servatus.evidence import (
     step_observation,
 )
 from servatus.files import path_word
-from servatus.ids import JOB_NAME_PREFIX
+from servatus.ids import ALLOCATION_ID_HEX, JOB_NAME_PREFIX
 from servatus.store import CampaignState, ChainLink
 from servatus.transport import Transport
 
@@ -406,7 +406,8 @@ def evidence_warnings(
     of its marker names, a marker of a job Slurm did not accept for its allocation, two ends of
     one slot that disagree (the higher exit code stands, so it never reads as a success)."""
     lines: list[str] = []
-    mine = [(name, uid) for name, uid in foreign if name[9:33] in jobs]
+    start = len(JOB_NAME_PREFIX)  # a marker's name starts as its job's name: servatus-<id>
+    mine = [(name, uid) for name, uid in foreign if name[start : start + ALLOCATION_ID_HEX] in jobs]
     lines += _bounded(
         [
             f"{name} in log_root belongs to another user (uid {uid}); it is not evidence and "

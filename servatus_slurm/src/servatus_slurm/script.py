@@ -138,7 +138,7 @@ def directives(spec: ScriptSpec | LeaseSpec) -> list[str]:
         _directive("job-name", job_name(spec.allocation_id), "the job name"),
         # Slurm opens --output by name, following a link planted there while the job waits
         # (seen on the test cluster: it truncated the file behind it), so Slurm writes nothing;
-        # the script opens its own log as a new file (_OWN_LOG).
+        # the script opens its own log as a new file (own_log).
         "#SBATCH --output=/dev/null",
         _directive("chdir", _absolute(target.work_root, "work_root"), "work_root"),
         "#SBATCH --export=NIL",
@@ -190,7 +190,11 @@ servatus_mark() {
 }
 servatus_own() {
     [ ! -h "$1" ] && (set -C && umask 077 && printf '%s' "${2-}" >"$1") 2>/dev/null &&
-        [ -f "$1" ] && [ ! -h "$1" ] && [ -O "$1" ]
+        servatus_mine "$1"
+}
+# A regular file of this user's, not a link: the only kind of file any marker test counts.
+servatus_mine() {
+    [ -f "$1" ] && [ ! -h "$1" ] && [ -O "$1" ]
 }
 # The step log, opened once as fd 4, only as a new file of this user's: -C never opens an
 # existing regular file or creates through a planted link, and anything else it opened (a link
@@ -313,10 +317,7 @@ servatus_removed=
 # Whether some slot of this link handed on: a handoff of its own, never a name someone planted.
 servatus_handed() {
     for servatus_h in $servatus_slots; do
-        servatus_hf="$servatus_prefix.handoff.$servatus_h"
-        if [ -f "$servatus_hf" ] && [ ! -h "$servatus_hf" ] && [ -O "$servatus_hf" ]; then
-            return 0
-        fi
+        if servatus_mine "$servatus_prefix.handoff.$servatus_h"; then return 0; fi
     done
     return 1
 }
@@ -395,13 +396,12 @@ servatus_over() {
 _HANDED_ON = r"""
 # A slot runs only on a handoff of the previous link (whatever its job number), a regular file of
 # this user's holding its own name (so no other file of the user's renamed to it), that this job
-# claims: ln creates the claim name once, on NFS too, and the claim
-# holds the job number of whoever linked it first, so at most one job ever runs a slot on it.
-# reconcile claims with an empty file to keep a link it decided was never submitted from running
-# anything.
+# claims: ln creates the claim name once, on NFS too, and the claim holds the job number of
+# whoever linked it first, so at most one job ever runs a slot on it. reconcile claims with an
+# empty file to keep a link it decided was never submitted from running anything.
 servatus_given() {
     for servatus_g in "$servatus_log/servatus-$servatus_after".*".handoff.$1"; do
-        if [ -f "$servatus_g" ] && [ ! -h "$servatus_g" ] && [ -O "$servatus_g" ] &&
+        if servatus_mine "$servatus_g" &&
             [ "$(cat "$servatus_g" 2>/dev/null)" = "${servatus_g##*/}" ]; then
             servatus_c="${servatus_g%.handoff.$1}.taken.$1"
             servatus_v="$servatus_log/.${servatus_prefix##*/}.take.$1"
@@ -409,7 +409,7 @@ servatus_given() {
                 ln "$servatus_v" "$servatus_c" 2>/dev/null
                 rm -f "$servatus_v"
             fi
-            if [ -f "$servatus_c" ] && [ ! -h "$servatus_c" ] && [ -O "$servatus_c" ] &&
+            if servatus_mine "$servatus_c" &&
                 [ "$(cat "$servatus_c" 2>/dev/null)" = "$SLURM_JOB_ID" ]; then
                 return 0
             fi
@@ -436,9 +436,7 @@ servatus_await() {
     servatus_o=0
     while :; do
         for servatus_g in "$servatus_log/.servatus-$servatus_after".*.over; do
-            if [ -f "$servatus_g" ] && [ ! -h "$servatus_g" ] && [ -O "$servatus_g" ]; then
-                return 0
-            fi
+            if servatus_mine "$servatus_g"; then return 0; fi
         done
         if [ "$servatus_o" -ge "$1" ]; then return 1; fi
         sleep 1
