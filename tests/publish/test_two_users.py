@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from servatus_publish.publication import STAGE_PREFIX
 from servatus_publish.workspace import PREFIX, _record
 from userkit import User, owned, project_directory, python, python_code
 
@@ -106,7 +107,7 @@ import os, random, sys, time
 results, stop = sys.argv[1], sys.argv[4]
 record, hers = bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
 os.umask(0)
-me, swaps, deadline = os.getuid(), 0, time.monotonic() + float(sys.argv[5])
+me, swaps, tries, deadline = os.getuid(), 0, 0, time.monotonic() + float(sys.argv[5])
 while not os.path.exists(stop) and time.monotonic() < deadline:
     try:
         names = os.listdir(results)
@@ -119,15 +120,21 @@ while not os.path.exists(stop) and time.monotonic() < deadline:
         try:
             if os.lstat(path).st_uid == me:
                 continue
+            # Her directory is built whole under another name, then renamed into place: the
+            # victim may catch a name by rename for a moment (and put back what is not its own),
+            # and a plant built in place would then be left half-made by her, not by the victim.
+            tries += 1
+            plant = os.path.join(results, "plant-%d" % tries)
+            os.mkdir(plant, 0o777)
+            with open(os.path.join(plant, "identity"), "wb") as f:
+                f.write(record)
+            os.mkdir(os.path.join(plant, "work"), 0o777)
+            with open(os.path.join(plant, "work", "checkpoint.pt"), "wb") as f:
+                f.write(hers)
             time.sleep(random.random() * 0.02)  # strike at any point of the victim's round
             os.rename(path, os.path.join(results, "aside-%d" % swaps))
             swaps += 1
-            os.mkdir(path, 0o777)
-            with open(os.path.join(path, "identity"), "wb") as f:
-                f.write(record)
-            os.mkdir(os.path.join(path, "work"), 0o777)
-            with open(os.path.join(path, "work", "checkpoint.pt"), "wb") as f:
-                f.write(hers)
+            os.rename(plant, path)
         except OSError:
             pass
 print(swaps)
@@ -369,3 +376,34 @@ def test_a_swapping_loop_never_gets_anything_in_or_out(
         st = model.lstat()
         assert stat.S_ISREG(st.st_mode) and st.st_uid == victim.uid, model
         assert model.read_bytes() == f"victim round {result.name[4:]}".encode()
+
+
+def test_reclaiming_leaves_another_users_directory_in_the_container(
+    both: tuple[User, User, list[str], list[str]], results: Path
+) -> None:
+    """A removal that caught her planted directory by name and could not put it back leaves it
+    in the victim's stage container; the victim's next reclaim must not empty it."""
+    victim, mallory, _, _ = both
+    container = owned(results / f"{STAGE_PREFIX}{victim.uid}", victim, 0o700)
+    hers = container / f"{PREFIX}run"
+    hers.mkdir(0o777)
+    (hers / "work").mkdir(0o777)
+    (hers / "work/checkpoint.pt").write_bytes(HERS)
+    for path in (hers, hers / "work", hers / "work/checkpoint.pt"):
+        os.chown(path, mallory.uid, mallory.gid)
+        path.chmod(0o777)
+    dead = owned(container / "stage-dead", victim, 0o700)
+    (dead / "half").write_bytes(b"")
+    os.chown(dead / "half", victim.uid, victim.gid)
+    script = """\
+import sys
+from pathlib import Path
+from servatus_publish._fs import HeldDirectory
+from servatus_publish.publication import reclaim_beside
+held = HeldDirectory.open(Path(sys.argv[1]), "results")
+reclaim_beside(held)
+"""
+    run_ok(victim, python_code(victim, script, str(results)))
+    assert (hers / "work/checkpoint.pt").read_bytes() == HERS
+    assert hers.lstat().st_uid == mallory.uid
+    assert not dead.exists()

@@ -187,11 +187,19 @@ def reclaim(container_fd: int, container_path: Path) -> bool:
         names = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
     for name, is_dir in names:
         try:
+            st = _fs.stat_at(container_fd, name)
+            if st is not None and st.st_uid != os.geteuid():
+                # Only a rename by name of ours brings another user's entry in (a Workspace
+                # removal that caught a planted directory and could not put it back): not a
+                # stage of ours, so it is left as it is.
+                continue
             if not is_dir:
                 os.unlink(name, dir_fd=container_fd)
                 continue
             fd = os.open(name, O_DIR, dir_fd=container_fd)
             try:
+                if os.fstat(fd).st_uid != os.geteuid():
+                    continue  # swapped in since the check above: hers, left as it is
                 try:
                     lock = _hooks().lock_directory(fd, str(container_path / name), wait=0.0)
                     lock.__enter__()
