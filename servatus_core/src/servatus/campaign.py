@@ -1608,7 +1608,10 @@ _documents = make_converter()
 
 
 def to_document(value: object) -> Any:
-    """Receipts, submit and reconcile results, shape checks and planned allocations as JSON data."""
+    """Receipts, submit and reconcile results, shape checks and planned allocations as JSON data.
+
+    :param value: One of those values, or a list or tuple of them.
+    """
     return _documents.unstructure(value)
 
 
@@ -1625,6 +1628,9 @@ def diagnose(profile: Profile, *, connect: Connect | None = None) -> Diagnosis:
     """What ``servatus doctor`` prints for ``profile``, as a :class:`~servatus.doctor.Diagnosis`.
 
     ``connect`` replaces how Slurm is reached, as on :class:`Campaign`.
+
+    :param profile: The profile to check, as ``doctor --profile`` names it.
+    :param connect: How Slurm is reached; None: as the profile's target says.
     """
     from servatus.doctor import diagnose as run  # noqa: PLC0415 - doctor imports the engine
 

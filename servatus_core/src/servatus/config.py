@@ -239,6 +239,9 @@ def capacity(target: Target, resources: Resources) -> int:
     Counts only the ceilings a Task's size divides (tasks, CPUs, memory, and GPUs when it asks
     for any); 0 when one Task exceeds one of them. The time limit is
     :func:`profile_problems`'s to check. A loaded Profile always has at least 1.
+
+    :param target: The target whose ceilings apply.
+    :param resources: One Task's resources.
     """
     fits = [
         target.max_tasks_per_allocation,
@@ -856,6 +859,9 @@ def profile_problems(profile: Profile) -> tuple[str, ...]:
 
     Checks each value, the pairs of keys that go together, the launcher, and that one Task fits
     every ceiling. Whether the named launcher is installed is for planning to decide.
+
+    :param profile: A profile, typically built or changed in Python (``attrs.evolve``): one
+        :meth:`~servatus.Profile.load` returns has none.
     """
     values = tuple(_value_problems(profile))
     if values:
