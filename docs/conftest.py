@@ -9,7 +9,8 @@ Each page runs in its own empty launch directory, top to bottom, sharing one nam
 * a ``console`` block runs each ``$ servatus ...`` line through :func:`servatus.cli.main` with
   ``connect=fake`` and compares what it printed (stdout and stderr, as a terminal shows them)
   with the lines below it, ``...`` matching anything; a last line ``[exit N]`` is the exit code
-  (0 without one). ``$ cat FILE`` prints a file of the launch directory.
+  (0 without one). ``$ cat FILE`` prints a file of the launch directory, and
+  ``$ servatus ... | jq ARGS`` pipes the command's stdout through the real ``jq``.
 * ``% invisible-code-block: python`` runs Python the reader does not see (moving the fake's
   jobs along, advancing the clock); ``% skip: next`` skips a block that needs a real cluster.
 
@@ -23,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import doctest
 import io
+import os
 import random
 import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -141,6 +144,8 @@ def _check(namespace: dict[str, Any], command: str, expected: list[str]) -> str 
 
 
 def _run(namespace: dict[str, Any], argv: list[str]) -> tuple[str, int]:
+    if "|" in argv:
+        return _pipe_to_jq(namespace, argv[: argv.index("|")], argv[argv.index("|") + 1 :])
     out = io.StringIO()
     launch = Path(namespace["launch"])
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -152,6 +157,26 @@ def _run(namespace: dict[str, Any], argv: list[str]) -> tuple[str, int]:
         else:
             raise ValueError(f"the guide's console blocks run servatus and cat only: {argv}")
     return out.getvalue(), code
+
+
+def _pipe_to_jq(namespace: dict[str, Any], first: list[str], jq: list[str]) -> tuple[str, int]:
+    """``servatus ... | jq ...`` as a shell runs it: servatus' stdout into jq, its stderr to the
+    terminal, and the pipeline's exit code jq's. jq runs for real, since what the reader copies
+    is its filter; CI installs it, elsewhere the example is skipped."""
+    if first[:1] != ["servatus"] or jq[:1] != ["jq"] or "|" in jq:
+        raise ValueError(f"the guide's pipes are servatus ... | jq ...: {first} | {jq}")
+    program = shutil.which("jq")
+    if program is None:
+        if os.environ.get("CI"):
+            pytest.fail("the guide's jq examples need jq (apt-get install jq)")
+        pytest.skip("needs jq")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        main(first[1:], connect=namespace["fake"])
+    done = subprocess.run(
+        [program, *jq[1:]], input=out.getvalue(), capture_output=True, text=True, check=False
+    )
+    return err.getvalue() + done.stdout + done.stderr, done.returncode
 
 
 def _ids(seed: str) -> Any:

@@ -362,6 +362,13 @@ class Campaign:
 
     ``probe`` (the result probe) and ``connect`` (how Slurm is reached) are kept for planning and
     submission. The state is read once; authoring methods refresh it.
+
+    :param path: The campaign directory, which must exist (:meth:`create` and :meth:`ensure`
+        make one).
+    :param probe: The result probe, called with Tasks to learn which keys have a valid result;
+        plans hold those ``VALID``. None: no probe, no Task is ever ``VALID``.
+    :param connect: How Slurm is reached: a :class:`~servatus.testing.FakeScheduler` in tests.
+        None: over ``ssh`` for a Target with a ``host``, by running the commands here without.
     """
 
     def __init__(
@@ -395,7 +402,16 @@ class Campaign:
         probe: Probe | None = None,
         connect: Connect | None = None,
     ) -> Campaign:
-        """Create a campaign, sealed unless ``appendable``; refuse if one exists."""
+        """Create a campaign, sealed unless ``appendable``; refuse if one exists.
+
+        :param path: The campaign directory to make; its parent must exist.
+        :param tasks: The Tasks, in order; keys must be unique.
+        :param appendable: Allow :meth:`append` later; otherwise the campaign is sealed at once.
+        :param probe: The result probe, called with Tasks to learn which keys have a valid result;
+            plans hold those ``VALID``. None: no probe, no Task is ever ``VALID``.
+        :param connect: How Slurm is reached: a :class:`~servatus.testing.FakeScheduler` in tests.
+            None: over ``ssh`` for a Target with a ``host``, by running the commands here without.
+        """
         state, _ = create_state(path, tasks, appendable=appendable)
         return cls(path, probe=probe, connect=connect, _state=state)
 
@@ -412,7 +428,19 @@ class Campaign:
     ) -> Campaign:
         """Create (appendable unless ``sealed``) or append unseen Tasks, then seal if ``sealed``;
         safe to rerun. With ``profile``, a Task whose batch script could never fit its
-        ``max_script_bytes`` is refused (ConfigurationError) before anything is recorded."""
+        ``max_script_bytes`` is refused (ConfigurationError) before anything is recorded.
+
+        :param path: The campaign directory, made if it does not exist.
+        :param tasks: The Tasks; a key already present must hold an identical Task
+            (:class:`~servatus.errors.TaskConflict` otherwise), new keys are appended in order.
+        :param sealed: Seal the campaign afterwards, so that no Task can be added again.
+        :param probe: The result probe, called with Tasks to learn which keys have a valid result;
+            plans hold those ``VALID``. None: no probe, no Task is ever ``VALID``.
+        :param connect: How Slurm is reached: a :class:`~servatus.testing.FakeScheduler` in tests.
+            None: over ``ssh`` for a Target with a ``host``, by running the commands here without.
+        :param profile: The profile whose ``max_script_bytes`` each Task must fit; None checks
+            nothing until planning.
+        """
         bound = profile.target.max_script_bytes if profile is not None else None
         state, _ = ensure_state(path, tasks, sealed=sealed, max_script_bytes=bound)
         return cls(path, probe=probe, connect=connect, _state=state)
@@ -421,7 +449,14 @@ class Campaign:
     def open(
         cls, path: str | Path, *, probe: Probe | None = None, connect: Connect | None = None
     ) -> Campaign:
-        """Open an existing campaign."""
+        """Open an existing campaign.
+
+        :param path: The campaign directory.
+        :param probe: The result probe, called with Tasks to learn which keys have a valid result;
+            plans hold those ``VALID``. None: no probe, no Task is ever ``VALID``.
+        :param connect: How Slurm is reached: a :class:`~servatus.testing.FakeScheduler` in tests.
+            None: over ``ssh`` for a Target with a ``host``, by running the commands here without.
+        """
         return cls(path, probe=probe, connect=connect)
 
     @property
@@ -444,11 +479,18 @@ class Campaign:
         return not self._state.sealed
 
     def task(self, key: str) -> Task:
-        """The Task under ``key``; KeyError if there is none."""
+        """The Task under ``key``; KeyError if there is none.
+
+        :param key: The Task's key.
+        """
         return self._state.tasks.by_key()[key]
 
     def append(self, tasks: Iterable[Task]) -> Authoring:
-        """Append new Tasks (identical existing ones are skipped); refused once sealed."""
+        """Append new Tasks (identical existing ones are skipped); refused once sealed.
+
+        :param tasks: The Tasks to add, in order; one that differs from the Task already under
+            its key is refused (:class:`~servatus.errors.TaskConflict`) and nothing is added.
+        """
         self._state, done = append_state(self.path, tasks)
         return done
 
@@ -573,7 +615,11 @@ class Campaign:
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
         run-marker listing per Target (of the markers of allocations not yet settled); records
-        what it finds settled when it can without waiting."""
+        what it finds settled when it can without waiting.
+
+        :param offline: Ask Slurm nothing and read no markers: only what the campaign recorded
+            (accepted work reads ``ACCEPTED``, run times are unknown).
+        """
         self.refresh()
         report, change, _ = self._observe(self._state, offline=offline)
         self._record(change)
@@ -581,14 +627,21 @@ class Campaign:
 
     def report(self, *, offline: bool = False) -> ReportData:
         """The picture's data (:class:`~servatus.report.ReportData`): what :meth:`status` reads
-        (the same two listings, recording what settled the same way) with the times between."""
+        (the same two listings, recording what settled the same way) with the times between.
+
+        :param offline: Read only what the campaign recorded, as ``status --offline`` does; a
+            report still draws the outcomes the campaign has settled.
+        """
         from servatus.report import build  # noqa: PLC0415 - loaded only for a report
 
         projected = self.status(offline=offline)
         return build(self._state, projected, now=time.time())
 
     def valid_keys(self, tasks: Sequence[Task] | None = None) -> frozenset[str]:
-        """The keys the probe reports valid (none without a probe)."""
+        """The keys the probe reports valid (none without a probe).
+
+        :param tasks: The Tasks to ask about; None asks about the whole roster.
+        """
         if self.probe is None:
             return frozenset()
         return frozenset(self.probe(tuple(self._state.tasks if tasks is None else tasks)))
@@ -692,6 +745,22 @@ class Campaign:
         With ``lease`` (any link id of a submitted lease) and no profile, the selected Tasks are
         one-slot steps in the lease's current link, in the slot its intent recorded; a
         continuation may then carry only a budget (``SERVATUS_BUDGET``, Tasks held ``SPENT``).
+
+        :param profile: Where and with what resources the Tasks run (:meth:`Profile.load`);
+            required unless ``lease`` is given, and refused with it.
+        :param lease: The id of a submitted lease (any of its links) to start the selected Tasks
+            in, as ``plan --lease``.
+        :param retry: Keys to run again although they already ran (``--retry``), ``LOST`` ones
+            included; an unknown key, a valid result, a Task never accepted or one whose work
+            Slurm still lists refuses the plan (:class:`~servatus.errors.PlanRefused`).
+        :param retry_failed: Also select every Task whose current work is ``FAILED`` or
+            ``STOPPED`` (never ``LOST``), as ``--retry-failed``.
+        :param only: Restrict the plan to these keys (``--only``); the other Tasks are held
+            ``NOT_REQUESTED``. None: every Task may be selected.
+        :param tasks_per_allocation: Pack at most this many Tasks into one allocation, below
+            what the profile's ceilings allow; None packs as many as fit.
+        :param continuation: A lifetime budget per Task, a number of links, or both
+            (``--budget``, ``--max-links``); None plans plain allocations.
         """
         self.refresh()
         request = make_request(
@@ -792,7 +861,14 @@ class Campaign:
     def hold(self, profile: Profile, *, slots: int, max_links: int | None = None) -> Plan:
         """Plan a lease (ADR 0009): ``slots`` copies of the profile's per-Task resources, in
         ``max_links`` allocations one after the other (1 without it); nothing is recorded or
-        submitted until :meth:`submit` of the plan."""
+        submitted until :meth:`submit` of the plan.
+
+        :param profile: The profile whose per-Task resources make one slot.
+        :param slots: How many slots the lease holds, each of which runs one step at a time
+            (``--hold N``).
+        :param max_links: How many leases to queue one after the other (``--max-links``); None
+            queues one.
+        """
         _usable(profile)
         self.refresh()
         return make_lease_plan(
@@ -806,7 +882,10 @@ class Campaign:
 
     def scripts(self, plan: Plan) -> list[str]:
         """The batch script of each planned allocation, exactly as ``submit`` sends it (a
-        lease's: each link's lease script)."""
+        lease's: each link's lease script).
+
+        :param plan: A plan this campaign made (not one of steps in a lease, which has none).
+        """
         registry = self._hooks()
         if plan.within is not None:
             raise ConfigurationError(
@@ -829,12 +908,18 @@ class Campaign:
 
     def plan_document(self, plan: Plan) -> dict[str, Any]:
         """The document ``plan --output`` saves for ``plan``, sealed with this campaign's plan
-        key (made by the first call): write it as JSON to a file of yours."""
+        key (made by the first call): write it as JSON to a file of yours.
+
+        :param plan: A plan this campaign made.
+        """
         return saved_plan_document(self.path, plan)
 
     def read_plan(self, path: str | os.PathLike[str]) -> Plan:
         """A plan saved for this campaign, as ``submit STATE PLAN`` reads it: refused unless the
-        file is yours, writable by no one else, and sealed with this campaign's plan key."""
+        file is yours, writable by no one else, and sealed with this campaign's plan key.
+
+        :param path: The saved plan's file.
+        """
         return read_saved_plan(self.path, path)
 
     def submit(self, plan: Plan, *, progress: Progress | None = None) -> Submitted:
@@ -843,6 +928,12 @@ class Campaign:
         Under the campaign's lock: the plan must match the current state (same revision, and a
         rebuild gives the same plan); Slurm must answer a ping; only then is each intent recorded
         before its ``sbatch``.
+
+        :param plan: The plan to send, from :meth:`plan`, :meth:`hold` or :meth:`read_plan`; a
+            plan made before the campaign last changed is refused
+            (:class:`~servatus.errors.StalePlan`).
+        :param progress: Called after each accepted allocation, to show progress as the
+            command line does.
         """
         if plan.probe and self.probe is None:
             raise PlanRefused(
@@ -955,7 +1046,18 @@ class Campaign:
     ) -> Submitted:
         """Register ``tasks`` as :meth:`ensure` would (a changed Task under an existing key is
         refused, and nothing is recorded), then plan exactly their keys into the lease and
-        submit them: ``servatus start``."""
+        submit them: ``servatus start``.
+
+        :param tasks: The Tasks to start; new keys are added to the campaign first.
+        :param lease: The id of a submitted lease (any of its links): the steps start in its
+            current link.
+        :param retry: Keys of ``tasks`` to start again although they already ran.
+        :param retry_failed: Also start the Tasks of ``tasks`` whose current work is ``FAILED``
+            or ``STOPPED``.
+        :param budget: Each step's lifetime run-time budget, seconds or ``[D-]HH:MM:SS`` text
+            (``SERVATUS_BUDGET``); a Task whose run time leaves no room is held ``SPENT``.
+        :param progress: Called as each step is accepted, as for :meth:`submit`.
+        """
         batch = check_unique(tasks)
         keys = {task.key for task in batch}
         retry = tuple(retry)
@@ -1029,7 +1131,11 @@ class Campaign:
     ) -> tuple[ShapeCheck, ...]:
         """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks),
         after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection.
-        ``progress`` gets each check as it is made."""
+        ``progress`` gets each check as it is made.
+
+        :param plan: A plan this campaign made; its batch scripts are what Slurm judges.
+        :param progress: Called with each :class:`~servatus.campaign.ShapeCheck` as it is made.
+        """
         scripts = self.scripts(plan)
         shapes: dict[int, str] = {}
         for allocation, script in zip(plan.allocations, scripts, strict=True):
@@ -1072,6 +1178,9 @@ class Campaign:
         An intent too young to decide comes back as ``waiting`` with the time its evidence will
         be conclusive (the CLI exits 75 then); rerunning is always safe. ``progress`` gets each
         decision once it is recorded (a waiting one at once: nothing is recorded for it).
+
+        :param progress: Called with each :class:`~servatus.reconcile.Resolution` as it is
+            decided.
         """
         with store.writing(self.path) as writer:
             state = writer.state
@@ -1220,6 +1329,14 @@ class Campaign:
         step withdrawn or stopping (``"withdrawn"`` or ``"stopping"``, then its id), as it is.
         If a ``scancel`` fails or a step's claim cannot be read,
         :class:`~servatus.errors.Unavailable` names what was and was not done.
+
+        :param tasks: Keys whose work to stop: every allocation of theirs Slurm still lists, or
+            their step in a lease.
+        :param allocations: Allocation ids to cancel, as ``status`` shows them; a lease's id
+            ends the lease and every step in it.
+        :param progress: Called with each allocation id once it is cancelled.
+        :param steps: Called with ``"withdrawn"`` or ``"stopping"`` and the step's id, for each
+            step in a lease.
         """
         self.refresh()
         tasks, allocations = tuple(tasks), tuple(allocations)
@@ -1315,6 +1432,10 @@ class Campaign:
 
         ``tasks`` alone: each Task's step log in its current allocation; ``allocations`` alone:
         each allocation log; both: each Task's step log in each named allocation.
+
+        :param tasks: Keys whose step logs to read.
+        :param allocations: Allocation ids whose logs to read.
+        :param size: How many bytes, at most, from the end of each log.
         """
         self.refresh()
         if not tasks and not allocations:
@@ -1487,7 +1608,10 @@ _documents = make_converter()
 
 
 def to_document(value: object) -> Any:
-    """Receipts, submit and reconcile results, shape checks and planned allocations as JSON data."""
+    """Receipts, submit and reconcile results, shape checks and planned allocations as JSON data.
+
+    :param value: One of those values, or a list or tuple of them.
+    """
     return _documents.unstructure(value)
 
 
@@ -1504,6 +1628,9 @@ def diagnose(profile: Profile, *, connect: Connect | None = None) -> Diagnosis:
     """What ``servatus doctor`` prints for ``profile``, as a :class:`~servatus.doctor.Diagnosis`.
 
     ``connect`` replaces how Slurm is reached, as on :class:`Campaign`.
+
+    :param profile: The profile to check, as ``doctor --profile`` names it.
+    :param connect: How Slurm is reached; None: as the profile's target says.
     """
     from servatus.doctor import diagnose as run  # noqa: PLC0415 - doctor imports the engine
 

@@ -297,7 +297,13 @@ class _ClosedOutput:
 
 
 def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
-    """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached."""
+    """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached.
+
+    :param args: The command line after ``servatus`` (``["status", "state"]``); None reads
+        ``sys.argv``.
+    :param connect: How Slurm is reached, as on :class:`~servatus.Campaign`: a
+        :class:`~servatus.testing.FakeScheduler` in tests.
+    """
     closed = sys.stdout is None  # the program started with stdout closed
     if closed:
         sys.stdout = cast(TextIO, _ClosedOutput())

@@ -48,7 +48,13 @@ APPTAINER = "apptainer"
 @attrs.frozen
 class Apptainer:
     """The Apptainer launcher's settings: ``executable`` (``[target] apptainer``), ``image``, and
-    the extra ``binds``."""
+    the extra ``binds``.
+
+    :param executable: The ``apptainer`` executable on the compute nodes, absolute.
+    :param image: The image each step runs in (``apptainer exec``), absolute, without ``:``.
+    :param binds: Extra mounts, each ``SRC``, ``SRC:DST`` or ``SRC:DST:ro`` (or ``:rw``);
+        ``work_root`` is always bound.
+    """
 
     executable: str
     image: str
@@ -66,6 +72,33 @@ class Target:
     ``launcher`` is the launcher's name, ``apptainer`` when those keys are set and ``direct``
     otherwise unless the file names one; ``launcher_options`` are that table's
     ``(key, value)`` pairs, sorted by key.
+
+    :param slurm_bin: The directory holding ``sbatch``, ``squeue``, ``scancel``, ``scontrol``
+        and ``srun`` on the machine that runs them, absolute.
+    :param work_root: The working directory of every Task's step, absolute.
+    :param log_root: Where Slurm writes the logs and the batch script its run markers; it must
+        exist and be visible where Servatus reads it.
+    :param partitions: The partitions a job may run in, at least one.
+    :param max_tasks_per_allocation: Ceiling: Tasks (steps) in one allocation.
+    :param max_cpus_per_allocation: Ceiling: CPUs one allocation may request.
+    :param max_memory_mib_per_allocation: Ceiling: MiB of memory one allocation may request.
+    :param max_time_limit: Ceiling: the longest time limit, in seconds.
+    :param host: The SSH destination (``user@host`` or an ``ssh_config`` alias) that runs the
+        Slurm commands; None runs them on this machine.
+    :param account: Passed to ``sbatch --account``; None passes none.
+    :param qos: Passed to ``sbatch --qos``; None passes none.
+    :param constraint: A Slurm feature expression passed to ``sbatch --constraint``; None passes
+        none.
+    :param gpu_gres: The GRES that ``gpus`` counts, without a count (``gpu``, ``gpu:a100``,
+        ``shard``); None: no GPUs.
+    :param max_gpus_per_allocation: Ceiling: units of ``gpu_gres`` one allocation may request.
+    :param max_allocations_per_submit: How many allocations one plan may hold, the rest deferred
+        to the next plan; None: no cap.
+    :param max_script_bytes: The largest batch script Servatus will send, which bounds the
+        Tasks' stdin and environment written into it.
+    :param apptainer: The Apptainer launcher's settings; None without them.
+    :param launcher: The name of the launcher plugin that turns a Task into its step's command.
+    :param launcher_options: Settings passed unchanged to that launcher.
     """
 
     slurm_bin: str
@@ -95,6 +128,14 @@ class Resources:
 
     The ``[resources]`` keys of SERVATUS.toml, durations in seconds: ``time_limit`` is whole
     minutes, and ``signal_before_end`` is None when no pre-limit signal is asked for.
+
+    :param cpus: CPUs per Task (``--cpus-per-task``).
+    :param memory_mib: Memory per Task, in MiB.
+    :param time_limit: The allocation's wall time, in seconds (whole minutes), at most the
+        target's ``max_time_limit``.
+    :param gpus: Units of the target's ``gpu_gres`` per Task.
+    :param signal_before_end: Send ``SIGUSR1`` this many seconds before the time limit; None
+        sends none. Budgeted chains and leases need it.
     """
 
     cpus: int
@@ -123,6 +164,10 @@ class Profile:
         selects itself, and a file without ``[profiles]`` tables is the one profile
         ``"default"``. Raises :class:`~servatus.errors.ConfigurationError` naming the file and
         key.
+
+        :param path: The SERVATUS.toml file to read.
+        :param name: The profile to read (``--profile``); None: the file's ``default_profile``,
+            or its sole profile.
         """
         where = os.fspath(path)
         document = _read_document(path, where)
@@ -194,6 +239,9 @@ def capacity(target: Target, resources: Resources) -> int:
     Counts only the ceilings a Task's size divides (tasks, CPUs, memory, and GPUs when it asks
     for any); 0 when one Task exceeds one of them. The time limit is
     :func:`profile_problems`'s to check. A loaded Profile always has at least 1.
+
+    :param target: The target whose ceilings apply.
+    :param resources: One Task's resources.
     """
     fits = [
         target.max_tasks_per_allocation,
@@ -811,6 +859,9 @@ def profile_problems(profile: Profile) -> tuple[str, ...]:
 
     Checks each value, the pairs of keys that go together, the launcher, and that one Task fits
     every ceiling. Whether the named launcher is installed is for planning to decide.
+
+    :param profile: A profile, typically built or changed in Python (``attrs.evolve``): one
+        :meth:`~servatus.Profile.load` returns has none.
     """
     values = tuple(_value_problems(profile))
     if values:

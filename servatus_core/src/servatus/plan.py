@@ -870,7 +870,11 @@ def plan_to_document(plan: Plan) -> dict[str, Any]:
 def seal_document(document: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """``document`` with its ``seal``: an HMAC-SHA256, under the campaign's plan key
     (``servatus.store.plan_key``), of everything else in it. Only who can read the key (the
-    campaign's owner) can make a seal that :func:`plan_from_document` accepts."""
+    campaign's owner) can make a seal that :func:`plan_from_document` accepts.
+
+    :param document: A plan document, without a seal.
+    :param key: The campaign's plan key.
+    """
     return {**document, "seal": _seal(document, key)}
 
 
@@ -879,7 +883,12 @@ def plan_from_document(data: Any, *, where: str, key: bytes | None = None) -> Pl
     :class:`~servatus.errors.StalePlan`. With ``key``, its ``seal`` is checked as
     ``check_seal`` does; without, it is not: use that only for a document you made or
     trust (``Campaign.read_plan`` reads a saved plan to submit). ``where`` names the document in
-    messages."""
+    messages.
+
+    :param data: The parsed JSON document.
+    :param where: What to call the document in an error (its file name, say).
+    :param key: The campaign's plan key, to check the seal with; None checks none.
+    """
     if key is not None:
         check_seal(data, where=where, key=key)
     _check_schema(data, where)

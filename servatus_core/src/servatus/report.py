@@ -635,7 +635,10 @@ def _distribution_document(value: Distribution) -> dict[str, Any]:
 
 
 def report_to_document(data: ReportData) -> dict[str, Any]:
-    """The ``servatus.report/1`` document ``report --json`` prints and the page draws."""
+    """The ``servatus.report/1`` document ``report --json`` prints and the page draws.
+
+    :param data: What :meth:`~servatus.Campaign.report` returned.
+    """
     summary = data.summary
     return {
         "schema": REPORT_SCHEMA,

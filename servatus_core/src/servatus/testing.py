@@ -189,6 +189,12 @@ class FakeScheduler:
 
     A control (``fail``, ``unavailable``, ``lose_answer``) fires on the next ``times`` runs;
     ``times`` below 1 is refused with ``ValueError``, never read as "once".
+
+    :param version: What ``sbatch --version`` prints.
+    :param min_job_age: The ``MinJobAge`` in seconds that ``scontrol show config`` reports.
+    :param proctrack: The ``ProctrackType`` that ``scontrol show config`` reports.
+    :param clock: Where the fake reads the time it stamps its run markers with.
+    :param first_job: The job number the first ``sbatch`` gets; each next one counts up.
     """
 
     def __init__(
@@ -249,17 +255,34 @@ class FakeScheduler:
     # -- controls ---------------------------------------------------------------------------
 
     def fail(self, command: str, *, times: int = 1, returncode: int = 1, stderr: str = "") -> None:
-        """The next ``times`` runs of ``command`` run and say no (a nonzero exit)."""
+        """The next ``times`` runs of ``command`` run and say no (a nonzero exit).
+
+        :param command: The command, by basename (``"sbatch"``, ``"squeue"``, ...), or
+            ``"ping"`` for the ``sbatch --version`` check; an unknown name is ``ValueError``.
+        :param times: How many runs in a row it fires for, at least 1.
+        :param returncode: The exit code they return.
+        :param stderr: What they print on stderr; empty: a line saying the fake refused.
+        """
         program = _program(self._known(command, times))
         message = stderr or f"{program}: error: refused by FakeScheduler\n"
         self._faults[command] = _Fault("fail", times, returncode, message)
 
     def unavailable(self, command: str, *, times: int = 1) -> None:
-        """The next ``times`` runs of ``command`` get no answer (a dropped connection)."""
+        """The next ``times`` runs of ``command`` get no answer (a dropped connection).
+
+        :param command: The command, by basename (``"sbatch"``, ``"squeue"``, ...), or
+            ``"ping"`` for the ``sbatch --version`` check; an unknown name is ``ValueError``.
+        :param times: How many runs in a row it fires for, at least 1.
+        """
         self._faults[self._known(command, times)] = _Fault("unavailable", times)
 
     def lose_answer(self, command: str = "sbatch", *, times: int = 1) -> None:
-        """The next ``times`` runs of ``command`` take effect, but their answer never arrives."""
+        """The next ``times`` runs of ``command`` take effect, but their answer never arrives.
+
+        :param command: The command, by basename (``"sbatch"``, ``"squeue"``, ...), or
+            ``"ping"`` for the ``sbatch --version`` check; an unknown name is ``ValueError``.
+        :param times: How many runs in a row it fires for, at least 1.
+        """
         self._faults[self._known(command, times)] = _Fault("lose", times)
 
     def _known(self, command: str, times: int) -> str:
@@ -278,7 +301,10 @@ class FakeScheduler:
     def start(self, job: int | None = None) -> None:
         """Start a pending job (every pending one without ``job``): it writes its start marker.
         A job waiting on a dependency does not start (naming it is ``ValueError``); a later chain
-        link runs only the slots handed to it, and ends ``FAILED`` at once if none were."""
+        link runs only the slots handed to it, and ends ``FAILED`` at once if none were.
+
+        :param job: The job to start; None starts every pending job that waits for nothing.
+        """
         for item in self._select(job, {"PENDING"}):
             if item.waiting:
                 if job is None:
@@ -305,7 +331,12 @@ class FakeScheduler:
         ``COMPLETED`` until :meth:`purge`. A chain link ends only the steps it runs (a code for
         a slot it was not handed is ignored), writes each handoff, and ends ``FAILED`` if it is
         not its chain's last link and handed nothing on; finishing a link that never ran a step
-        (removed, or handed nothing) does nothing."""
+        (removed, or handed nothing) does nothing.
+
+        :param job: The job's number, as ``sbatch`` answered it (:attr:`FakeJob.job`).
+        :param exit_codes: Each slot's step exit code, in slot order (a lease's: its running
+            steps', in the order it took them); none: 0 for every slot.
+        """
         item = self._job(job)
         if item.state == "PENDING":
             self.start(job)
@@ -328,12 +359,20 @@ class FakeScheduler:
 
     def end_step(self, job: int, slot: int, exit_code: int) -> None:
         """One step of a running job returns ``exit_code`` (its end marker, and a chain link's
-        handoff when it hands the slot on); the job runs on."""
+        handoff when it hands the slot on); the job runs on.
+
+        :param job: The job's number, as ``sbatch`` answered it (:attr:`FakeJob.job`).
+        :param slot: The step's slot, from 0.
+        :param exit_code: What the step exits with.
+        """
         self._step_ends(self._job(job), slot, exit_code)
 
     def signal_limit(self, job: int) -> None:
         """The pre-limit signal reached a running job: its limit marker. How each step answers
-        (exit on it, or run on into the limit) is :meth:`end_step` or :meth:`time_out`."""
+        (exit on it, or run on into the limit) is :meth:`end_step` or :meth:`time_out`.
+
+        :param job: The job's number, as ``sbatch`` answered it (:attr:`FakeJob.job`).
+        """
         item = self._job(job)
         self._mark(item, MarkerKind.LIMIT)
         if item.lease is not None and item.state == "RUNNING":
@@ -344,7 +383,11 @@ class FakeScheduler:
 
     def finish_step(self, step_id: str, exit_code: int = 0) -> None:
         """A lease's step returns ``exit_code`` (its ``end.0.<exit>``; one still waiting for a
-        slot ends without starting) and frees its slot for a waiting step; the lease runs on."""
+        slot ends without starting) and frees its slot for a waiting step; the lease runs on.
+
+        :param step_id: The step's id, its allocation id (:meth:`steps` lists them).
+        :param exit_code: What the step exits with.
+        """
         for item in self.jobs:
             lease = item.lease
             if lease is not None and step_id in (*lease.running, *lease.waiting):
@@ -355,7 +398,10 @@ class FakeScheduler:
 
     def steps(self, job: int) -> dict[str, str]:
         """Each step a lease job took, in order, and where it is: ``RUNNING``, ``QUEUED`` (waiting
-        for a slot), or ``ENDED <exit>``."""
+        for a slot), or ``ENDED <exit>``.
+
+        :param job: The lease's job number; another job is ``ValueError``.
+        """
         lease = self._job(job).lease
         if lease is None:
             raise ValueError(f"job {job} is no lease")
@@ -368,7 +414,10 @@ class FakeScheduler:
         """The job hit its time limit, as on a real cluster: the stop marker, then 143 for each
         step still running (Slurm's ``SIGTERM``), ``TIMEOUT`` until purged. A chain link before
         the last that had its pre-limit signal stops its own steps first instead (the stop
-        marker, 143 each, their handoffs) and ends ``COMPLETED`` if it handed any slot on."""
+        marker, 143 each, their handoffs) and ends ``COMPLETED`` if it handed any slot on.
+
+        :param job: The job's number, as ``sbatch`` answered it (:attr:`FakeJob.job`).
+        """
         item = self._job(job)
         if item.state == "RUNNING" and 0 < item.link < item.links and self._limited(item):
             self._mark(item, MarkerKind.STOP)  # the shell's own stop, as its timer marks it
@@ -386,7 +435,11 @@ class FakeScheduler:
         once; with an ended state it stays listed in it until :meth:`purge`, as the test cluster
         showed: ``FAILED`` when a live ``slurmstepd`` saw the batch shell die, ``TIMEOUT`` when
         nothing on the node was left to tell slurmctld and the job ran on in Slurm to its limit,
-        ``NODE_FAIL`` when Slurm declared the node down."""
+        ``NODE_FAIL`` when Slurm declared the node down.
+
+        :param job: The job's number, as ``sbatch`` answered it (:attr:`FakeJob.job`).
+        :param state: The ended state Slurm keeps listing it in; None: it leaves the queue.
+        """
         item = self._job(job)
         if state is None:
             item.listed = False
@@ -403,7 +456,11 @@ class FakeScheduler:
                 item.listed = False
 
     def count(self, command: str) -> int:
-        """How many times ``command`` (a basename, or ``"ping"``) ran."""
+        """How many times ``command`` (a basename, or ``"ping"``) ran.
+
+        :param command: The command's basename (``"sbatch"``), or ``"ping"`` for the
+            ``sbatch --version`` check.
+        """
         return sum(1 for call in self.calls if _control_name(call) == command)
 
     # -- Transport --------------------------------------------------------------------------
@@ -412,7 +469,12 @@ class FakeScheduler:
         self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
     ) -> CommandResult:
         """Answer ``argv`` as a cluster would (a Transport's ``run``), after recording it in
-        :attr:`calls`; a control set for its command fires first."""
+        :attr:`calls`; a control set for its command fires first.
+
+        :param argv: The command line, program first.
+        :param stdin: What the command reads (a batch script, for ``sbatch``).
+        :param timeout: Accepted as a Transport's is; the fake answers at once.
+        """
         call = tuple(argv)
         self.calls.append(call)
         name = _control_name(call)

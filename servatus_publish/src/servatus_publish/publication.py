@@ -288,7 +288,13 @@ class Draft:
         return self._stage.path / self._stage.name
 
     def link(self, src: str | os.PathLike[str], name: str | os.PathLike[str]) -> None:
-        """Hard-link the regular file ``src`` as ``name`` in the draft (the same inode)."""
+        """Hard-link the regular file ``src`` as ``name`` in the draft (the same inode).
+
+        :param src: A regular file of yours, on the destination's filesystem; rewrite it later
+            only by replacing it, never in place, since the result shares it.
+        :param name: Its path in the draft, relative and without ``..``; missing directories
+            are made, an occupied path is refused.
+        """
         self._check()
         parts = _draft_parts(name)
         source = _fs.absolute(src)
@@ -305,7 +311,11 @@ class Draft:
                 os.close(dir_fd)
 
     def link_tree(self, src: str | os.PathLike[str], name: str | os.PathLike[str]) -> None:
-        """Recreate the directories of ``src`` under ``name`` and hard-link every regular file."""
+        """Recreate the directories of ``src`` under ``name`` and hard-link every regular file.
+
+        :param src: A directory on the destination's filesystem, not containing the draft.
+        :param name: Where its copy goes in the draft, relative and without ``..``.
+        """
         self._check()
         parts = _draft_parts(name)
         source = _fs.absolute(src)
@@ -595,6 +605,13 @@ def publish(
 
     Raises DestinationExists when it exists (before building, or when another process won the
     commit). Exceptions from ``build`` propagate unchanged, and the stage is removed.
+
+    :param destination: The directory to publish; its parent must exist, and stage and result
+        share its filesystem.
+    :param build: Called once with a :class:`~servatus_publish.publication.Draft` to fill; it
+        validates before it returns, since what it leaves is committed as it is.
+    :param mode: The mode every directory of the result gets just before the commit (files keep
+        theirs); None: ``0o777`` less the umask. The owner must keep read and search.
     """
     if not callable(build):
         raise ConfigurationError(f"build must be callable, not {build!r}")
@@ -616,6 +633,12 @@ def publish_file(
 
     The writer may create it any way (a temporary file renamed into place included); anything
     else it leaves in the stage is discarded. The file gets ``mode`` just before the commit.
+
+    :param destination: The file to publish; its parent must exist.
+    :param write: Called once with the path to create, in a private stage beside the
+        destination; the path does not exist yet.
+    :param mode: The file's mode, set just before the commit whatever the writer chose; None:
+        ``0o666`` less the umask. The owner must keep read.
     """
     if not callable(write):
         raise ConfigurationError(f"write must be callable, not {write!r}")

@@ -73,6 +73,11 @@ class Workspace:
     Entering raises Busy while another process holds it, WorkspaceConflict for work bound to
     another identity (or files without one), and DestinationExists, after removing this
     identity's leftovers, once the destination exists.
+
+    :param destination: Where the result will be published; the private work lives beside it,
+        in an owner-only directory of its parent.
+    :param identity: Opaque bytes naming the work (a Task's stdin, say): the same bytes reopen
+        the same work on a later attempt, other bytes are refused.
     """
 
     def __init__(
@@ -119,7 +124,11 @@ class Workspace:
         return _through_descriptor(self._fd, self.private) / WORK
 
     def child(self, name: str, *, identity: bytes) -> Workspace:
-        """A workspace for one concurrent worker's result, published into this one's work."""
+        """A workspace for one concurrent worker's result, published into this one's work.
+
+        :param name: The child's result's name in this workspace's work directory.
+        :param identity: The child's own identity bytes, as for a workspace.
+        """
         _fs.check_name(name, "child name")
         return Workspace(self.private / WORK / name, identity=identity, _parent=self)
 
@@ -379,7 +388,13 @@ class Workspace:
         return self._held
 
     def publish(self, build: Callable[[Draft], object], *, mode: int | None = None) -> Publication:
-        """Publish the destination atomically, then remove the private work."""
+        """Publish the destination atomically, then remove the private work.
+
+        :param build: Called once with a :class:`~servatus_publish.publication.Draft` to fill,
+            usually by linking files of :attr:`path` into it.
+        :param mode: The mode of every directory of the result, as for
+            :func:`~servatus.publish`.
+        """
         held = self._require_entered("publish")
         if not callable(build):
             raise ConfigurationError(f"build must be callable, not {build!r}")
