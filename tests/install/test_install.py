@@ -30,6 +30,32 @@ def install_blocks() -> list[list[str]]:
     return [[line for line in block.splitlines() if line.strip()] for block in blocks]
 
 
+def five_minutes() -> tuple[str, str, list[str]]:
+    """The README's SERVATUS.toml, tasks.jsonl and ``servatus`` commands, in order."""
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+    ((config,), (tasks,)) = ([b for lang, b in blocks if lang == kind] for kind in ("toml", "json"))
+    lines = (
+        line.split("#", 1)[0].strip()
+        for lang, b in blocks
+        if lang == "sh"
+        for line in b.splitlines()
+    )
+    return config, tasks, [line for line in lines if line.startswith("servatus ")]
+
+
+# Runs each command line given through the installed CLI against one FakeScheduler.
+AGAINST_THE_FAKE = """
+import shlex, sys
+from servatus.cli import main
+from servatus.testing import FakeScheduler
+fake = FakeScheduler()
+for line in sys.argv[1:]:
+    print("$", line, flush=True)
+    if main(shlex.split(line)[1:], connect=fake):
+        raise SystemExit(f"{line}: failed")
+"""
+
+
 def worker_source() -> str:
     page = (REPO / "docs" / "worker.md").read_text()
     (source,) = re.findall(
@@ -80,6 +106,21 @@ def test_the_readme_install_command_installs_every_part(clone: Path, tmp_path: P
     )
     where = sh("python3 -c 'import servatus_slurm; print(servatus_slurm.__file__)'", elsewhere, env)
     assert str(tmp_path / "venv") in where.stdout  # installed, not the clone's source
+
+    # The README's five minutes, through the installed package, against FakeScheduler.
+    config, tasks, commands = five_minutes()
+    (elsewhere / "SERVATUS.toml").write_text(config)
+    (elsewhere / "tasks.jsonl").write_text(tasks)
+    done = subprocess.run(
+        ["python3", "-c", AGAINST_THE_FAKE, *commands],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(commands) >= 5 and "Tasks: 2 QUEUED" in done.stdout, done.stdout
 
 
 def test_the_worker_wheels_alone_run_the_guide_worker(clone: Path, tmp_path: Path) -> None:
