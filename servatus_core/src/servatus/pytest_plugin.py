@@ -18,10 +18,9 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def fake_scheduler() -> FakeScheduler:
-    """A new :class:`~servatus.testing.FakeScheduler` for each test, with its defaults; pass it
-    as ``connect=`` to :class:`~servatus.Campaign`, :func:`~servatus.campaign.diagnose` or
-    :func:`servatus.cli.main`. A test that needs other settings (a clock, a Slurm version)
-    builds its own."""
+    """A new servatus.testing.FakeScheduler for each test, with its defaults: pass it as
+    connect= to Campaign, diagnose or servatus.cli.main. A test that needs other settings (a
+    clock, a Slurm version) builds its own."""
     from servatus.testing import FakeScheduler  # noqa: PLC0415 - only for the tests that use it
 
     return FakeScheduler()
