@@ -6,6 +6,9 @@ Nothing here is Slurm: the fake accepts each ``sbatch``, and this script itself 
 runs its workers on this machine (``demo/train.py``, which checkpoints in its Workspace and
 publishes its result atomically), and tells the fake their exit codes, as a compute node would
 leave them in its run markers. Servatus' own commands, journal and status are the real ones.
+At the end it writes the markers the fake kept into the demo's ``log_root``, and its
+``slurm_bin`` holds a ``squeue`` that lists no jobs, so ``servatus status state`` goes on
+working after the demo, as on a cluster that has forgotten the ended jobs.
 """
 
 from __future__ import annotations
@@ -50,18 +53,22 @@ def main() -> None:
     demo = Path.cwd() / "servatus-demo"
     if (demo / "state").exists():
         raise SystemExit(
-            f"demo: {demo}/state exists from an earlier run; remove {demo} to run the demo again."
+            f"demo: {demo}/state exists from an earlier run; `servatus status state` in {demo} "
+            f"shows it. Remove {demo} to run the demo again."
         )
-    work_root, log_root = demo / "work", demo / "logs"
-    for directory in (work_root / "results", log_root):
+    work_root, log_root, slurm_bin = demo / "work", demo / "logs", demo / "slurm"
+    for directory in (work_root / "results", log_root, slurm_bin):
         directory.mkdir(parents=True, exist_ok=True)
+    squeue = slurm_bin / "squeue"
+    squeue.write_text("#!/bin/sh\n# The demo's Slurm after the demo: it has forgotten every job.\n")
+    squeue.chmod(0o755)
     shutil.copyfile(HERE / "train.py", work_root / "demo_train.py")
     tasks = write_tasks(demo, sys.executable, 0.25)
     (demo / "SERVATUS.toml").write_text(
         f"""default_profile = "cpu"
 
 [target]                                    # no host: FakeScheduler answers for Slurm
-slurm_bin = "/usr/bin"
+slurm_bin = "{slurm_bin}"   # after the demo, its squeue lists no jobs
 work_root = "{work_root}"
 log_root = "{log_root}"
 partitions = ["debug"]
@@ -84,11 +91,28 @@ partitions = ["debug"]
         fake.finish(job.job, *(step.wait() for step in steps))
     show(fake, "status", "state")
     list_results(work_root / "results", tasks)
+    leave_markers(fake, log_root)
+    servatus_command = Path(sys.executable).parent / "servatus"
     print(
         "\ndemo: done, against FakeScheduler. As root, demo/run does the same on a real Slurm "
-        "24.11 over SSH.",
+        "24.11 over SSH.\n"
+        "demo: the fake's jobs have ended and been forgotten, their run markers are in "
+        f"{log_root}, so status reads them there.\n"
+        f"demo: go on with: cd {demo} && {servatus_command} status state",
         flush=True,
     )
+
+
+def leave_markers(fake: FakeScheduler, log_root: Path) -> None:
+    """Let Slurm forget the ended jobs and write the run markers the fake kept in memory into
+    ``log_root``, each with its mtime, as batch scripts would have left them: ``servatus
+    status`` then reads the same outcomes after the demo, from ``slurm/squeue`` (no jobs) and
+    the markers."""
+    fake.purge()
+    for name, at in fake.markers.items():
+        marker = log_root / name
+        marker.touch()
+        os.utime(marker, (at, at))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The demo's worker: a tiny training-like loop shaped like the Quickstart's train.py.
 
 It reads its config from stdin, resumes from a checkpoint in its private Workspace, saves a
-checkpoint every few steps (write a temporary file, then os.replace), stops cleanly on SIGUSR1,
-and publishes model.pt and metrics.json atomically to results/<key>.
+checkpoint every few steps (write a temporary file, then os.replace), on SIGUSR1 saves one and
+yields (exit 75, YIELD_EXIT: stopped cleanly, continue me), and publishes model.pt and
+metrics.json atomically to results/<key>.
 """
 
 import json
@@ -13,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from servatus import Workspace
+from servatus import YIELD_EXIT, Workspace
 from servatus.errors import DestinationExists
 
 stopping = threading.Event()
@@ -46,7 +47,7 @@ def main() -> int:
                 if stopping.is_set() or state["step"] % 5 == 0:
                     save(checkpoint, state)
                 if stopping.is_set():
-                    return 1  # out of time; the checkpoint survives
+                    return YIELD_EXIT
             save(checkpoint, state)
             metrics = json.dumps({"steps": state["step"], "loss": state["loss"]}) + "\n"
 

@@ -14,8 +14,9 @@ from userkit import User, shared_base, two_users
 
 pytest_plugins = ["cluster.fixture"]
 
-# tests/smoke runs only against the installed wheels (`tox -e wheels`), never the source tree.
-collect_ignore = ["smoke"]
+# tests/smoke runs only against the installed wheels (`tox -e wheels`), never the source tree;
+# tests/install builds fresh environments of its own (`tox -e install`).
+collect_ignore = ["smoke", "install"]
 
 
 @pytest.fixture

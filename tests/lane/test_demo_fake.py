@@ -4,11 +4,15 @@ Servatus' own commands against FakeScheduler, its workers run here, their result
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "fake_sweep.py"
+WORKER = DEMO.with_name("train.py")
 
 
 def test_the_rootless_demo_runs_every_task_once_and_publishes_each_result(tmp_path: Path) -> None:
@@ -25,9 +29,49 @@ def test_the_rootless_demo_runs_every_task_once_and_publishes_each_result(tmp_pa
         assert sorted(item.name for item in published.iterdir()) == ["metrics.json", "model.pt"]
         assert json.loads((published / "metrics.json").read_text())["steps"] == 12
     assert done.stdout.count("$ servatus submit") == 1
+    # What the demo says to run next works, and reads the same outcomes.
+    (next_command,) = re.findall(r"^demo: go on with: (.*)$", done.stdout, re.MULTILINE)
+    after = subprocess.run(
+        ["sh", "-c", next_command], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.splitlines()[-1] == "3 Tasks: 3 SUCCEEDED", after.stdout
     # A second run refuses to reuse the campaign, in one line.
     again = subprocess.run(
         [sys.executable, str(DEMO)], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert again.returncode == 1 and again.stderr.count("\n") == 1, again.stderr
     assert "exists from an earlier run" in again.stderr
+
+
+def test_the_demo_worker_yields_on_the_warning_and_resumes(tmp_path: Path) -> None:
+    """On SIGUSR1 it checkpoints and exits 75 (YIELD_EXIT), as docs/worker.md teaches; the next
+    attempt resumes from the checkpoint and publishes."""
+    settings = b'{"lr": 0.1, "steps": 400, "seconds_per_step": 0.01}'
+    env = {"SERVATUS_TASK_KEY": "lr-0.1", "PYTHONPATH": ":".join(sys.path)}
+    (tmp_path / "results").mkdir()
+
+    def start() -> subprocess.Popen[bytes]:
+        worker = subprocess.Popen(
+            [sys.executable, str(WORKER)], cwd=tmp_path, stdin=subprocess.PIPE, env=env
+        )
+        assert worker.stdin is not None
+        worker.stdin.write(settings)
+        worker.stdin.close()
+        return worker
+
+    warned = start()
+    checkpoint = tmp_path / "results" / ".servatus-workspace.lr-0.1" / "work" / "checkpoint.pt"
+    deadline = time.monotonic() + 30
+    while not checkpoint.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    warned.send_signal(signal.SIGUSR1)
+    assert warned.wait(timeout=30) == 75
+    assert not (tmp_path / "results" / "lr-0.1").exists()
+    stopped_at = json.loads(checkpoint.read_text())["step"]
+    assert 5 <= stopped_at < 400
+    resumed = start()
+    assert resumed.wait(timeout=60) == 0
+    assert (
+        json.loads((tmp_path / "results" / "lr-0.1" / "metrics.json").read_text())["steps"] == 400
+    )

@@ -67,7 +67,7 @@ def __getattr__(name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("servatus_publish"):
             raise ImportError(
-                f"servatus.{name} needs the servatus-publish distribution: pip install servatus"
+                f"servatus.{name} needs the servatus-publish distribution, which is not installed"
             ) from exc
         raise
     globals()[name] = value
