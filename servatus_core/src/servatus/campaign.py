@@ -59,6 +59,7 @@ from servatus.lease import (
     withdraw_orders,
 )
 from servatus.plan import (
+    Hold,
     LeaseHold,
     Plan,
     Request,
@@ -134,6 +135,9 @@ class Submitted:
 
     receipts: tuple[SubmittedAllocation, ...]
     """Each allocation Slurm accepted, with its job number; empty for a plan of nothing."""
+    held: tuple[tuple[str, Hold], ...] = ()
+    """The plan's held Tasks with their holds, in roster order: what ``Campaign.start``
+    names when it starts nothing."""
 
 
 @attrs.frozen
@@ -859,7 +863,7 @@ class Campaign:
                     f"now {state.revision}); plan again"
                 )
             if not plan.allocations:
-                return Submitted(receipts=())
+                return Submitted(receipts=(), held=plan.decision.held)
             connect = self._connector()
             transport = connect(plan.profile.target)
             try:
@@ -875,7 +879,7 @@ class Campaign:
             finally:
                 transport.close()
         self.refresh()
-        return Submitted(receipts=receipts)
+        return Submitted(receipts=receipts, held=plan.decision.held)
 
     def _submit_tasks(
         self,

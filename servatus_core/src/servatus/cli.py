@@ -41,6 +41,7 @@ from servatus.render import (
     json_dumps,
     json_fields,
     local_time,
+    nothing_started_line,
     plan_lines,
     plugins_lines,
     plural,
@@ -984,11 +985,12 @@ def start_command(
         tasks, lease=lease, retry=retry, retry_failed=retry_failed, budget=budget,
         progress=progress,
     )  # fmt: skip
+    held = [[key, hold.value] for key, hold in result.held if key in keys]
     if as_json:
-        emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
+        emit_json({"receipts": [to_document(receipt) for receipt in result.receipts], "held": held})
         return
     if not result.receipts:
-        echo(f"nothing to start: none of the {plural(len(keys), 'Task')} is selected; see plan")
+        echo(nothing_started_line(keys, result.held))
         return
     echo(*submitted_lines(result.receipts))
 

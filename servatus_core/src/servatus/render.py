@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from servatus.config import Profile
     from servatus.continuation import Link
     from servatus.doctor import Diagnosis
-    from servatus.plan import Plan
+    from servatus.plan import Hold, Plan
     from servatus.plugins import PluginInfo
     from servatus.reconcile import Resolution
     from servatus.status import Report
@@ -237,6 +237,33 @@ def step_lines(plan: Plan) -> list[str]:
         lines += [f"  {key.ljust(width)}  {hold.value}" for key, hold in decision.held]
     lines.append("requests nothing beyond the lease: each step uses one of its slots")
     return lines
+
+
+NAMED_PER_HOLD = 3
+"""Keys named for each hold when ``start`` starts nothing; the rest are counted."""
+
+
+def nothing_started_line(keys: Iterable[str], held: Iterable[tuple[str, Hold]]) -> str:
+    """What ``start`` says when it started none of the file's ``keys``: how many each hold
+    stopped, most first (ties in the order :class:`~servatus.plan.Hold` lists them), with a few
+    keys of each; ``plan --lease`` shows every one."""
+    from servatus.plan import Hold  # noqa: PLC0415
+
+    wanted = set(keys)
+    by_hold: dict[Hold, list[str]] = {}
+    for key, hold in held:
+        if key in wanted:
+            by_hold.setdefault(hold, []).append(key)
+    line = f"nothing to start: none of the {plural(len(wanted), 'Task')} is selected"
+    order = list(Hold)
+    ranked = sorted(by_hold.items(), key=lambda item: (-len(item[1]), order.index(item[0])))
+    parts = []
+    for hold, named in ranked:
+        shown = ", ".join(named[:NAMED_PER_HOLD]) + (", ..." if len(named) > NAMED_PER_HOLD else "")
+        parts.append(f"{len(named)} {hold.value} ({shown})")
+    if parts:
+        line += f"; held {', '.join(parts)}"
+    return f"{line}; see plan"
 
 
 def continuation_lines(plan: Plan) -> list[str]:
