@@ -43,10 +43,12 @@ def test_plan_submit_and_validate_lines() -> None:
     assert saved_line("my st", "p.json") == (
         "saved p.json; submit it with: servatus submit 'my st' p.json"
     )
-    assert check_line(ShapeCheck(2, False, "too big")) == (
-        "2 Tasks per allocation: REJECTED: too big"
+    assert check_line(ShapeCheck(2, False, "too big", 3600)) == (
+        "2 Tasks per allocation for 01:00:00: REJECTED: too big"
     )
-    assert check_line(ShapeCheck(1, True, "ok")) == "1 Task per allocation: accepted: ok"
+    assert check_line(ShapeCheck(1, True, "ok", 90060)) == (
+        "1 Task per allocation for 1-01:01:00: accepted: ok"
+    )
     assert accepted_line(1, 3, "a1", 1000) == "allocation 1 of 3: a1 accepted as job 1000"
     receipts = [SubmittedAllocation("a1", 1000, ("k0", "k1")), SubmittedAllocation("a2", 7, ())]
     assert submitted_lines(receipts) == [

@@ -26,6 +26,7 @@ from servatus.config import (
     Profile,
     Resources,
     Target,
+    format_duration,
     profile_problems,
     target_from_identity,
     target_identity,
@@ -73,6 +74,7 @@ from servatus.plan import (
     plan_from_document,
     plan_to_document,
     seal_document,
+    shape_indexes,
     work_from_report,
 )
 from servatus.plugins import Hooks, hooks
@@ -154,7 +156,8 @@ class _Steps:
 
 @attrs.frozen
 class ShapeCheck:
-    """``sbatch --test-only`` of one allocation shape (its number of Tasks)."""
+    """``sbatch --test-only`` of one allocation shape: its number of Tasks and its time limit
+    (a chain's shorter last link is a shape of its own)."""
 
     tasks: int
     """How many Tasks the shape holds (a lease: its slots)."""
@@ -162,6 +165,8 @@ class ShapeCheck:
     """Whether Slurm accepted the request; a rejection is not an error here, the CLI exits 1."""
     message: str
     """The last line Slurm printed about it, or ``exit N`` when it printed nothing."""
+    time_limit: int
+    """The shape's time limit in seconds, whole minutes."""
 
 
 @attrs.frozen
@@ -1031,21 +1036,19 @@ class Campaign:
     def validate(
         self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
     ) -> tuple[ShapeCheck, ...]:
-        """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks),
-        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection.
-        ``progress`` gets each check as it is made."""
+        """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks and
+        its time limit), after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``,
+        not a rejection. ``progress`` gets each check as it is made."""
         scripts = self.scripts(plan)
-        shapes: dict[int, str] = {}
-        for allocation, script in zip(plan.allocations, scripts, strict=True):
-            # A lease is an allocation of as many Tasks as it holds slots.
-            size = len(allocation.task_keys) if plan.hold is None else plan.hold.slots
-            shapes.setdefault(size, script)
+        shapes: dict[tuple[int, int], str] = {}
+        for (tasks, limit), index in shape_indexes(plan).items():
+            shapes[tasks, limit] = scripts[index]
         transport = self._connector()(plan.profile.target)
         checks = []
         try:
             if shapes:  # as submit does: Slurm that does not answer rejects no shape
                 ping(transport, plan.profile.target)
-            for tasks, script in sorted(shapes.items()):
+            for (tasks, limit), script in sorted(shapes.items()):
                 result = transport.run(
                     [command(plan.profile.target, "sbatch"), "--test-only"],
                     stdin=script.encode("utf-8", "surrogateescape"),
@@ -1053,13 +1056,15 @@ class Campaign:
                 said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
                 if unanswered(result):
                     raise Unavailable(
-                        f"sbatch --test-only of the {tasks}-Task shape got no answer "
-                        f"from Slurm ({said.splitlines()[-1]}); the shape was not judged"
+                        f"sbatch --test-only of the {tasks}-Task shape for "
+                        f"{format_duration(limit)} got no answer from Slurm "
+                        f"({said.splitlines()[-1]}); the shape was not judged"
                     )
                 check = ShapeCheck(
                     tasks=tasks,
                     accepted=result.returncode == 0,
                     message=said.splitlines()[-1] if said else f"exit {result.returncode}",
+                    time_limit=limit,
                 )
                 checks.append(check)
                 if progress is not None:

@@ -49,6 +49,7 @@ from servatus.render import (
     reconcile_lines,
     saved_line,
     script_banner,
+    shape_words,
     submitted_lease_lines,
     submitted_lines,
     terminal_text,
@@ -901,7 +902,7 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
             echo(check_line(check))
     rejected = [check for check in checks if not check.accepted]
     if rejected:
-        raise ShapeRejected("; ".join(f"{plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
+        raise ShapeRejected("; ".join(f"{shape_words(c)}: {c.message}" for c in rejected))
 
 
 @cli.command("submit", epilog=example("servatus submit state plan.json"))

@@ -309,7 +309,14 @@ def script_banner(allocation_id: str) -> str:
 def check_line(check: ShapeCheck) -> str:
     """One ``validate`` verdict: the shape, accepted or REJECTED, and what Slurm said."""
     verdict = "accepted" if check.accepted else "REJECTED"
-    return f"{plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}"
+    return f"{shape_words(check, 'per allocation ')}: {verdict}: {check.message}"
+
+
+def shape_words(check: ShapeCheck, between: str = "") -> str:
+    """A shape as ``validate`` names it: ``2 Tasks for 16:00:00``."""
+    from servatus.config import format_duration  # noqa: PLC0415
+
+    return f"{plural(check.tasks, 'Task')} {between}for {format_duration(check.time_limit)}"
 
 
 def accepted_line(index: int, count: int, allocation_id: str, job: int) -> str:
