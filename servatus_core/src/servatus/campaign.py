@@ -949,6 +949,7 @@ class Campaign:
             steps.orders,
             plan_digest=plan_to_document(plan)["digest"],
             progress=progress,
+            budget=budget,
         )
         return receipts
 

@@ -109,7 +109,7 @@ class Submission(NamedTuple):
     """One allocation as the campaign recorded it, with the evidence key of its Target, and the
     observation it was settled with (then its markers and the queue are never read for it).
     ``slots`` is a lease link's slot count (None for anything else); ``within`` a step's lease
-    link (ADR 0009).
+    link (ADR 0009), and ``budget`` a step's lifetime budget in seconds, if it was given one.
 
     This and the other per-Task values of a projection are named tuples, not attrs classes:
     ``status`` builds several per Task, and a frozen attrs instance costs three times as much.
@@ -126,6 +126,7 @@ class Submission(NamedTuple):
     chain: ChainLink | None = None
     slots: int | None = None
     within: str | None = None
+    budget: int | None = None
 
 
 class RunTime(NamedTuple):
@@ -481,6 +482,7 @@ def project(
     history: dict[str, list[Attempt]] = {}
     listed_unsubmitted: set[str] = set()
     links: dict[str, Observation | None] = {}  # chain links seen so far, for their successors
+    budgeted: dict[str, TaskLink] = {}  # steps given a budget: shown as a chain's one link
     last_target: str | None = None
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, MarkerRecord] | None = None
@@ -497,6 +499,7 @@ def project(
         chain,
         slots,
         within,
+        budget,
     ) in submissions:
         if target is not last_target:
             last_target = target
@@ -551,6 +554,8 @@ def project(
                 attempt = _step_attempt(allocation_id, task_keys[0], job, time_limit, outcome,
                                         entry, listed, observation, within, server_now)  # fmt: skip
                 append(attempt)
+                if budget is not None:  # its SERVATUS_LINK and SERVATUS_LINKS are 1
+                    budgeted[allocation_id] = _new(TaskLink, (1, 1, budget))
                 if attempt.execution is _NOT_SUBMITTED:
                     if listed:
                         listed_unsubmitted.add(task_keys[0])
@@ -650,12 +655,16 @@ def project(
             total = _UNKNOWN if unresolved else _ZERO
         elif unresolved and total.complete:
             total = _new(RunTime, (total.total, False))
+        task_link: TaskLink | None
+        if link is not None:
+            task_link = _task_link(link, place)
+        else:
+            task_link = budgeted.get(allocation_id) if budgeted else None
         add(
             _new(
                 TaskStatus,
                 (key, execution, exit_code, detail, total, allocation_id, job, accepted,
-                 unresolved, listed or key in listed_unsubmitted,
-                 None if link is None else _task_link(link, place), within),
+                 unresolved, listed or key in listed_unsubmitted, task_link, within),
             )
         )  # fmt: skip
     return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
@@ -961,7 +970,8 @@ def submissions(state: CampaignState) -> list[Submission]:
                 Submission,
                 (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
                  intent.time_limit, outcome, job, observed(allocation_id), intent.chain,
-                 None if intent.lease is None else intent.lease.slots, intent.within),
+                 None if intent.lease is None else intent.lease.slots, intent.within,
+                 intent.budget),
             )
         )  # fmt: skip
     return result

@@ -625,8 +625,10 @@ def submit_steps(
     *,
     plan_digest: str,
     progress: Progress | None = None,
+    budget: int | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
-    """Offer steps to a lease link (ADR 0009): every step's intent in one synced write, then
+    """Offer steps to a lease link (ADR 0009): every step's intent in one synced write (with
+    the steps' ``budget``, so ``status`` shows it), then
     one offer of all their orders into its orders directory, then, in one synced write, a
     receipt with the lease's job for each one offered and ``Resolved(job=None)`` for each one
     refused or withdrawn (no order of it can ever run).
@@ -644,6 +646,7 @@ def submit_steps(
             target=lease.target,
             time_limit=lease.time_limit,
             within=lease.allocation_id,
+            budget=budget,
         )
         for allocation in allocations
     ]
