@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from servatus.errors import (
     PlanRefused,
     ServatusError,
     StalePlan,
+    StateWarning,
     TaskConflict,
     Unavailable,
     UnsafeFilesystem,
@@ -87,6 +89,7 @@ from servatus.status import (
     StopReason,
     Submission,
     clock_warnings,
+    cut_chain_warnings,
     gather,
     project,
     submissions,
@@ -1081,7 +1084,9 @@ class Campaign:
 
         An intent too young to decide comes back as ``waiting`` with the time its evidence will
         be conclusive (the CLI exits 75 then); rerunning is always safe. ``progress`` gets each
-        decision once it is recorded (a waiting one at once: nothing is recorded for it).
+        decision once it is recorded (a waiting one at once: nothing is recorded for it). A
+        chain the decisions leave cut short, its later links never sent, is a
+        :class:`~servatus.errors.StateWarning` naming the plan that continues it.
         """
         with store.writing(self.path) as writer:
             state = writer.state
@@ -1126,10 +1131,13 @@ class Campaign:
             state = writer.state
             assert state is not None
             recorded = submissions(state)
-            found = settle(self._project(state, recorded, evidence, now=now), recorded)
+            report = self._project(state, recorded, evidence, now=now)
+            found = settle(report, recorded)
             if found:
                 writer.settle(store.Settled(found, listed(evidence)))
         self.refresh()
+        for cut in cut_chain_warnings(recorded, report.tasks, str(self.path)):
+            warnings.warn(StateWarning(cut), stacklevel=2)
         return tuple(decisions)
 
     def _withhold_handoffs(

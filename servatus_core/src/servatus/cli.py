@@ -1077,9 +1077,20 @@ def reconcile_command(state: str, as_json: bool) -> None:
 
     recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
     if as_json:
-        describe(lambda: {"resolutions": [to_document(decision) for decision in recorded]})
-    decisions = _campaign(state).reconcile(progress=recorded.append)
-    if not as_json:
+        describe(
+            lambda: {
+                "resolutions": [to_document(decision) for decision in recorded],
+                "warnings": with_warnings(()),
+            }
+        )
+
+    def progress(decision: Resolution) -> None:
+        recorded.append(decision)
+        if not as_json:  # each as it is decided, so a warning reconcile ends with comes after
+            echo(*reconcile_lines([decision]))
+
+    decisions = _campaign(state).reconcile(progress=progress)
+    if not as_json and not decisions:
         echo(*reconcile_lines(decisions))
     waiting = [d for d in decisions if d.outcome == "waiting"]
     if waiting:
