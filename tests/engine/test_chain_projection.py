@@ -502,3 +502,55 @@ def test_a_span_rounds_half_up_as_the_batch_script_sums_it(span: float, seconds:
     start = 1_796_000_000.0
     observation = Observation(start, None, None, (SlotEnd(0, start + span),))
     assert slot_run_time(Execution.SUCCEEDED, observation, 0, 600, start + 900) == RunTime(seconds)
+
+
+# -- a chain cut short ---------------------------------------------------------------------------
+
+
+def test_a_chain_whose_later_links_were_never_recorded_is_cut_short() -> None:
+    """Links 1-2 of 4 recorded (a submit stopped after link 2): named while link 2 is queued and
+    once it yielded, with the budget that continues it; a chain of all its links is not."""
+    cut = chain(4, budget=4000)[:2]
+    queued = run(cut, yielded(1, 1000), [listed(2)])
+    assert task(queued).link == TaskLink(2, 4, 4000)
+    (warning,) = queued.warnings
+    assert warning == (
+        f"chain cut short: allocation {link_id(2)} (link 2/4) is the last link of its chain that "
+        "reached Slurm; links 3-4 were never sent, so k0 stops after it; once it has ended, "
+        "continue with: servatus plan STATE --retry k0 --budget 01:06:40 --output continue.json, "
+        "and the profile it was planned with"
+    )
+    ended = run(cut, [*yielded(1, 1000), *yielded(2, 2000)])
+    assert (task(ended).execution, task(ended).detail) == (Execution.STOPPED, StopReason.YIELDED)
+    assert ended.warnings == queued.warnings
+    assert run(chain(4, budget=4000), [*yielded(1, 1000), *yielded(2, 2000)]).warnings == ()
+
+
+def test_a_refused_link_cuts_its_chain_at_the_link_before_and_an_unresolved_one_waits() -> None:
+    refused = chain(3, outcomes={2: Outcome.NOT_SUBMITTED})[:2]
+    (warning,) = run(refused, yielded(1, 1000)).warnings
+    assert f"allocation {link_id(1)} (link 1/3)" in warning
+    assert "links 2-3 were never sent" in warning and "--max-links 2 --output" in warning
+    assert run(chain(3, outcomes={2: Outcome.PENDING})[:2], yielded(1, 1000)).warnings == ()
+
+
+def test_a_cut_chain_whose_tasks_are_done_or_gone_says_nothing() -> None:
+    cut = chain(3, keys=("k0", "k1"))[:2]
+    markers = [
+        mark(1, START, 1000),
+        mark(1, END, 1100, 0, 0),  # k0 succeeded on link 1
+        mark(1, END, 1100, 1, 75),
+        mark(1, HANDOFF, 1100, 1),  # k1 goes on to link 2
+    ]
+    (warning,) = run(cut, markers, [listed(2)], keys=("k0", "k1")).warnings
+    assert "so k1 stops after it" in warning and "--retry k1 --max-links 1" in warning
+    failed = [*markers, mark(2, START, 2000), mark(2, END, 2100, 1, 3)]
+    assert run(cut, failed, keys=("k0", "k1")).warnings == ()
+
+
+def test_a_leases_links_are_no_tasks_chain() -> None:
+    lease = [
+        Submission(link_id(1), (), "t0", 0.0, LIMIT_SECONDS, Outcome.ACCEPTED, job(1), None,
+                   ChainLink(1, 2, "", (), 0), 2),
+    ]  # fmt: skip
+    assert run(lease, [], keys=()).warnings == ()

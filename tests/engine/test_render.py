@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from servatus.campaign import Authoring, ShapeCheck
 from servatus.doctor import Check, Diagnosis
+from servatus.plan import Hold
 from servatus.plugins import PluginInfo
 from servatus.reconcile import Resolution
 from servatus.render import (
@@ -12,6 +13,7 @@ from servatus.render import (
     cancelled_lines,
     check_line,
     doctor_lines,
+    nothing_started_line,
     plugins_lines,
     reconcile_lines,
     saved_line,
@@ -41,10 +43,12 @@ def test_plan_submit_and_validate_lines() -> None:
     assert saved_line("my st", "p.json") == (
         "saved p.json; submit it with: servatus submit 'my st' p.json"
     )
-    assert check_line(ShapeCheck(2, False, "too big")) == (
-        "2 Tasks per allocation: REJECTED: too big"
+    assert check_line(ShapeCheck(2, False, "too big", 3600)) == (
+        "2 Tasks per allocation for 01:00:00: REJECTED: too big"
     )
-    assert check_line(ShapeCheck(1, True, "ok")) == "1 Task per allocation: accepted: ok"
+    assert check_line(ShapeCheck(1, True, "ok", 90060)) == (
+        "1 Task per allocation for 1-01:01:00: accepted: ok"
+    )
     assert accepted_line(1, 3, "a1", 1000) == "allocation 1 of 3: a1 accepted as job 1000"
     receipts = [SubmittedAllocation("a1", 1000, ("k0", "k1")), SubmittedAllocation("a2", 7, ())]
     assert submitted_lines(receipts) == [
@@ -86,3 +90,16 @@ def test_plugins_and_doctor_lines() -> None:
 def test_terminal_text_escapes_each_line_whole() -> None:
     assert terminal_text(["plain", "text"]) == "plain\ntext"
     assert terminal_text(["tab\there", "a\nb", "é"]) == "tab\\there\na\\nb\né"
+
+
+def test_nothing_started_names_each_hold_with_a_few_keys() -> None:
+    spent = [(f"s{i}", Hold.SPENT) for i in range(5)]
+    held = [("a", Hold.ACTIVE), *spent, ("other", Hold.NOT_REQUESTED), ("b", Hold.SUBMITTED)]
+    keys = ["a", "b", *(key for key, _ in spent)]
+    assert nothing_started_line(keys, held) == (
+        "nothing to start: none of the 7 Tasks is selected; held 5 SPENT (s0, s1, s2, ...), "
+        "1 SUBMITTED (b), 1 ACTIVE (a); see plan"
+    )
+    assert nothing_started_line(["x"], held) == (
+        "nothing to start: none of the 1 Task is selected; see plan"
+    )

@@ -115,6 +115,28 @@ def test_a_task_is_cached_only_when_everything_joined_to_it_is_settled() -> None
     assert tasks == {"d", "e", "f"} and held == {a3, a4, lease, step}
 
 
+def test_a_chain_cut_short_is_never_cached() -> None:
+    """Its last recorded link settled, but its later links were never recorded: whether it is
+    cut short is for status to say every time, so it stays live; a whole chain does not."""
+    a1, a2, a3 = (allocation(n) for n in range(3))
+    target = KEYS[0]
+    records: list[object] = [
+        store.Created("c", 1.0, True, (Task("a", ["x"]), Task("b", ["x"]))),
+        store.TargetSeen(target, IDENTITIES[0]),
+        store.Intent(a1, ("a",), "d", 2.0, target, chain=store.ChainLink(1, 3, "", (3,), 0)),
+        store.Receipt(a1, 1),
+        store.Intent(a2, ("a",), "d", 2.0, target, chain=store.ChainLink(2, 3, a1, (3,), 0)),
+        store.Receipt(a2, 2),
+        store.Intent(a3, ("b",), "d", 2.0, target, chain=store.ChainLink(1, 1, "", (1,), 0)),
+        store.Receipt(a3, 3),
+    ]
+    intents = {item.allocation_id: item for item in records if isinstance(item, store.Intent)}
+    records.append(
+        store.Settled(tuple(settlement(intents[x], j) for x, j in [(a1, 1), (a2, 2), (a3, 3)]))
+    )
+    assert partition(store.fold(records)) == ({"b"}, {a3})
+
+
 def test_runs_alternate_cached_and_live_and_join_again() -> None:
     flags = [False, True, True, False, True]
     assert runs(flags) == (0, 1, 2, 1, 1)

@@ -110,6 +110,35 @@ def test_a_step_seen_ending_or_in_a_lease_no_longer_listed_is_not_touched(
     assert lc.claim_size(LEASE, other) is None
 
 
+def test_an_order_a_lease_that_ended_never_took_is_withdrawn_and_frees_its_task(
+    lc: LeaseCampaign, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lease ended before it took the order (Slurm lists it COMPLETED until it forgets
+    it): the order holds its Task QUEUED, and cancel withdraws it, so the Task reads
+    STOPPED (never started) and is free at once, without waiting for the purge."""
+    step = ident(1)
+    lc.step(step, "a", LEASE)
+    lc.fake.finish(lc.jobs[LEASE])
+    assert lc.fake.jobs[0].state == "COMPLETED" and lc.fake.jobs[0].listed
+
+    def task_a() -> tuple[str, str | None, bool]:
+        (task,) = (t for t in lc.campaign.status().tasks if t.key == "a")
+        return task.execution.value, task.detail and task.detail.value, task.listed
+
+    assert task_a() == ("QUEUED", None, True)
+    code, document = cancel(lc, capsys, "--task", "a")
+    assert (code, document) == (0, {"cancelled": [], "withdrawn": [step], "stopping": []})
+    assert lc.claim_size(LEASE, step) == 0
+    assert lc.take(LEASE, step) == "withdrawn"
+    assert lc.scancelled() == []
+    # The marker listing is the fake's: it now lists the empty claim the withdrawal wrote.
+    claim = f"servatus-{step}.{lc.jobs[LEASE]}.claim"
+    lc.fake.claims[claim] = (time.time(), (lc.orders(LEASE) / claim).read_bytes())
+    assert task_a() == ("STOPPED", "never started", False)
+    code, document = cancel(lc, capsys, "--task", "a")
+    assert (code, document) == (0, {"cancelled": [], "withdrawn": [], "stopping": []})
+
+
 def test_cancel_of_a_lease_withdraws_its_untaken_orders_then_cancels_newest_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -430,3 +430,44 @@ def test_a_chain_that_reaches_its_budget_records_no_short_slot(
     assert run(["submit", state, plan], fake, capsys)[0] == 0
     chains = [intent.chain for intent in store.read(state).intents]
     assert [(c.position, c.of, c.short) for c in chains if c] == [(1, 2, ()), (2, 2, ())]
+
+
+class _TestOnlyScripts(FakeScheduler):
+    """Keeps the ``#SBATCH --time`` of each script sent to ``sbatch --test-only``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tested: list[str] = []
+
+    def run(self, argv: Any, *, stdin: bytes = b"", timeout: float = 30.0) -> Any:
+        if "--test-only" in argv:
+            (line,) = (x for x in stdin.decode().splitlines() if x.startswith("#SBATCH --time="))
+            self.tested.append(line.removeprefix("#SBATCH --time="))
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+def test_validate_test_submits_a_chains_shorter_last_link(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two Tasks packed into one chain of four 16-hour links and an 8-hour last one, and a third
+    alone: three shapes (2 Tasks at 16 and 8 hours, 1 Task at 16 and 8 hours), each sent once."""
+    state, fake = create(project, "a", "b", "c"), _TestOnlyScripts()
+    code, _, err = run(
+        ["plan", state, "--budget", "3-00:00:00", "--output", "chain.json"], fake, capsys
+    )
+    assert code == 0, err
+    code, out, err = run(["validate", state, "chain.json"], fake, capsys)
+    assert (code, err) == (0, "")
+    said = "sbatch: Job 1000 to start at now using 1 processors"
+    assert out.splitlines() == [
+        f"1 Task per allocation for 08:00:00: accepted: {said}",
+        f"1 Task per allocation for 16:00:00: accepted: {said}",
+        f"2 Tasks per allocation for 08:00:00: accepted: {said}",
+        f"2 Tasks per allocation for 16:00:00: accepted: {said}",
+    ]
+    assert fake.tested == ["480", "960", "480", "960"]
+    code, out, _ = run(["validate", state, "chain.json", "--json"], fake, capsys)
+    assert [(c["tasks"], c["time_limit"]) for c in json.loads(out)["checks"]] == [
+        (1, 8 * HOUR), (1, 16 * HOUR), (2, 8 * HOUR), (2, 16 * HOUR),
+    ]  # fmt: skip
+    assert fake.jobs == []

@@ -240,7 +240,10 @@ def test_doctor_asks_scancel_at_slurm_bin(
     silent.unavailable("scancel")
     code, out, _ = run(["doctor", "--config", str(config_path), "--json"], silent, capsys)
     checks = {c["name"]: (c["status"], c["detail"]) for c in json.loads(out)["checks"]}
-    assert (code, checks["scancel"]) == (75, ("unavailable", "no answer"))
+    assert (code, checks["scancel"]) == (
+        75,
+        ("unavailable", "no answer: FakeScheduler: no answer from scancel"),
+    )
 
 
 def test_doctor_finds_no_scancel_in_a_real_slurm_bin(

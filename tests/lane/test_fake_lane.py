@@ -353,4 +353,6 @@ def test_a_ping_that_ran_and_failed_reads_the_same_everywhere(
     with pytest.raises(Unavailable, match=r"^sbatch --version did not answer: .* from sbatch$"):
         campaign.submit(plan)
     fake.unavailable("ping")
-    assert diagnose(profile, connect=fake).checks[0].detail == "sbatch --version did not answer"
+    assert diagnose(profile, connect=fake).checks[0].detail == (
+        "sbatch --version did not answer: FakeScheduler: no answer from sbatch"
+    )

@@ -116,7 +116,19 @@ def test_start_offers_each_key_and_a_third_step_waits_for_a_slot(
     assert fake.steps(job.job) == {ids[0]: "ENDED 0", ids[1]: "RUNNING", ids[2]: "RUNNING"}
     assert fake.count("offer") == 1  # one transport command for every step
     code, out, _ = run(["start", state, tasks, "--lease", lease], fake, capsys)
-    assert (code, out) == (0, "nothing to start: none of the 3 Tasks is selected; see plan\n")
+    assert (code, out) == (
+        0,
+        "nothing to start: none of the 3 Tasks is selected; held 2 ACTIVE (eval-1, eval-2), "
+        "1 SUBMITTED (train-a); see plan\n",
+    )
+    code, out, _ = run(["start", state, tasks, "--lease", lease, "--json"], fake, capsys)
+    assert (code, json.loads(out)) == (
+        0,
+        {
+            "receipts": [],
+            "held": [["train-a", "SUBMITTED"], ["eval-1", "ACTIVE"], ["eval-2", "ACTIVE"]],
+        },
+    )
 
 
 def test_plan_lease_shows_steps_and_holds_and_requests_nothing_more(

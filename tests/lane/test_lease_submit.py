@@ -126,7 +126,7 @@ def test_validate_test_submits_the_lease_script(
     fake = FakeScheduler()
     code, out, err = run(["validate", state, "lease.json"], fake, capsys)
     assert (code, err) == (0, "")
-    assert out.startswith("2 Tasks per allocation: accepted")
+    assert out.startswith("2 Tasks per allocation for 16:00:00: accepted")
     (checked,) = [call for call in fake.calls if "--test-only" in call]
     assert checked == ("/usr/bin/sbatch", "--test-only")
     assert fake.jobs == [] and fake.orders == {}

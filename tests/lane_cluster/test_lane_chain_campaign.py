@@ -686,6 +686,22 @@ def test_a_submit_killed_between_two_links(chains: Chains) -> None:
     accepted = f"allocation {after.links('ka')[1][0]}: accepted as job {job}"
     assert accepted in killed["after-reconcile"].stdout
     assert len(before.links("kb")) == 2 and len(after.links("ka")) == 2
+    # Both chains were cut short: reconcile says so once it decided, and status goes on saying
+    # it with the plan that continues the Task.
+    cut_after = (
+        f"chain cut short: allocation {after.links('ka')[1][0]} (link 2/3) is the last link of "
+        "its chain that reached Slurm; link 3 was never sent, so ka stops after it; once it has "
+        "ended, continue with: servatus plan after --retry ka --budget 00:03:00 --output "
+        "continue.json, and the profile it was planned with"
+    )
+    assert killed["after-reconcile"].stderr == f"servatus: warning: {cut_after}\n"
+    assert cut_after in after.last["warnings"]
+    cut_before = (
+        f"chain cut short: allocation {before.links('kb')[0][0]} (link 1/3) is the last link of "
+        "its chain that reached Slurm; links 2-3 were never sent, so kb stops after it"
+    )
+    assert cut_before in killed["before-later"].stderr
+    assert [w for w in before.last["warnings"] if w.startswith(cut_before)], before.last
     # kb's link 1 handed on to a link never sent; ka's link 2 yielded to a link never recorded.
     assert ("UNRESOLVED", None, None, "2/3") in before.readings["kb"]
     assert _reading(before, "kb") == ("STOPPED", "yielded", 1)  # its link 2 was never sent

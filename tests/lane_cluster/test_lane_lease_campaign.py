@@ -481,6 +481,8 @@ def test_a_step_started_with_the_first_link_id_runs_in_the_second_once_the_first
 def test_a_step_is_given_the_spec_reserved_variables(leases: dict[str, dict[str, Any]]) -> None:
     seen = _ok(leases["variables"])
     assert task_of(seen["final"], "v")["execution"] == "SUCCEEDED"
+    # status shows the step's budget as a chain's: its one link, of one, and the budget
+    assert task_of(seen["final"], "v")["link"] == {"position": 1, "of": 1, "budget": 600}
     record = seen["record"]
     assert record is not None
     given = {name: record.get(name) for name in (

@@ -77,7 +77,11 @@ def test_unreachable_host(ssh_lane: Lane, host: str, said: str) -> None:
     assert lane.journal() == journal  # a failed ping records nothing
     doctor = lane.servatus("doctor")
     assert doctor.returncode == 75, doctor
-    assert "unavailable  slurm version" in doctor.stdout, doctor.stdout
+    ping = one_line_error(submit, "Unavailable").removeprefix("servatus: Unavailable: ")
+    assert f"  unavailable  slurm version  {ping}" in doctor.stdout.splitlines(), doctor.stdout
+    as_json = lane.servatus("doctor", "--json")
+    assert as_json.returncode == 75, as_json
+    assert [c["detail"] for c in json.loads(as_json.stdout)["checks"]] == [ping]
     validate = lane.servatus("validate", "state", "plan.json")
     assert validate.returncode == 75, validate
     one_line_error(validate, "Unavailable")

@@ -135,3 +135,34 @@ def test_a_lease_link_or_step_records_no_task_resources(index: int) -> None:
     records[index] = changed
     with pytest.raises(store.Rejected, match="slot is"):
         store.fold(records[: index + 1])
+
+
+def test_a_steps_budget_round_trips_and_a_journal_without_one_writes_no_column() -> None:
+    records = lease_records()
+    budgeted = attrs.evolve(records[5], budget=3600)  # type: ignore[misc]
+    state = store.fold([*records[:5], budgeted])
+    assert store.decode(store.encode(budgeted)) == budgeted
+    assert "budget" not in json.loads(store.encode(records[5]))  # a step without a budget
+    columns = json.loads(store.encode(store.Snapshot(state)))["state"]["intents"]
+    assert columns["budget"] == [None, None, 3600]
+    back = store.decode(store.encode(store.Snapshot(state)))
+    assert isinstance(back, store.Snapshot)
+    assert [i.budget for i in back.state.intents] == [None, None, 3600]
+    plain = json.loads(store.encode(store.Snapshot(store.fold(records))))["state"]["intents"]
+    assert "budget" not in plain
+
+
+@pytest.mark.parametrize(("index", "budget"), [(2, 3600), (5, 0)])
+def test_only_a_step_records_a_budget_of_a_second_or_more(index: int, budget: int) -> None:
+    records = lease_records()
+    records[index] = attrs.evolve(records[index], budget=budget)  # type: ignore[misc]
+    with pytest.raises(store.Rejected, match="only a step has"):
+        store.fold(records[: index + 1])
+
+
+@pytest.mark.parametrize("budget", [-1, 1.5, "3600", [3600]])
+def test_a_malformed_budget_is_refused(budget: Any) -> None:
+    record = json.loads(store.encode(lease_records()[5]))
+    record["budget"] = budget
+    with pytest.raises(TypeError):
+        store.decode(json.dumps(record).encode())

@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from servatus.config import (
     Profile,
     Resources,
     Target,
+    format_duration,
     profile_problems,
     target_from_identity,
     target_identity,
@@ -37,6 +39,7 @@ from servatus.errors import (
     PlanRefused,
     ServatusError,
     StalePlan,
+    StateWarning,
     TaskConflict,
     Unavailable,
     UnsafeFilesystem,
@@ -59,6 +62,7 @@ from servatus.lease import (
     withdraw_orders,
 )
 from servatus.plan import (
+    Hold,
     LeaseHold,
     Plan,
     Request,
@@ -72,6 +76,7 @@ from servatus.plan import (
     plan_from_document,
     plan_to_document,
     seal_document,
+    shape_indexes,
     work_from_report,
 )
 from servatus.plugins import Hooks, hooks
@@ -84,6 +89,7 @@ from servatus.status import (
     StopReason,
     Submission,
     clock_warnings,
+    cut_chain_warnings,
     gather,
     project,
     submissions,
@@ -134,6 +140,9 @@ class Submitted:
 
     receipts: tuple[SubmittedAllocation, ...]
     """Each allocation Slurm accepted, with its job number; empty for a plan of nothing."""
+    held: tuple[tuple[str, Hold], ...] = ()
+    """The plan's held Tasks with their holds, in roster order: what ``Campaign.start``
+    names when it starts nothing."""
 
 
 @attrs.frozen
@@ -150,7 +159,8 @@ class _Steps:
 
 @attrs.frozen
 class ShapeCheck:
-    """``sbatch --test-only`` of one allocation shape (its number of Tasks)."""
+    """``sbatch --test-only`` of one allocation shape: its number of Tasks and its time limit
+    (a chain's shorter last link is a shape of its own)."""
 
     tasks: int
     """How many Tasks the shape holds (a lease: its slots)."""
@@ -158,6 +168,8 @@ class ShapeCheck:
     """Whether Slurm accepted the request; a rejection is not an error here, the CLI exits 1."""
     message: str
     """The last line Slurm printed about it, or ``exit N`` when it printed nothing."""
+    time_limit: int
+    """The shape's time limit in seconds, whole minutes."""
 
 
 @attrs.frozen
@@ -950,7 +962,7 @@ class Campaign:
                     f"now {state.revision}); plan again"
                 )
             if not plan.allocations:
-                return Submitted(receipts=())
+                return Submitted(receipts=(), held=plan.decision.held)
             connect = self._connector()
             transport = connect(plan.profile.target)
             try:
@@ -966,7 +978,7 @@ class Campaign:
             finally:
                 transport.close()
         self.refresh()
-        return Submitted(receipts=receipts)
+        return Submitted(receipts=receipts, held=plan.decision.held)
 
     def _submit_tasks(
         self,
@@ -1031,6 +1043,7 @@ class Campaign:
             steps.orders,
             plan_digest=plan_to_document(plan)["digest"],
             progress=progress,
+            budget=budget,
         )
         return receipts
 
@@ -1129,25 +1142,23 @@ class Campaign:
     def validate(
         self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
     ) -> tuple[ShapeCheck, ...]:
-        """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks),
-        after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``, not a rejection.
-        ``progress`` gets each check as it is made.
+        """``sbatch --test-only`` once per distinct allocation shape (its number of Tasks and
+        its time limit), after a ping: a missing ``sbatch`` or a silent Slurm is ``Unavailable``,
+        not a rejection. ``progress`` gets each check as it is made.
 
         :param plan: A plan this campaign made; its batch scripts are what Slurm judges.
         :param progress: Called with each :class:`~servatus.campaign.ShapeCheck` as it is made.
         """
         scripts = self.scripts(plan)
-        shapes: dict[int, str] = {}
-        for allocation, script in zip(plan.allocations, scripts, strict=True):
-            # A lease is an allocation of as many Tasks as it holds slots.
-            size = len(allocation.task_keys) if plan.hold is None else plan.hold.slots
-            shapes.setdefault(size, script)
+        shapes: dict[tuple[int, int], str] = {}
+        for (tasks, limit), index in shape_indexes(plan).items():
+            shapes[tasks, limit] = scripts[index]
         transport = self._connector()(plan.profile.target)
         checks = []
         try:
             if shapes:  # as submit does: Slurm that does not answer rejects no shape
                 ping(transport, plan.profile.target)
-            for tasks, script in sorted(shapes.items()):
+            for (tasks, limit), script in sorted(shapes.items()):
                 result = transport.run(
                     [command(plan.profile.target, "sbatch"), "--test-only"],
                     stdin=script.encode("utf-8", "surrogateescape"),
@@ -1155,13 +1166,15 @@ class Campaign:
                 said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
                 if unanswered(result):
                     raise Unavailable(
-                        f"sbatch --test-only of the {tasks}-Task shape got no answer "
-                        f"from Slurm ({said.splitlines()[-1]}); the shape was not judged"
+                        f"sbatch --test-only of the {tasks}-Task shape for "
+                        f"{format_duration(limit)} got no answer from Slurm "
+                        f"({said.splitlines()[-1]}); the shape was not judged"
                     )
                 check = ShapeCheck(
                     tasks=tasks,
                     accepted=result.returncode == 0,
                     message=said.splitlines()[-1] if said else f"exit {result.returncode}",
+                    time_limit=limit,
                 )
                 checks.append(check)
                 if progress is not None:
@@ -1177,7 +1190,9 @@ class Campaign:
 
         An intent too young to decide comes back as ``waiting`` with the time its evidence will
         be conclusive (the CLI exits 75 then); rerunning is always safe. ``progress`` gets each
-        decision once it is recorded (a waiting one at once: nothing is recorded for it).
+        decision once it is recorded (a waiting one at once: nothing is recorded for it). A
+        chain the decisions leave cut short, its later links never sent, is a
+        :class:`~servatus.errors.StateWarning` naming the plan that continues it.
 
         :param progress: Called with each :class:`~servatus.reconcile.Resolution` as it is
             decided.
@@ -1225,10 +1240,13 @@ class Campaign:
             state = writer.state
             assert state is not None
             recorded = submissions(state)
-            found = settle(self._project(state, recorded, evidence, now=now), recorded)
+            report = self._project(state, recorded, evidence, now=now)
+            found = settle(report, recorded)
             if found:
                 writer.settle(store.Settled(found, listed(evidence)))
         self.refresh()
+        for cut in cut_chain_warnings(recorded, report.tasks, str(self.path)):
+            warnings.warn(StateWarning(cut), stacklevel=2)
         return tuple(decisions)
 
     def _withhold_handoffs(

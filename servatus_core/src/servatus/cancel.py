@@ -88,8 +88,9 @@ def plan_cancel(
 
     A step (a key of ``within``, naming its lease link) is never among them. A named step, or a
     named Task's step, is stopped while its lease link is queued or running and no end of it is
-    visible. A named lease link brings its later links; their steps not yet ended are withdrawn
-    (a taken one just reads ``taken`` and ends with its job)."""
+    visible; once the lease link has ended but is still listed, its order is withdrawn if the
+    lease never took it. A named lease link brings its later links; their steps not yet ended
+    are withdrawn (a taken one just reads ``taken`` and ends with its job)."""
     by_id = {submission.allocation_id: submission for submission in submissions}
     keys = {task.key for task in report.tasks}
     check_names(submissions, keys, tasks=tasks, allocations=allocations)
@@ -100,6 +101,9 @@ def plan_cancel(
         for target, item in evidence.items()
         for entry in item.queue or ()
         if queued_or_running(entry.state)
+    }
+    listed = {  # in any state: a lease that ended stays listed until Slurm forgets it
+        (target, entry.name) for target, item in evidence.items() for entry in item.queue or ()
     }
     ended = {
         (marker.allocation_id, marker.job)
@@ -152,7 +156,11 @@ def plan_cancel(
             continue
         if named and found.lease_id in alive:
             stop.append(found)
-        elif within[step_id] in wanted:
+        elif within[step_id] in wanted or (
+            named and (found.target, job_name(found.lease_id)) in listed
+        ):
+            # A lease that ended takes no more orders: one it never took is withdrawn, so its
+            # Task is free before Slurm forgets the lease.
             withdraw.append(found)
     chosen = [
         submission

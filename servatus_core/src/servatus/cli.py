@@ -41,6 +41,7 @@ from servatus.render import (
     json_dumps,
     json_fields,
     local_time,
+    nothing_started_line,
     plan_lines,
     plugins_lines,
     plural,
@@ -48,6 +49,7 @@ from servatus.render import (
     reconcile_lines,
     saved_line,
     script_banner,
+    shape_words,
     submitted_lease_lines,
     submitted_lines,
     terminal_text,
@@ -906,7 +908,7 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
             echo(check_line(check))
     rejected = [check for check in checks if not check.accepted]
     if rejected:
-        raise ShapeRejected("; ".join(f"{plural(c.tasks, 'Task')}: {c.message}" for c in rejected))
+        raise ShapeRejected("; ".join(f"{shape_words(c)}: {c.message}" for c in rejected))
 
 
 @cli.command("submit", epilog=example("servatus submit state plan.json"))
@@ -990,11 +992,12 @@ def start_command(
         tasks, lease=lease, retry=retry, retry_failed=retry_failed, budget=budget,
         progress=progress,
     )  # fmt: skip
+    held = [[key, hold.value] for key, hold in result.held if key in keys]
     if as_json:
-        emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
+        emit_json({"receipts": [to_document(receipt) for receipt in result.receipts], "held": held})
         return
     if not result.receipts:
-        echo(f"nothing to start: none of the {plural(len(keys), 'Task')} is selected; see plan")
+        echo(nothing_started_line(keys, result.held))
         return
     echo(*submitted_lines(result.receipts))
 
@@ -1080,9 +1083,20 @@ def reconcile_command(state: str, as_json: bool) -> None:
 
     recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
     if as_json:
-        describe(lambda: {"resolutions": [to_document(decision) for decision in recorded]})
-    decisions = _campaign(state).reconcile(progress=recorded.append)
-    if not as_json:
+        describe(
+            lambda: {
+                "resolutions": [to_document(decision) for decision in recorded],
+                "warnings": with_warnings(()),
+            }
+        )
+
+    def progress(decision: Resolution) -> None:
+        recorded.append(decision)
+        if not as_json:  # each as it is decided, so a warning reconcile ends with comes after
+            echo(*reconcile_lines([decision]))
+
+    decisions = _campaign(state).reconcile(progress=progress)
+    if not as_json and not decisions:
         echo(*reconcile_lines(decisions))
     waiting = [d for d in decisions if d.outcome == "waiting"]
     if waiting:

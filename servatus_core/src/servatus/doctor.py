@@ -126,11 +126,17 @@ def _default_connect(hooks: Hooks) -> Callable[[Target], Transport]:
     return connect
 
 
-def _run(transport: Transport, argv: list[str], stdin: bytes = b"") -> CommandResult | None:
+def _run(transport: Transport, argv: list[str], stdin: bytes = b"") -> CommandResult | Unavailable:
+    """What came back, or the :class:`Unavailable` that says why nothing did (for ``ssh``, its
+    own reason), so a check can print it."""
     try:
         return transport.run(argv, stdin=stdin)
-    except Unavailable:
-        return None
+    except Unavailable as exc:
+        return exc
+
+
+def _no_answer(exc: Unavailable, what: str = "no answer") -> str:
+    return f"{what}: {exc}"
 
 
 def _refused(result: CommandResult) -> str:
@@ -148,8 +154,8 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
     target = profile.target
     checks = []
     version = _run(transport, [command(target, "sbatch"), "--version"])
-    if version is None:
-        return [Check("slurm version", UNAVAILABLE, PING_UNANSWERED)]
+    if isinstance(version, Unavailable):
+        return [Check("slurm version", UNAVAILABLE, _no_answer(version, PING_UNANSWERED))]
     problem = ping_problem(version)
     found = slurm_version(version.stdout.decode("utf-8", "replace"))
     if problem is not None:
@@ -167,8 +173,8 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
 
     reader = hooks.evidence_reader()
     queue = _run(transport, reader.queue_command(target))
-    if queue is None:
-        checks.append(Check("squeue", UNAVAILABLE, "no answer"))
+    if isinstance(queue, Unavailable):
+        checks.append(Check("squeue", UNAVAILABLE, _no_answer(queue)))
     elif queue.returncode != 0:
         checks.append(Check("squeue", _refused(queue), _said(queue)))
     else:
@@ -180,16 +186,16 @@ def _checks(profile: Profile, transport: Transport, hooks: Hooks) -> list[Check]
 
     for name, path in (("work_root", target.work_root), ("log_root", target.log_root)):
         probe = _run(transport, ["/bin/sh", "-c", 'test -d "$1" && test -w "$1"', "sh", path])
-        if probe is None:
-            checks.append(Check(name, UNAVAILABLE, "no answer"))
+        if isinstance(probe, Unavailable):
+            checks.append(Check(name, UNAVAILABLE, _no_answer(probe)))
         elif probe.returncode != 0:
             checks.append(Check(name, FAIL, f"{path} is not a writable directory"))
         else:
             checks.append(Check(name, PASS, path))
 
     listing = _run(transport, reader.marker_command(target, clock=False))  # no clock file written
-    if listing is None:
-        checks.append(Check("find -printf", UNAVAILABLE, "no answer"))
+    if isinstance(listing, Unavailable):
+        checks.append(Check("find -printf", UNAVAILABLE, _no_answer(listing)))
     elif listing.returncode != 0:
         checks.append(Check("find -printf", FAIL, _said(listing)))
     else:
@@ -231,7 +237,7 @@ def _open_directories(target: Target, transport: Transport) -> tuple[str, ...]:
     work_root = target.work_root.rstrip("/") or "/"
     paths = [work_root, target.log_root.rstrip("/") or "/", f"{work_root}/{RESULTS}"]
     result = _run(transport, ["/bin/sh", "-c", _MODES, "sh", *paths])
-    if result is None:
+    if isinstance(result, Unavailable):
         return ()
     lines = result.stdout.decode("utf-8", "surrogateescape").splitlines()
     if not lines or not lines[0].isdigit():
@@ -285,18 +291,19 @@ def _scancel(target: Target, transport: Transport) -> Check:
     """
     path = command(target, "scancel")
     result = _run(transport, [path, "--version"])
-    if result is None:
-        return Check("scancel", UNAVAILABLE, "no answer")
+    if isinstance(result, Unavailable):
+        return Check("scancel", UNAVAILABLE, _no_answer(result))
     if result.returncode != 0:
         return Check("scancel", FAIL, f"{_said(result)} ({SCANCEL_NEEDED})")
     return Check("scancel", PASS, f"{path} answers")
 
 
-def _config_checks(result: CommandResult | None) -> list[Check]:
-    if result is None:
+def _config_checks(result: CommandResult | Unavailable) -> list[Check]:
+    if isinstance(result, Unavailable):
+        detail = _no_answer(result, "scontrol show config did not answer")
         return [
-            Check("MinJobAge", UNAVAILABLE, "scontrol show config did not answer"),
-            Check("ProctrackType", UNAVAILABLE, "scontrol show config did not answer"),
+            Check("MinJobAge", UNAVAILABLE, detail),
+            Check("ProctrackType", UNAVAILABLE, detail),
         ]
     if result.returncode != 0:
         return [
@@ -326,8 +333,8 @@ def _test_only(profile: Profile, transport: Transport, hooks: Hooks) -> Check:
     )
     script = hooks.batch_script(spec).encode()
     result = _run(transport, [command(profile.target, "sbatch"), "--test-only"], stdin=script)
-    if result is None:
-        return Check("sbatch --test-only", UNAVAILABLE, "no answer")
+    if isinstance(result, Unavailable):
+        return Check("sbatch --test-only", UNAVAILABLE, _no_answer(result))
     if result.returncode != 0:
         return Check("sbatch --test-only", _refused(result), _said(result))
     return Check("sbatch --test-only", PASS, "Slurm accepts the one-Task request")

@@ -95,8 +95,10 @@ class SubmissionInterrupted(ServatusError):
 
 
 class StateWarning(UserWarning):
-    """Campaign state other users can read (but not write): it is used, and said, since only
-    its owner-only modes keep a Task's stdin and environment private."""
+    """What the campaign's state shows that is no error but needs saying: state other users can
+    read (but not write), used since only its owner-only modes keep a Task's stdin and
+    environment private; or, from ``reconcile``, a chain cut short, with the plan that continues
+    it."""
 
 
 TRANSIENT_ERRNOS = frozenset(

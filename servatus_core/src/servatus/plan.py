@@ -998,6 +998,18 @@ def hold_problem(profile: Profile, hold: LeaseHold) -> str | None:
     return None
 
 
+def shape_indexes(plan: Plan) -> dict[tuple[int, int], int]:
+    """Each distinct allocation shape of ``plan``, (Tasks, time limit in seconds), with the
+    index of its first allocation: what ``validate`` test-submits once each. A lease is an
+    allocation of as many Tasks as it holds slots; a chain's shorter last link is a shape of its
+    own."""
+    shapes: dict[tuple[int, int], int] = {}
+    for index, allocation in enumerate(plan.allocations):
+        tasks = len(allocation.task_keys) if plan.hold is None else plan.hold.slots
+        shapes.setdefault((tasks, allocation.time_limit(plan.profile.resources)), index)
+    return shapes
+
+
 def make_lease_plan(
     *, campaign_id: str, revision: int, profile: Profile, hold: LeaseHold, probe: bool, now: float
 ) -> Plan:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from servatus.config import Profile
     from servatus.continuation import Link
     from servatus.doctor import Diagnosis
-    from servatus.plan import Plan
+    from servatus.plan import Hold, Plan
     from servatus.plugins import PluginInfo
     from servatus.reconcile import Resolution
     from servatus.status import Report
@@ -239,6 +239,33 @@ def step_lines(plan: Plan) -> list[str]:
     return lines
 
 
+NAMED_PER_HOLD = 3
+"""Keys named for each hold when ``start`` starts nothing; the rest are counted."""
+
+
+def nothing_started_line(keys: Iterable[str], held: Iterable[tuple[str, Hold]]) -> str:
+    """What ``start`` says when it started none of the file's ``keys``: how many each hold
+    stopped, most first (ties in the order :class:`~servatus.plan.Hold` lists them), with a few
+    keys of each; ``plan --lease`` shows every one."""
+    from servatus.plan import Hold  # noqa: PLC0415
+
+    wanted = set(keys)
+    by_hold: dict[Hold, list[str]] = {}
+    for key, hold in held:
+        if key in wanted:
+            by_hold.setdefault(hold, []).append(key)
+    line = f"nothing to start: none of the {plural(len(wanted), 'Task')} is selected"
+    order = list(Hold)
+    ranked = sorted(by_hold.items(), key=lambda item: (-len(item[1]), order.index(item[0])))
+    parts = []
+    for hold, named in ranked:
+        shown = ", ".join(named[:NAMED_PER_HOLD]) + (", ..." if len(named) > NAMED_PER_HOLD else "")
+        parts.append(f"{len(named)} {hold.value} ({shown})")
+    if parts:
+        line += f"; held {', '.join(parts)}"
+    return f"{line}; see plan"
+
+
 def continuation_lines(plan: Plan) -> list[str]:
     """The ``continuation`` line, then each selected Task's run time, budget left, its own
     number of links, and what it extends."""
@@ -282,7 +309,14 @@ def script_banner(allocation_id: str) -> str:
 def check_line(check: ShapeCheck) -> str:
     """One ``validate`` verdict: the shape, accepted or REJECTED, and what Slurm said."""
     verdict = "accepted" if check.accepted else "REJECTED"
-    return f"{plural(check.tasks, 'Task')} per allocation: {verdict}: {check.message}"
+    return f"{shape_words(check, 'per allocation ')}: {verdict}: {check.message}"
+
+
+def shape_words(check: ShapeCheck, between: str = "") -> str:
+    """A shape as ``validate`` names it: ``2 Tasks for 16:00:00``."""
+    from servatus.config import format_duration  # noqa: PLC0415
+
+    return f"{plural(check.tasks, 'Task')} {between}for {format_duration(check.time_limit)}"
 
 
 def accepted_line(index: int, count: int, allocation_id: str, job: int) -> str:

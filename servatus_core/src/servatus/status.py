@@ -109,7 +109,7 @@ class Submission(NamedTuple):
     """One allocation as the campaign recorded it, with the evidence key of its Target, and the
     observation it was settled with (then its markers and the queue are never read for it).
     ``slots`` is a lease link's slot count (None for anything else); ``within`` a step's lease
-    link (ADR 0009).
+    link (ADR 0009), and ``budget`` a step's lifetime budget in seconds, if it was given one.
 
     This and the other per-Task values of a projection are named tuples, not attrs classes:
     ``status`` builds several per Task, and a frozen attrs instance costs three times as much.
@@ -126,6 +126,7 @@ class Submission(NamedTuple):
     chain: ChainLink | None = None
     slots: int | None = None
     within: str | None = None
+    budget: int | None = None
 
 
 class RunTime(NamedTuple):
@@ -481,6 +482,7 @@ def project(
     history: dict[str, list[Attempt]] = {}
     listed_unsubmitted: set[str] = set()
     links: dict[str, Observation | None] = {}  # chain links seen so far, for their successors
+    budgeted: dict[str, TaskLink] = {}  # steps given a budget: shown as a chain's one link
     last_target: str | None = None
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, MarkerRecord] | None = None
@@ -497,6 +499,7 @@ def project(
         chain,
         slots,
         within,
+        budget,
     ) in submissions:
         if target is not last_target:
             last_target = target
@@ -551,6 +554,8 @@ def project(
                 attempt = _step_attempt(allocation_id, task_keys[0], job, time_limit, outcome,
                                         entry, listed, observation, within, server_now)  # fmt: skip
                 append(attempt)
+                if budget is not None:  # its SERVATUS_LINK and SERVATUS_LINKS are 1
+                    budgeted[allocation_id] = _new(TaskLink, (1, 1, budget))
                 if attempt.execution is _NOT_SUBMITTED:
                     if listed:
                         listed_unsubmitted.add(task_keys[0])
@@ -650,15 +655,118 @@ def project(
             total = _UNKNOWN if unresolved else _ZERO
         elif unresolved and total.complete:
             total = _new(RunTime, (total.total, False))
+        task_link: TaskLink | None
+        if link is not None:
+            task_link = _task_link(link, place)
+        else:
+            task_link = budgeted.get(allocation_id) if budgeted else None
         add(
             _new(
                 TaskStatus,
                 (key, execution, exit_code, detail, total, allocation_id, job, accepted,
-                 unresolved, listed or key in listed_unsubmitted,
-                 None if link is None else _task_link(link, place), within),
+                 unresolved, listed or key in listed_unsubmitted, task_link, within),
             )
         )  # fmt: skip
+    warnings += cut_chain_warnings(submissions, tasks, state)
     return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
+
+
+def cut_chains(submissions: Iterable[Submission]) -> list[tuple[Submission, frozenset[str]]]:
+    """Each chain of Task links cut short: later links of it never reached Slurm (a ``submit``
+    stopped after an earlier link, or ``sbatch`` refused one, or ``reconcile`` recorded one as
+    never submitted), so it ends at its last accepted link before its last planned one. Each
+    comes as that link with the ids of its chain's links up to it. A chain with a link still
+    unresolved is not judged yet: ``reconcile`` decides it first. A lease's links are not a
+    Task's chain and are left out."""
+    root_of: dict[str, str] = {}
+    chains: dict[str, list[Submission]] = {}
+    for submission in submissions:
+        chain = submission.chain
+        if chain is None or submission.slots is not None:
+            continue
+        root = submission.allocation_id if chain.position == 1 else root_of.get(chain.after)
+        if root is None:
+            continue
+        root_of[submission.allocation_id] = root
+        chains.setdefault(root, []).append(submission)
+    cut = []
+    for links in chains.values():
+        if any(link.outcome is Outcome.PENDING for link in links):
+            continue
+        accepted = [link for link in links if link.outcome is _ACCEPTED]
+        if not accepted:
+            continue
+        last = accepted[-1]
+        assert last.chain is not None
+        if last.chain.position < last.chain.of:
+            upto = frozenset(
+                link.allocation_id
+                for link in links
+                if link.chain is not None and link.chain.position <= last.chain.position
+            )
+            cut.append((last, upto))
+    return cut
+
+
+_GOES_ON = frozenset(
+    {
+        Execution.QUEUED,
+        Execution.RUNNING,
+        Execution.ENDING,
+        Execution.ACCEPTED,
+        Execution.UNRESOLVED,
+    }
+)
+_HANDS_ON = frozenset({StopReason.YIELDED, StopReason.TIME_LIMIT})
+
+
+def cut_chain_warnings(
+    submissions: Iterable[Submission], tasks: Iterable[TaskStatus], state: str
+) -> list[str]:
+    """One warning per chain cut short (:func:`cut_chains`) whose Tasks would go on: their
+    current work is one of its links, and it is still going, or it stopped asking for the next
+    link (``yielded``, ``time limit``), which will never come. Each names the chain's last link
+    and the ``plan`` that continues its Tasks under the same budget (or the links it lacks)."""
+    cut = cut_chains(submissions)
+    if not cut:
+        return []
+    from servatus.config import format_duration  # noqa: PLC0415
+
+    current = {task.key: task for task in tasks}
+    warnings = []
+    for last, links in cut:
+        chain = last.chain
+        assert chain is not None
+        keys = []
+        for key in last.task_keys:
+            task = current.get(key)
+            if task is None or task.allocation_id not in links:
+                continue
+            if task.execution in _GOES_ON or (
+                task.execution is Execution.STOPPED and task.detail in _HANDS_ON
+            ):
+                keys.append(key)
+        if not keys:
+            continue
+        missing = (
+            f"link {chain.of} was"
+            if chain.position + 1 == chain.of
+            else f"links {chain.position + 1}-{chain.of} were"
+        )
+        more = (
+            f"--budget {format_duration(chain.budget)}"
+            if chain.budget
+            else f"--max-links {chain.of - chain.position}"
+        )
+        retry = " ".join(f"--retry {path_word(key)}" for key in keys)
+        warnings.append(
+            f"chain cut short: allocation {last.allocation_id} (link {chain.position}/"
+            f"{chain.of}) is the last link of its chain that reached Slurm; {missing} never "
+            f"sent, so {', '.join(keys)} stop{'s' if len(keys) == 1 else ''} after it; once it "
+            f"has ended, continue with: servatus plan {path_word(state)} {retry} {more} "
+            "--output continue.json, and the profile it was planned with"
+        )
+    return warnings
 
 
 _NOT_SUBMITTED = Execution.NOT_SUBMITTED
@@ -961,7 +1069,8 @@ def submissions(state: CampaignState) -> list[Submission]:
                 Submission,
                 (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
                  intent.time_limit, outcome, job, observed(allocation_id), intent.chain,
-                 None if intent.lease is None else intent.lease.slots, intent.within),
+                 None if intent.lease is None else intent.lease.slots, intent.within,
+                 intent.budget),
             )
         )  # fmt: skip
     return result

@@ -190,7 +190,9 @@ def file_name(*, offline: bool, as_json: bool) -> str:
 def partition(state: store.CampaignState) -> tuple[frozenset[str], frozenset[str]]:
     """The Tasks a cache may hold and their allocations: the components (Tasks and allocations
     joined by a slot, a chain's ``after`` or a step's ``within``) whose every allocation is
-    settled, less Tasks never submitted."""
+    settled, less Tasks never submitted, and less a chain whose later links were never recorded:
+    whether it was cut short is ``status``'s warning to give, every time
+    (:func:`~servatus.status.cut_chain_warnings`)."""
     keys = state.tasks.keys
     index = {key: position for position, key in enumerate(keys)}
     intents = state.intents
@@ -210,6 +212,7 @@ def partition(state: store.CampaignState) -> tuple[frozenset[str], frozenset[str
 
     submitted = bytearray(len(keys))
     unknown: list[int] = []
+    followed = {intent.chain.after for intent in intents if intent.chain is not None}
     for j, intent in enumerate(intents):
         node = len(keys) + j
         for key in intent.task_keys:
@@ -220,6 +223,14 @@ def partition(state: store.CampaignState) -> tuple[frozenset[str], frozenset[str
                 join(node, allocations[joined])
             elif joined:
                 unknown.append(node)  # a link after no recorded allocation: never cached
+        chain = intent.chain
+        if (
+            chain is not None
+            and chain.position < chain.of
+            and intent.lease is None
+            and intent.allocation_id not in followed
+        ):
+            unknown.append(node)  # its chain stops before its last link: never cached
     settled = {item.allocation_id for item in state.settlements}
     live = {root(len(keys) + j) for j, i in enumerate(intents) if i.allocation_id not in settled}
     live.update(map(root, unknown))

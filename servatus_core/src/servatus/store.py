@@ -44,6 +44,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
 from servatus.errors import (
@@ -220,7 +221,9 @@ class Intent:
     Task, goes to its lease's target with its lease's time limit, and is accepted with its
     lease's job. ``resources`` is each Task's slot of a plain or chained allocation (None for
     a lease link and a step, whose slot is the lease's terms, and in a journal written before
-    it was recorded).
+    it was recorded). ``budget`` is a step's lifetime budget in seconds (``start --budget``, its
+    ``SERVATUS_BUDGET``), None without one and for anything but a step: a chain link's is in its
+    ``chain``.
     """
 
     allocation_id: str
@@ -233,6 +236,7 @@ class Intent:
     lease: LeaseTerms | None = None
     within: str | None = None
     resources: TaskResources | None = None
+    budget: int | None = None
 
 
 @record("receipt")
@@ -574,6 +578,8 @@ def _shape_problem(into: Fold, change: Intent) -> str | None:
         return "is a lease link, whose slot is its lease terms"
     if chain is not None and len(chain.task_links) != len(change.task_keys):
         return "gives its chain's slots a different number of links"
+    if change.budget is not None and (within is None or change.budget < 1):
+        return "records a budget, which only a step has, of a second or more"
     if within is None:
         return None
     held = into.intents.get(within)
@@ -757,6 +763,7 @@ _COLUMN_TYPES: dict[str, frozenset[type[Any]]] = {
     "allocation": frozenset({str}),
     "time": frozenset({int, float}),
     "seconds": frozenset({int}),
+    "seconds or none": frozenset({int, _NONE}),
     "job": frozenset({int}),
     "job or none": frozenset({int, _NONE}),
     "keys": frozenset({list}),
@@ -781,6 +788,7 @@ _COLUMNS: dict[type[Any], dict[str, str]] = {
         "lease": "lease or none",
         "within": "allocation or none",
         "resources": "resources or none",
+        "budget": "seconds or none",
     },
     Receipt: {"allocation_id": "allocation", "job": "job"},
     Resolved: {"allocation_id": "allocation", "job": "job or none"},
@@ -814,6 +822,8 @@ def _in_range(column: str, values: list[Any]) -> bool:
         return _in_range("time", [value for value in values if value is not None])
     if column == "seconds":
         return bool(min(values) >= 0 and max(values) < RECORDED_BELOW)
+    if column == "seconds or none":
+        return _in_range("seconds", [value for value in values if value is not None])
     if column in {"job", "job or none"}:
         jobs = values if column == "job" else [value for value in values if value is not None]
         return not jobs or (min(jobs) >= 1 and max(jobs) <= MAX_JOB)
@@ -1036,6 +1046,11 @@ def _converter(roster: Callable[[Any, Any], Roster]) -> cattrs.Converter:
     converter.register_unstructure_hook(Roster, _unstructure_roster)
     converter.register_structure_hook(Roster, roster)
     converter.register_unstructure_hook(ChainLink, _chain_row)
+    # An intent without a step's budget is written as before the budget was recorded, so a
+    # campaign that never gave a step one stays readable by the versions before it.
+    converter.register_unstructure_hook(
+        Intent, make_dict_unstructure_fn(Intent, converter, budget=override(omit_if_default=True))
+    )
     for kind in _COLUMNS:
         converter.register_structure_hook(kind, _structure_record(kind))
         converter.register_structure_hook_func(_is_tuple_of(kind), _structure_columns(kind))

@@ -477,6 +477,12 @@ def submit_allocations(
     target = ""
     for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
         done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
+        link = allocation.link
+        cut = (  # what an interrupted submission leaves of the chain: reconcile and status say
+            f" (chain link {link.position}/{link.of}: its later links were not sent)"
+            if link is not None and link.position < link.of and lease is None
+            else ""
+        )
         argv = [*sbatch, *dependency(allocation, jobs)]
         try:
             # The Target is recorded once per campaign, before its first intent.
@@ -504,7 +510,8 @@ def submit_allocations(
             result = transport.run(argv, stdin=script.encode("utf-8", "surrogateescape"))
         except Unavailable as exc:
             raise _interrupted(
-                f"no answer from sbatch for allocation {allocation.allocation_id} ({exc}); {done}"
+                f"no answer from sbatch for allocation {allocation.allocation_id} ({exc}); "
+                f"{done}{cut}"
             ) from exc
         if result.returncode != 0:
             said = result.stderr.decode("utf-8", "replace")
@@ -512,10 +519,9 @@ def submit_allocations(
             if unanswered(result):
                 raise _interrupted(
                     f"sbatch lost Slurm while submitting allocation {allocation.allocation_id} "
-                    f"({reason[-1]}); {done}"
+                    f"({reason[-1]}); {done}{cut}"
                 )
             writer.add(Resolved(allocation_id=allocation.allocation_id, job=None))
-            link = allocation.link
             chained = (
                 f" (chain link {link.position}/{link.of}: none of its later links was sent)"
                 if link is not None and link.position < link.of
@@ -528,7 +534,8 @@ def submit_allocations(
         job = parse_job(result.stdout)
         if job is None:
             raise _interrupted(
-                f"sbatch answered allocation {allocation.allocation_id} with no job number; {done}"
+                f"sbatch answered allocation {allocation.allocation_id} with no job number; "
+                f"{done}{cut}"
             )
         try:
             writer.add(Receipt(allocation_id=allocation.allocation_id, job=job))
@@ -536,7 +543,7 @@ def submit_allocations(
             raise _interrupted(
                 f"allocation {allocation.allocation_id} was accepted as job {job}, but its "
                 f"receipt could not be recorded ({exc}); {len(accepted) + 1} of "
-                f"{len(allocations)} allocations reached Slurm"
+                f"{len(allocations)} allocations reached Slurm{cut}"
             ) from exc
         accepted.append(SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys))
         jobs[allocation.allocation_id] = job
@@ -625,8 +632,10 @@ def submit_steps(
     *,
     plan_digest: str,
     progress: Progress | None = None,
+    budget: int | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
-    """Offer steps to a lease link (ADR 0009): every step's intent in one synced write, then
+    """Offer steps to a lease link (ADR 0009): every step's intent in one synced write (with
+    the steps' ``budget``, so ``status`` shows it), then
     one offer of all their orders into its orders directory, then, in one synced write, a
     receipt with the lease's job for each one offered and ``Resolved(job=None)`` for each one
     refused or withdrawn (no order of it can ever run).
@@ -644,6 +653,7 @@ def submit_steps(
             target=lease.target,
             time_limit=lease.time_limit,
             within=lease.allocation_id,
+            budget=budget,
         )
         for allocation in allocations
     ]
