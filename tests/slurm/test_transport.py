@@ -24,7 +24,6 @@ from servatus_slurm.transport import (
     SshTransport,
     SshTransportFactory,
     _Framed,
-    quote,
     remote_command,
 )
 
@@ -88,13 +87,11 @@ def test_quoting_round_trips_every_byte(words: list[bytes]) -> None:
         assert body.split(b"\0")[:-1] == words
 
 
-def test_quote_refuses_nul_and_keeps_plain_words_bare() -> None:
-    assert quote("/usr/bin/squeue") == "/usr/bin/squeue"
-    assert quote("%A|%j|%T") == "'%A|%j|%T'"
-    assert quote("") == "''"
-    assert quote("it's") == "'it'\\''s'"
+def test_remote_command_refuses_nul_and_keeps_plain_words_bare() -> None:
+    command = remote_command(["/usr/bin/squeue", "%A|%j|%T", "", "it's"], Frame("00" * 16))
+    assert " /usr/bin/squeue '%A|%j|%T' '' 'it'\"'\"'s'" in command
     with pytest.raises(ConfigurationError):
-        quote("a\0b")
+        remote_command(["/usr/bin/squeue", "a\0b"], Frame("00" * 16))
 
 
 def test_sentinels_are_not_in_the_command_text() -> None:

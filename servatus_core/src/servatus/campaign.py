@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import os
+import shlex
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -47,7 +48,6 @@ from servatus.errors import (
 )
 from servatus.evidence import Evidence, MarkerQuery
 from servatus.files import read_own
-from servatus.ids import as_word
 from servatus.lease import (
     Verdict,
     Withdrawal,
@@ -1462,11 +1462,13 @@ class Campaign:
         wanted: list[tuple[str, str | None]] = []
         for allocation_id in allocations:
             if allocation_id not in recorded:
-                raise ConfigurationError(f"no allocation {as_word(allocation_id)} in this campaign")
+                raise ConfigurationError(
+                    f"no allocation {shlex.quote(allocation_id)} in this campaign"
+                )
         keys = self._state.tasks.by_key()
         for key in tasks:
             if key not in keys:
-                raise ConfigurationError(f"no Task {as_word(key)} in this campaign")
+                raise ConfigurationError(f"no Task {shlex.quote(key)} in this campaign")
         if tasks and allocations:
             wanted = [(a, key) for a in allocations for key in tasks]
         elif allocations:
@@ -1541,6 +1543,77 @@ class Campaign:
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
+
+
+class HeldState:
+    """A campaign held at a state read elsewhere (the status cache's remainder, or its whole
+    journal read once), and the steps ``status`` and ``plan`` take over it: what the status
+    cache runs, without reaching into :class:`Campaign`'s own members."""
+
+    def __init__(
+        self,
+        directory: Path,
+        state: store.CampaignState,
+        version: tuple[int, ...],
+        connect: Connect | None,
+    ) -> None:
+        self._campaign = Campaign(directory, connect=connect, _state=state)
+        self._campaign._version = version
+
+    @property
+    def record_warning(self) -> str | None:
+        """Why what settled was not recorded by the last :meth:`record`, if it was not."""
+        return self._campaign.record_warning
+
+    def observe(
+        self,
+        state: store.CampaignState,
+        *,
+        offline: bool,
+        targets: Sequence[str] = (),
+        evidence: Mapping[str, Evidence] | None = None,
+    ) -> tuple[Report, store.Settled, dict[str, Evidence]]:
+        """The projection, what settled, and the evidence read (see ``Campaign._observe``)."""
+        return self._campaign._observe(state, offline=offline, targets=targets, evidence=evidence)
+
+    def record(self, change: store.Settled, *, partial: bool = False) -> None:
+        """Record what settled if the lock is free at once (see ``Campaign._record``)."""
+        self._campaign._record(change, partial=partial)
+
+    def make_plan(
+        self,
+        state: store.CampaignState,
+        profile: Profile,
+        request: Request,
+        continuation: Continuation | None,
+    ) -> tuple[Plan, store.Settled]:
+        """The plan of the whole state, checked, and what its listings showed settled."""
+        return self._campaign._make_plan(state, profile, request, continuation)
+
+    def launcher(self, profile: Profile) -> Launcher:
+        """The profile's launcher, the profile refused first if SERVATUS.toml's rules do."""
+        return self._campaign._launcher(profile)
+
+    def decide(
+        self,
+        state: store.CampaignState,
+        profile: Profile,
+        request: Request,
+        continuation: Continuation | None,
+        work: Mapping[str, Work],
+        warnings: Sequence[str],
+        keys: Sequence[str],
+    ) -> Plan:
+        """The plan of the roster ``keys`` when ``state`` holds only some of its Tasks."""
+        return self._campaign._decide(
+            state, profile, request, continuation, work, warnings, keys=keys
+        )
+
+    def check(
+        self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
+    ) -> None:
+        """Refuse a plan ``submit`` would refuse; ``state`` holds the selected Tasks."""
+        self._campaign._check(state, profile, made, launcher)
 
 
 def _by_lease(steps: Iterable[LeaseStep]) -> dict[tuple[str, str, int], list[LeaseStep]]:

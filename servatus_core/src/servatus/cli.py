@@ -44,7 +44,6 @@ from servatus.render import (
     nothing_started_line,
     plan_lines,
     plugins_lines,
-    plural,
     profile_lines,
     reconcile_lines,
     saved_line,
@@ -55,6 +54,7 @@ from servatus.render import (
     terminal_text,
 )
 from servatus.transport import Connect
+from servatus.words import plural
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem

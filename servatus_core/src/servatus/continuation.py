@@ -23,6 +23,7 @@ from servatus.config import (
 )
 from servatus.errors import ConfigurationError
 from servatus.status import YIELD_EXIT, Execution
+from servatus.words import plural
 
 MAX_LINKS = 32
 """The most links one chain has: ``--max-links`` takes 1 to 32, and a budget that needs more
@@ -434,15 +435,11 @@ def eligibility(
 def format_continuation(continuation: Continuation) -> str:
     """The plan's ``continuation`` line."""
     if continuation.budget is None:
-        return f"continuation: {_count(continuation.max_links or 0)} per Task"
+        return f"continuation: {plural(continuation.max_links or 0, 'link')} per Task"
     line = f"continuation: lifetime budget {format_duration(continuation.budget)} per Task"
     if continuation.max_links is not None:
-        line += f", at most {_count(continuation.max_links)}"
+        line += f", at most {plural(continuation.max_links, 'link')}"
     return line
-
-
-def _count(links: int) -> str:
-    return f"{links} link{'' if links == 1 else 's'}"
 
 
 def format_planned(task: Planned, extends: Extends | None = None) -> str:
@@ -451,7 +448,7 @@ def format_planned(task: Planned, extends: Extends | None = None) -> str:
     parts = [f"run time {format_duration(task.run_time)}"]
     if task.budget_left is not None:
         parts.append(f"budget left {format_duration(task.budget_left)}")
-    parts.append(_count(task.links))
+    parts.append(plural(task.links, "link"))
     if extends is not None:
         parts.append(f"extends {extends.value}")
     return ", ".join(parts)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 
 ALLOCATION_ID_HEX = 24
 """Allocation ids are 24 lowercase hex digits: short enough for a job name, never guessable."""
@@ -38,9 +37,3 @@ __all__ = [
     "job_name",
     "target_key",
 ]
-
-
-def as_word(word: str) -> str:
-    """An id or key as a message names it: bare when it is one plain word, else shell-quoted, so
-    an empty or spaced name reads as itself and not as a gap in the sentence."""
-    return shlex.quote(word)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import enum
 import re
 import secrets
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence, MarkerKind
-from servatus.ids import ALLOCATION_ID, as_word
+from servatus.ids import ALLOCATION_ID
 from servatus.status import queued_or_running
 from servatus.store import Intent
 from servatus.transport import Transport
@@ -57,7 +58,7 @@ def lease_links(intents: Iterable[Intent], lease_id: str) -> list[Intent]:
     leases = {intent.allocation_id: intent for intent in intents if intent.lease is not None}
     named = leases.get(lease_id)
     if named is None:
-        raise ConfigurationError(f"no lease {as_word(lease_id)} in this campaign")
+        raise ConfigurationError(f"no lease {shlex.quote(lease_id)} in this campaign")
     first = named
     while first.chain is not None and first.chain.after in leases:
         first = leases[first.chain.after]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from servatus.files import path_word
+from servatus.words import plural
 
 if TYPE_CHECKING:
     from servatus.campaign import Authoring, ShapeCheck
@@ -56,10 +57,6 @@ def json_fields(fields: Mapping[str, str]) -> str:
     indenting encoder is pure Python, and this layout still reads well in a pager or a diff."""
     lines = ",\n".join(f"  {json_dumps(name)}: {text}" for name, text in sorted(fields.items()))
     return "{\n" + lines + "\n}"
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 def local_time(at: float) -> str:

@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from servatus.config import format_duration
 from servatus.report import Span
+from servatus.words import plural
 
 COLOURS = {
     "SUCCEEDED": "#2e7d32",
@@ -137,14 +139,11 @@ def _hours(value: float) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    whole = round(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{text}" if days else text
+    return "-" if seconds is None else format_duration(max(0, round(seconds)))
+
+
+def _grouped(count: int) -> str:
+    return f"{count:,}"
 
 
 def _counts_table(title: str, counts: Mapping[str, int]) -> str:
@@ -284,8 +283,8 @@ def render(document: Mapping[str, Any]) -> str:
         f"<title>servatus report {_e(document['campaign_id'])}</title>"
         f"<style>{_asset('report_page.css')}</style></head><body>"
         f"<header><h1>Campaign {_e(document['campaign_id'])}</h1>"
-        f"<p>{_count(len(document['lanes']), 'Task')}, "
-        f"{_count(len(document['leases']), 'lease link')}; "
+        f"<p>{plural(len(document['lanes']), 'Task', _grouped)}, "
+        f"{plural(len(document['leases']), 'lease link', _grouped)}; "
         f'made <time id=made data-at="{document["made_at"]}"></time> ({_e(mode)})</p>'
         f"{warnings}</header>"
         "<div id=layout><div id=main>"
@@ -302,7 +301,3 @@ def render(document: Mapping[str, Any]) -> str:
         "document.getElementById('made').dataset.at*1000).toISOString();</script>"
         "</body></html>\n"
     )
-
-
-def _count(count: int, word: str) -> str:
-    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from servatus.config import Target, target_from_identity
+from servatus.config import Target, format_duration, target_from_identity
 from servatus.evidence import (
     Evidence,
     EvidenceReader,
@@ -730,7 +730,6 @@ def cut_chain_warnings(
     cut = cut_chains(submissions)
     if not cut:
         return []
-    from servatus.config import format_duration  # noqa: PLC0415
 
     current = {task.key: task for task in tasks}
     warnings = []
@@ -1028,12 +1027,7 @@ def format_run_time(value: RunTime | None) -> str:
     """``[D-]HH:MM:SS``, with ``~`` for a total still growing or counting a LOST run."""
     if value is None:
         return "-"
-    days, rest = divmod(value.total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    text = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
-    if days:
-        text = f"{days}-{text}"
+    text = format_duration(value.total)
     return text if value.complete else f"~{text}"
 
 

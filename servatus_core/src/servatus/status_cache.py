@@ -61,7 +61,7 @@ from servatus.status import Execution, Report, RunTime, TaskLink, TaskStatus, re
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
-    from servatus.campaign import Campaign
+    from servatus.campaign import HeldState
     from servatus.config import Profile
     from servatus.continuation import Continuation
     from servatus.evidence import Evidence
@@ -454,18 +454,18 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
     if cached is not None:
         campaign = _campaign(directory, cached.state, version, connect)
         targets = cached.header.targets
-        report, change, evidence = campaign._observe(cached.state, offline=offline, targets=targets)
+        report, change, evidence = campaign.observe(cached.state, offline=offline, targets=targets)
         shown = _joined(cached, report, as_json) if offline or _all_read(evidence) else None
         if shown is not None:
-            campaign._record(change, partial=True)
+            campaign.record(change, partial=True)
             return attrs.evolve(shown, record_warning=campaign.record_warning)
         # A listing was not read: the cached rows are those of a status that read them all.
     with bulk():
         into, found = store.load(data, journal)
         state = into.freeze()
     campaign = _campaign(directory, state, version, connect)
-    report, change, _ = campaign._observe(state, offline=offline, evidence=evidence)
-    campaign._record(change)
+    report, change, _ = campaign.observe(state, offline=offline, evidence=evidence)
+    campaign.record(change)
     with bulk():
         shown, write = _whole(state, report, offline=offline, as_json=as_json)
         if write is not None:
@@ -494,8 +494,8 @@ def plan(
         into, _ = store.load(data, journal)
         state = into.freeze()
     campaign = _campaign(directory, state, version, connect)
-    made, change = campaign._make_plan(state, profile, request, continuation)
-    campaign._record(change)
+    made, change = campaign.make_plan(state, profile, request, continuation)
+    campaign.record(change)
     return made
 
 
@@ -528,22 +528,22 @@ def _cached_plan(
     if keys is None or any(key not in kept for key in request.retry if key in works):
         return None
     campaign = _campaign(directory, cached.state, version, connect)
-    launcher = campaign._launcher(profile)
+    launcher = campaign.launcher(profile)
     consult = consults(request, continuation, resolved=_resolved(cached))
     targets = cached.header.targets
-    report, change, evidence = campaign._observe(cached.state, offline=not consult, targets=targets)
+    report, change, evidence = campaign.observe(cached.state, offline=not consult, targets=targets)
     if consult and not _all_read(evidence):
         return None  # the cached work is what a status that read every listing saw
     work: dict[str, Work] = dict(works)
     work.update(work_from_report(report))
-    made = campaign._decide(
+    made = campaign.decide(
         cached.state, profile, request, continuation, work, report.warnings, keys=keys
     )
     if not all(key in kept or live.get(key) is not None for key in made.decision.selected):
         return None
     both = store.stored_roster((*live.keys, *content.keys), [*live.stored(), *content.stored()])
-    campaign._check(attrs.evolve(cached.state, tasks=both), profile, made, launcher)
-    campaign._record(change, partial=True)
+    campaign.check(attrs.evolve(cached.state, tasks=both), profile, made, launcher)
+    campaign.record(change, partial=True)
     return made
 
 
@@ -563,14 +563,12 @@ def _resolved(cached: Cached) -> bool:
 
 def _campaign(
     directory: Path, state: store.CampaignState, version: tuple[int, ...], connect: Connect | None
-) -> Campaign:
+) -> HeldState:
     """The campaign at ``directory`` holding ``state``, read from its journal at ``version``
     (the whole state, or a cache's remainder)."""
-    from servatus.campaign import Campaign  # noqa: PLC0415 - it imports the engine
+    from servatus.campaign import HeldState  # noqa: PLC0415 - it imports the engine
 
-    campaign = Campaign(directory, connect=connect, _state=state)
-    campaign._version = version
-    return campaign
+    return HeldState(directory, state, version, connect)
 
 
 def _all_read(evidence: Mapping[str, Evidence]) -> bool:

@@ -19,6 +19,7 @@ import os
 import re
 import secrets
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -62,22 +63,7 @@ DRAIN_GRACE = 1.0
 MESSAGE_TAIL = 2048
 """Bytes of raw stderr kept for the message of an :class:`Unavailable`."""
 
-_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 _HOST = re.compile(r"[A-Za-z0-9_.@:\[\]%/-]+")
-
-
-def quote(word: str) -> str:
-    """Quote ``word`` as one POSIX ``sh`` word.
-
-    Words of only harmless characters stay bare so commands stay readable; anything else is
-    single-quoted, each ``'`` becoming ``'\\''``. Every byte but NUL survives (``str`` arguments
-    carry raw bytes through ``surrogateescape``), newlines included.
-    """
-    if "\0" in word:
-        raise ConfigurationError(f"an argument cannot contain a NUL byte: {word!r}")
-    if _SAFE_WORD.fullmatch(word):
-        return word
-    return "'" + word.replace("'", "'\\''") + "'"
 
 
 def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -396,7 +382,7 @@ def remote_command(argv: Sequence[str], frame: Frame) -> str:
     words = _check_argv(argv)
     first, second = frame.halves
     locale = " ".join(f'${{{name}+"{name}=${name}"}}' for name in KEPT_LOCALE)
-    command = " ".join(quote(word) for word in words)
+    command = " ".join(shlex.quote(word) for word in words)
     return (
         f"printf '%s%s>\\n' {first} {second}; "
         f"printf '%s%s>\\n' {first} {second} >&2; "
