@@ -323,6 +323,19 @@ class EvidenceReader(Protocol):
         """Where the allocation's log (``slot`` None) or a step's log is on the target."""
         ...
 
+    def marker_name(
+        self,
+        allocation_id: str,
+        job: int,
+        kind: MarkerKind,
+        *,
+        slot: int | None = None,
+        exit_code: int | None = None,
+    ) -> str:
+        """The file name of one marker, as the batch script writes it and :meth:`parse_markers`
+        reads it back: what :class:`servatus.testing.FakeScheduler` writes in a script's place."""
+        ...
+
 
 @attrs.frozen
 class Evidence:

@@ -83,7 +83,8 @@ import attrs
 
 from servatus.config import Target
 from servatus.errors import Unavailable
-from servatus.evidence import LOG_ROOT_MISSING, MarkerKind
+from servatus.evidence import LOG_ROOT_MISSING, EvidenceReader, MarkerKind
+from servatus.plugins import hooks
 from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
 
 _NAME = re.compile(r"^#SBATCH --job-name=servatus-([0-9a-f]+)$", re.MULTILINE)
@@ -222,6 +223,7 @@ class FakeScheduler:
         """Every command run through the fake, as its argv, in order."""
         self.markers: dict[str, float] = {}
         """Every run marker by file name, with its mtime on :attr:`clock`."""
+        self._reader: EvidenceReader | None = None
         self.logs: dict[str, bytes] = {}
         """Log files by name (``servatus-ID-J.S.out`` for slot S of job J of allocation ID), as
         ``servatus logs`` reads them."""
@@ -737,10 +739,25 @@ class FakeScheduler:
                 return item
         raise KeyError(f"FakeScheduler has no job {job}")
 
-    def _ended(self, job: FakeJob, slot: int) -> bool:
-        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the plugin is optional
+    def _marker_name(
+        self,
+        allocation_id: str,
+        job: int,
+        kind: MarkerKind,
+        *,
+        slot: int | None = None,
+        exit_code: int | None = None,
+    ) -> str:
+        """A marker's name as the evidence reader lists it: the fake writes what the batch
+        script would, in the installed plugin's layout, and the core names no plugin."""
+        if self._reader is None:
+            self._reader = hooks().evidence_reader()
+        return self._reader.marker_name(allocation_id, job, kind, slot=slot, exit_code=exit_code)
 
-        prefix = marker_name(job.allocation_id, job.job, MarkerKind.END, slot=slot, exit_code=0)
+    def _ended(self, job: FakeJob, slot: int) -> bool:
+        prefix = self._marker_name(
+            job.allocation_id, job.job, MarkerKind.END, slot=slot, exit_code=0
+        )
         stem = prefix.rsplit(".", 1)[0] + "."
         markers = self.markers  # a lookup per exit code, not a scan of every marker
         return any(f"{stem}{code}" in markers for code in range(256))
@@ -831,14 +848,12 @@ class FakeScheduler:
     def _handed(self, allocation_id: str) -> set[int]:
         """The slots some job of ``allocation_id`` handed on (any job number: the id decides),
         as the markers say now."""
-        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the plugin is optional
-
         markers = self.markers
         return {
             slot
             for item in self._by_allocation.get(allocation_id, ())
             for slot in range(item.slots)
-            if marker_name(allocation_id, item.job, MarkerKind.HANDOFF, slot=slot) in markers
+            if self._marker_name(allocation_id, item.job, MarkerKind.HANDOFF, slot=slot) in markers
         }
 
     def _take(self, job: FakeJob) -> None:
@@ -881,9 +896,7 @@ class FakeScheduler:
         slot: int | None = None,
         exit_code: int | None = None,
     ) -> None:
-        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the plugin is optional
-
-        self.markers[marker_name(step, job.job, kind, slot=slot, exit_code=exit_code)] = (
+        self.markers[self._marker_name(step, job.job, kind, slot=slot, exit_code=exit_code)] = (
             self.clock()
         )
 
@@ -902,9 +915,7 @@ class FakeScheduler:
         slot: int | None = None,
         exit_code: int | None = None,
     ) -> None:
-        from servatus_slurm.markers import marker_name  # noqa: PLC0415 - the Slurm plugin is optional
-
-        name = marker_name(job.allocation_id, job.job, kind, slot=slot, exit_code=exit_code)
+        name = self._marker_name(job.allocation_id, job.job, kind, slot=slot, exit_code=exit_code)
         self.markers[name] = self.clock()
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from servatus.errors import Unavailable
-from servatus.evidence import LOG_ROOT_MISSING, MAX_JOB, Marker, MarkerQuery, QueueEntry
+from servatus.evidence import LOG_ROOT_MISSING, MAX_JOB, Marker, MarkerKind, MarkerQuery, QueueEntry
 from servatus.lease import orders_directory
 from servatus_slurm.markers import (
     ID_LENGTH,
@@ -24,6 +24,7 @@ from servatus_slurm.markers import (
     MARKER_NAME,
     allocation_log_name,
     marker_from_groups,
+    marker_name,
     step_log_name,
 )
 
@@ -255,6 +256,17 @@ class SlurmEvidenceReader:
         if result.returncode != 0 or match is None:
             return None
         return float(match[1])
+
+    def marker_name(
+        self,
+        allocation_id: str,
+        job: int,
+        kind: MarkerKind,
+        *,
+        slot: int | None = None,
+        exit_code: int | None = None,
+    ) -> str:
+        return marker_name(allocation_id, job, kind, slot=slot, exit_code=exit_code)
 
     def log_path(self, target: Target, allocation_id: str, job: int, slot: int | None) -> str:
         """The allocation's Slurm log (``slot`` None) or the step log of ``slot``."""
