@@ -50,9 +50,10 @@ def build(work: Path, count: int, live: int) -> tuple[Path, Path, Path]:
     """The unsettled journal, the saved evidence, and the config, under ``work``."""
     from benchkit import CONFIG, roster
 
-    from servatus import store
     from servatus.config import Profile, target_identity
     from servatus.evidence import MarkerKind
+    from servatus.ids import target_key
+    from servatus.journal import codec, records, store
     from servatus.tasks import as_roster
     from servatus_slurm.markers import marker_name
 
@@ -60,14 +61,15 @@ def build(work: Path, count: int, live: int) -> tuple[Path, Path, Path]:
     config = work / "SERVATUS.toml"
     config.write_text(CONFIG.format(per=1, memory=100))
     identity = target_identity(Profile.load(config).target)
-    key = store.target_key(identity)
+    key = target_key(identity)
     tasks = roster(count)
     ids = [f"{index:024x}" for index in range(1, count + 1)]
     intents = tuple(
-        store.Intent(a, (t.key,), "0" * 64, START, key, 60) for a, t in zip(ids, tasks, strict=True)
+        records.Intent(a, (t.key,), "0" * 64, START, key, 60)
+        for a, t in zip(ids, tasks, strict=True)
     )
-    receipts = tuple(store.Receipt(a, 10_000 + index) for index, a in enumerate(ids))
-    state = store.CampaignState(
+    receipts = tuple(records.Receipt(a, 10_000 + index) for index, a in enumerate(ids))
+    state = records.CampaignState(
         campaign_id="b" * 32,
         created_at=START,
         sealed=True,
@@ -75,15 +77,15 @@ def build(work: Path, count: int, live: int) -> tuple[Path, Path, Path]:
         intents=intents,
         receipts=receipts,
         revision=2 * count + 2,
-        targets=(store.TargetSeen(key, identity),),
+        targets=(records.TargetSeen(key, identity),),
     )
-    document = json.loads(store.encode(store.Snapshot(state)))
+    document = json.loads(codec.encode(records.Snapshot(state)))
     for name in ("settlements", "horizons"):  # absent, as da44b63 wrote (and must read) it
         del document["state"][name]
     payload = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
     campaign = work / "unsettled"
     campaign.mkdir(mode=0o700)
-    (campaign / store.JOURNAL).write_bytes(store.MAGIC + store.frame(payload))
+    (campaign / store.JOURNAL).write_bytes(codec.MAGIC + codec.frame(payload))
     (campaign / store.JOURNAL).chmod(0o600)
     markers: dict[str, float] = {}
     jobs = []

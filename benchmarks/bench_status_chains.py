@@ -46,9 +46,10 @@ from typing import Any
 
 from benchkit import CONFIG, roster
 
-from servatus import store
 from servatus.cli import main as servatus
 from servatus.config import Profile, target_identity
+from servatus.ids import target_key
+from servatus.journal import codec, records, store
 from servatus.tasks import as_roster
 from servatus.testing import FakeScheduler
 from servatus.transport import CommandResult
@@ -58,7 +59,7 @@ BUDGET = 5 * 60 * 60
 
 
 LEASE = "1e" * 12
-TERMS = store.LeaseTerms("small", 2, 1, 100, 0, 60)
+TERMS = records.LeaseTerms("small", 2, 1, 100, 0, 60)
 
 
 class Lane:
@@ -87,20 +88,20 @@ class Lane:
         config = self.work / "SERVATUS.toml"
         config.write_text(CONFIG.format(per=1, memory=100))
         identity = target_identity(Profile.load(config).target)
-        key = store.target_key(identity)
+        key = target_key(identity)
         tasks = roster(self.count)
         intents, receipts, scripts = [], [], []
         job = 1000  # the fake numbers its jobs from 1000, in sbatch order
         if self.links < 0:
-            intents.append(store.Intent(LEASE, (), "0" * 64, START, key, 3600, lease=TERMS))
-            receipts.append(store.Receipt(LEASE, job))
+            intents.append(records.Intent(LEASE, (), "0" * 64, START, key, 3600, lease=TERMS))
+            receipts.append(records.Receipt(LEASE, job))
             scripts.append((LEASE, 1, "", None))
             for index, task in enumerate(tasks):
                 step = self.step_id(index)
                 intents.append(
-                    store.Intent(step, (task.key,), "0" * 64, START, key, 3600, within=LEASE)
+                    records.Intent(step, (task.key,), "0" * 64, START, key, 3600, within=LEASE)
                 )
-                receipts.append(store.Receipt(step, job))
+                receipts.append(records.Receipt(step, job))
             tasks_done = True
         else:
             tasks_done = False
@@ -110,15 +111,15 @@ class Lane:
                 allocation_id = f"{index:016x}{position:08x}"
                 link = None
                 if self.links:
-                    link = store.ChainLink(position, self.links, after, (self.links,), BUDGET)
+                    link = records.ChainLink(position, self.links, after, (self.links,), BUDGET)
                 intents.append(
-                    store.Intent(allocation_id, (task.key,), "0" * 64, START, key, 3600, link)
+                    records.Intent(allocation_id, (task.key,), "0" * 64, START, key, 3600, link)
                 )
-                receipts.append(store.Receipt(allocation_id, job))
+                receipts.append(records.Receipt(allocation_id, job))
                 scripts.append((allocation_id, position, after, job - 1 if after else None))
                 after = allocation_id
                 job += 1
-        state = store.CampaignState(
+        state = records.CampaignState(
             campaign_id="c" * 32,
             created_at=START,
             sealed=True,
@@ -126,16 +127,16 @@ class Lane:
             intents=tuple(intents),
             receipts=tuple(receipts),
             revision=2 * len(intents) + 2,
-            targets=(store.TargetSeen(key, identity),),
+            targets=(records.TargetSeen(key, identity),),
         )
         payload = json.dumps(
-            json.loads(store.encode(store.Snapshot(state))),
+            json.loads(codec.encode(records.Snapshot(state))),
             ensure_ascii=False,
             separators=(",", ":"),
         ).encode()
         campaign = self.work / "state"
         campaign.mkdir(mode=0o700)
-        (campaign / store.JOURNAL).write_bytes(store.MAGIC + store.frame(payload))
+        (campaign / store.JOURNAL).write_bytes(codec.MAGIC + codec.frame(payload))
         (campaign / store.JOURNAL).chmod(0o600)
         for allocation_id, position, after, depends in scripts:
             lines = [f"#SBATCH --job-name=servatus-{allocation_id}", "#SBATCH --ntasks=1"]

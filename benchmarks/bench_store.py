@@ -18,8 +18,8 @@ from pathlib import Path
 
 from benchkit import roster
 
-from servatus import store
 from servatus.campaign import Campaign, create_state
+from servatus.journal import store
 
 SIZES = (1_000, 10_000, 100_000)
 REPEATS = 3

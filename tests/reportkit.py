@@ -4,8 +4,8 @@ with task_key None)."""
 
 from __future__ import annotations
 
-from servatus import store
 from servatus.evidence import Observation, SlotEnd
+from servatus.journal import folding, records
 from servatus.status import Attempt, Execution, Report, RunTime, StopReason, TaskStatus
 from servatus.tasks import Task
 
@@ -13,7 +13,7 @@ LOCAL = "0088816cc32dee54"
 LEASE = "1e1e1e1e1e1e1e1e1e1e1e1e"
 STEP_A, STEP_B, STEP_C = "5a" * 12, "5b" * 12, "5c" * 12
 PLAIN, LINK1, LINK2 = "a1" * 12, "c1" * 12, "c2" * 12
-TERMS = store.LeaseTerms("l40s", 2, 4, 8192, 1, 600)
+TERMS = records.LeaseTerms("l40s", 2, 4, 8192, 1, 600)
 T = 1_000_000.0
 
 
@@ -48,20 +48,20 @@ def attempt(
     return Attempt(**fields)  # type: ignore[arg-type]
 
 
-def lease_state() -> store.CampaignState:
+def lease_state() -> records.CampaignState:
     """A lease of 2 slots held from T+100 to T+1100 and three steps within it."""
-    return store.fold(
+    return folding.fold(
         [
-            store.Created("c1", T, False, tuple(Task(k, ["x"]) for k in "abc")),
-            store.TargetSeen(LOCAL, '{"host":null}'),
-            store.Intent(LEASE, (), "d", T, LOCAL, 3600, lease=TERMS),
-            store.Receipt(LEASE, 41),
-            store.Intent(STEP_A, ("a",), "e", T + 150, LOCAL, 3600, within=LEASE),
-            store.Resolved(STEP_A, 41),
-            store.Intent(STEP_B, ("b",), "e", T + 150, LOCAL, 3600, within=LEASE),
-            store.Resolved(STEP_B, 41),
-            store.Intent(STEP_C, ("c",), "e", T + 150, LOCAL, 3600, within=LEASE),
-            store.Resolved(STEP_C, 41),
+            records.Created("c1", T, False, tuple(Task(k, ["x"]) for k in "abc")),
+            records.TargetSeen(LOCAL, '{"host":null}'),
+            records.Intent(LEASE, (), "d", T, LOCAL, 3600, lease=TERMS),
+            records.Receipt(LEASE, 41),
+            records.Intent(STEP_A, ("a",), "e", T + 150, LOCAL, 3600, within=LEASE),
+            records.Resolved(STEP_A, 41),
+            records.Intent(STEP_B, ("b",), "e", T + 150, LOCAL, 3600, within=LEASE),
+            records.Resolved(STEP_B, 41),
+            records.Intent(STEP_C, ("c",), "e", T + 150, LOCAL, 3600, within=LEASE),
+            records.Resolved(STEP_C, 41),
         ]
     )
 

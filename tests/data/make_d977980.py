@@ -14,37 +14,38 @@ import shutil
 import sys
 from pathlib import Path
 
-from servatus import store
 from servatus.evidence import SlotEnd
+from servatus.ids import target_key
+from servatus.journal import records, store
 from servatus.tasks import Task
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "d977980"
 
 TARGET = '{"host":null,"log_root":"/l1"}'
-KEY = store.target_key(TARGET)
+KEY = target_key(TARGET)
 A, B, C, D, E, F = (letter * 24 for letter in "abcdef")
-LINK_1 = store.ChainLink(1, 2, "", (2, 1), 0)
-LINK_2 = store.ChainLink(2, 2, A, (2, 1), 0)
-TERMS = store.LeaseTerms("cpu", 2, 1, 500, 0, 30)
-SLOT = store.TaskResources(1, 500, 0)
+LINK_1 = records.ChainLink(1, 2, "", (2, 1), 0)
+LINK_2 = records.ChainLink(2, 2, A, (2, 1), 0)
+TERMS = records.LeaseTerms("cpu", 2, 1, 500, 0, 30)
+SLOT = records.TaskResources(1, 500, 0)
 
 BEFORE_COMPACTION = [
-    store.Created(
+    records.Created(
         "fedcba9876543210fedcba9876543210",
         1796000000.5,
         False,
         (Task("x", ["python", "x.py"], stdin=b"{}"), Task("y", ["y"], env={"Y": "1"})),
     ),
-    store.Appended((Task("z", ["z"]),)),
-    store.TargetSeen(KEY, TARGET),
-    store.Intent(A, ("x", "y"), "plan-1", 1796000001.0, KEY, 600, LINK_1, None, None, SLOT),
-    store.Receipt(A, 2001),
-    store.Intent(B, ("x", "y"), "plan-1", 1796000001.0, KEY, 600, LINK_2, None, None, SLOT),
-    store.Receipt(B, 2002),
-    store.Settled(
+    records.Appended((Task("z", ["z"]),)),
+    records.TargetSeen(KEY, TARGET),
+    records.Intent(A, ("x", "y"), "plan-1", 1796000001.0, KEY, 600, LINK_1, None, None, SLOT),
+    records.Receipt(A, 2001),
+    records.Intent(B, ("x", "y"), "plan-1", 1796000001.0, KEY, 600, LINK_2, None, None, SLOT),
+    records.Receipt(B, 2002),
+    records.Settled(
         (
-            store.Settlement(
+            records.Settlement(
                 A,
                 2001,
                 1796000010.0,
@@ -54,28 +55,28 @@ BEFORE_COMPACTION = [
                 (1,),
             ),
         ),
-        (store.Listed(KEY, 1796000600.0),),
+        (records.Listed(KEY, 1796000600.0),),
     ),
-    store.Intent(C, ("z",), "plan-2", 1796000700.0, KEY, 60, None, None, None, SLOT),
-    store.Resolved(C, 2003),
-    store.Intent(D, (), "plan-3", 1796000800.0, KEY, 3600, None, TERMS),
-    store.Receipt(D, 2004),
+    records.Intent(C, ("z",), "plan-2", 1796000700.0, KEY, 60, None, None, None, SLOT),
+    records.Resolved(C, 2003),
+    records.Intent(D, (), "plan-3", 1796000800.0, KEY, 3600, None, TERMS),
+    records.Receipt(D, 2004),
 ]
 """Folded into the snapshot: a settled chain link with a handoff, a horizon, a lease."""
 
 AFTER_COMPACTION = [
-    store.Intent(E, ("z",), "plan-4", 1796000900.0, KEY, 3600, None, None, D),
-    store.Receipt(E, 2004),
-    store.Settled(
+    records.Intent(E, ("z",), "plan-4", 1796000900.0, KEY, 3600, None, None, D),
+    records.Receipt(E, 2004),
+    records.Settled(
         (
-            store.Settlement(
+            records.Settlement(
                 B, 2002, 1796000560.0, 1796000590.0, None, (None, SlotEnd(0, 1796000580.0))
             ),
-            store.Settlement(C, 2003, None, None, None, (None,)),
+            records.Settlement(C, 2003, None, None, None, (None,)),
         ),
-        (store.Listed(KEY, 1796001000.0),),
+        (records.Listed(KEY, 1796001000.0),),
     ),
-    store.Intent(F, ("y",), "plan-5", 1796001100.0, KEY, 60, None, None, None, SLOT),
+    records.Intent(F, ("y",), "plan-5", 1796001100.0, KEY, 60, None, None, None, SLOT),
 ]
 """The tail: a step in the lease, a settled record of two allocations, a pending intent."""
 
@@ -83,7 +84,7 @@ AFTER_COMPACTION = [
 def write_campaign(path: Path) -> None:
     with store.writing(path, create=True) as writer:
         first, *rest = BEFORE_COMPACTION
-        assert isinstance(first, store.Created)
+        assert isinstance(first, records.Created)
         writer.initialize(first)
         for change in rest:
             writer.add(change)

@@ -14,8 +14,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from servatus import store
 from servatus.cli import main
+from servatus.ids import target_key
+from servatus.journal import records, store
 from servatus.tasks import Task
 
 HERE = Path(__file__).resolve().parent
@@ -23,11 +24,11 @@ OUT = HERE / "da44b63"
 
 TARGET_ONE = '{"host":null,"log_root":"/l1"}'
 TARGET_TWO = '{"host":"login.example.org","log_root":"/l2"}'
-ONE = store.target_key(TARGET_ONE)
-TWO = store.target_key(TARGET_TWO)
+ONE = target_key(TARGET_ONE)
+TWO = target_key(TARGET_TWO)
 
 BEFORE_COMPACTION = [
-    store.Created(
+    records.Created(
         "0123456789abcdef0123456789abcdef",
         1764600000.25,
         False,
@@ -36,26 +37,26 @@ BEFORE_COMPACTION = [
             Task("b", ["python", "train.py", "é ü"]),
         ),
     ),
-    store.Appended((Task("c", ["/bin/true"], env={"X": "", "Y": "=y"}), Task("d", ["d"]))),
-    store.TargetSeen(ONE, TARGET_ONE),
-    store.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest-1", 1764600001.5, ONE, 600),
-    store.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 1001),
-    store.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("c",), "digest-1", 1764600002.0, ONE),
-    store.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
-    store.Intent("a3a3a3a3a3a3a3a3a3a3a3a3", ("d",), "digest-1", 1764600003.0, ONE, 60),
-    store.Resolved("a3a3a3a3a3a3a3a3a3a3a3a3", 1003),
+    records.Appended((Task("c", ["/bin/true"], env={"X": "", "Y": "=y"}), Task("d", ["d"]))),
+    records.TargetSeen(ONE, TARGET_ONE),
+    records.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest-1", 1764600001.5, ONE, 600),
+    records.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 1001),
+    records.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("c",), "digest-1", 1764600002.0, ONE),
+    records.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
+    records.Intent("a3a3a3a3a3a3a3a3a3a3a3a3", ("d",), "digest-1", 1764600003.0, ONE, 60),
+    records.Resolved("a3a3a3a3a3a3a3a3a3a3a3a3", 1003),
 ]
 """Folded into the snapshot: every kind of column, a resolution either way."""
 
 AFTER_COMPACTION = [
-    store.Appended((Task("e", ["e"], stdin=b"line\n"), Task("f", ["f", ""]))),
-    store.TargetSeen(TWO, TARGET_TWO),
-    store.Intent("b4b4b4b4b4b4b4b4b4b4b4b4", ("e", "f"), "digest-2", 1764600004.0, TWO, 3600),
-    store.Receipt("b4b4b4b4b4b4b4b4b4b4b4b4", 4_000_000),
-    store.Intent("b5b5b5b5b5b5b5b5b5b5b5b5", ("e",), "digest-2", 1764600005.0, TWO),
-    store.Resolved("b5b5b5b5b5b5b5b5b5b5b5b5", None),
-    store.Intent("b6b6b6b6b6b6b6b6b6b6b6b6", ("f",), "digest-2", 1764600006.0, ONE, 120),
-    store.Sealed(),
+    records.Appended((Task("e", ["e"], stdin=b"line\n"), Task("f", ["f", ""]))),
+    records.TargetSeen(TWO, TARGET_TWO),
+    records.Intent("b4b4b4b4b4b4b4b4b4b4b4b4", ("e", "f"), "digest-2", 1764600004.0, TWO, 3600),
+    records.Receipt("b4b4b4b4b4b4b4b4b4b4b4b4", 4_000_000),
+    records.Intent("b5b5b5b5b5b5b5b5b5b5b5b5", ("e",), "digest-2", 1764600005.0, TWO),
+    records.Resolved("b5b5b5b5b5b5b5b5b5b5b5b5", None),
+    records.Intent("b6b6b6b6b6b6b6b6b6b6b6b6", ("f",), "digest-2", 1764600006.0, ONE, 120),
+    records.Sealed(),
 ]
 """The journal's tail after the snapshot: every single-record kind, the last intent pending."""
 
@@ -84,7 +85,7 @@ time_limit = "00:05:00"
 def write_campaign(path: Path) -> None:
     with store.writing(path, create=True) as writer:
         first, *rest = BEFORE_COMPACTION
-        assert isinstance(first, store.Created)
+        assert isinstance(first, records.Created)
         writer.initialize(first)
         for change in rest:
             writer.add(change)

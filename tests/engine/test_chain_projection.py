@@ -20,6 +20,7 @@ from servatus.evidence import (
     observe,
 )
 from servatus.ids import JOB_NAME_PREFIX
+from servatus.journal.records import ChainLink
 from servatus.settlement import settle
 from servatus.status import (
     Execution,
@@ -34,7 +35,6 @@ from servatus.status import (
     report_to_document,
     slot_run_time,
 )
-from servatus.store import ChainLink
 from testkit import without_evidence_notes
 
 START, END, STOP, LIMIT, HANDOFF = (

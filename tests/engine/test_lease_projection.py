@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from servatus.errors import ConfigurationError, PlanRefused
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX
+from servatus.journal.records import ChainLink, Intent, LeaseTerms, Settlement
 from servatus.lease import current_link, lease_links
 from servatus.plan import Hold, Request, decide
 from servatus.settlement import settle
@@ -25,7 +26,6 @@ from servatus.status import (
     project,
     report_to_document,
 )
-from servatus.store import ChainLink, Intent, LeaseTerms, Settlement
 from testkit import without_evidence_notes
 
 LEASE = "a" * 24
@@ -310,17 +310,17 @@ def test_no_current_link_without_a_listing() -> None:
 
 
 def test_a_settlement_keeps_the_claims_verdict_in_the_journal() -> None:
-    from servatus import store
+    from servatus.journal import codec, records
 
     kept = tuple(
         Settlement(f"{index:024x}", JOB, 1.0, None, None, (None,), (), claim)
         for index, claim in enumerate((True, False, None))
     )
-    assert store.decode(store.encode(store.Settled(kept))) == store.Settled(kept)
-    plain = store.Settled((Settlement(STEP, JOB, 1.0, None, None, (None,)),))
-    assert b"claim" not in store.encode(plain)  # a journal without steps reads as before
+    assert codec.decode(codec.encode(records.Settled(kept))) == records.Settled(kept)
+    plain = records.Settled((Settlement(STEP, JOB, 1.0, None, None, (None,)),))
+    assert b"claim" not in codec.encode(plain)  # a journal without steps reads as before
     with pytest.raises((TypeError, ValueError)):
-        store.decode(store.encode(store.Settled(kept)).replace(b"true", b"1"))
+        codec.decode(codec.encode(records.Settled(kept)).replace(b"true", b"1"))
 
 
 def test_status_shows_the_specs_lease_example_literally() -> None:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from servatus import store
 from servatus.cli import json_text, main
 from servatus.config import Profile, Resources, Target
 from servatus.continuation import Continuation
 from servatus.errors import StalePlan
+from servatus.journal import store
 from servatus.plan import (
     PLAN_SCHEMA,
     Hold,

@@ -21,8 +21,8 @@ from reportkit import (
     lease_state,
     task,
 )
-from servatus import store
 from servatus.evidence import Observation, SlotEnd
+from servatus.journal import folding, records
 from servatus.report import (
     Span,
     build,
@@ -64,17 +64,17 @@ def test_lease_steps_are_drawn_within_their_lease_with_its_idle_slot_time() -> N
 
 def test_a_lease_reads_from_its_settlement_before_status_projects_leases() -> None:
     state = lease_state()
-    settled = store.Settlement(LEASE, 41, T + 100, T + 1100, T + 1000, ())
-    state = store.fold([*fold_records(state), store.Settled((settled,))])
+    settled = records.Settlement(LEASE, 41, T + 100, T + 1100, T + 1000, ())
+    state = folding.fold([*fold_records(state), records.Settled((settled,))])
     data = build(state, lease_report(lease_attempt=False), now=T + 2000)
     (lease,) = data.leases
     assert [s.span for s in lease.segments] == [Span.QUEUED, Span.RUNNING]
     assert lease.held_slot_hours == pytest.approx(2 * 1000 / 3600)
 
 
-def fold_records(state: store.CampaignState) -> list[object]:
+def fold_records(state: records.CampaignState) -> list[object]:
     return [
-        store.Created(state.campaign_id, state.created_at, state.sealed, state.tasks),
+        records.Created(state.campaign_id, state.created_at, state.sealed, state.tasks),
         *state.targets, *state.intents, *state.receipts, *state.resolutions,
     ]  # fmt: skip
 
@@ -98,19 +98,19 @@ def test_a_lease_still_queued_and_one_lost_read_as_what_they_are() -> None:
     ]  # fmt: skip
 
 
-def chain_state() -> store.CampaignState:
-    slot = store.TaskResources(2, 1024, 1)
-    return store.fold(
+def chain_state() -> records.CampaignState:
+    slot = records.TaskResources(2, 1024, 1)
+    return folding.fold(
         [
-            store.Created("c2", T, False, (Task("a", ["x"]), Task("u", ["y"]), Task("o", ["z"]))),
-            store.TargetSeen(LOCAL, '{"host":null}'),
-            store.Intent(LINK1, ("a",), "d", T, LOCAL, 600, link_of(1, ""), resources=slot),
-            store.Receipt(LINK1, 7),
-            store.Intent(LINK2, ("a",), "d", T, LOCAL, 600, link_of(2, LINK1), resources=slot),
-            store.Receipt(LINK2, 8),
-            store.Intent(PLAIN, ("u",), "d", T + 5, LOCAL, 600),
-            store.Intent("0d" * 12, ("o",), "d", T + 5, LOCAL, 600),
-            store.Receipt("0d" * 12, 9),
+            records.Created("c2", T, False, (Task("a", ["x"]), Task("u", ["y"]), Task("o", ["z"]))),
+            records.TargetSeen(LOCAL, '{"host":null}'),
+            records.Intent(LINK1, ("a",), "d", T, LOCAL, 600, link_of(1, ""), resources=slot),
+            records.Receipt(LINK1, 7),
+            records.Intent(LINK2, ("a",), "d", T, LOCAL, 600, link_of(2, LINK1), resources=slot),
+            records.Receipt(LINK2, 8),
+            records.Intent(PLAIN, ("u",), "d", T + 5, LOCAL, 600),
+            records.Intent("0d" * 12, ("o",), "d", T + 5, LOCAL, 600),
+            records.Receipt("0d" * 12, 9),
         ]
     )  # fmt: skip
 
@@ -157,8 +157,8 @@ def test_chain_links_are_numbered_and_unresolved_and_unobserved_spans_drawn_as_s
     assert data.summary.run_time.count == 1  # the running link's time is still growing
 
 
-def link_of(position: int, after: str) -> store.ChainLink:
-    return store.ChainLink(position, 2, after, (2,), 900)
+def link_of(position: int, after: str) -> records.ChainLink:
+    return records.ChainLink(position, 2, after, (2,), 900)
 
 
 def test_occupancy_caps_at_the_slots_and_clips_to_the_lease() -> None:
@@ -182,15 +182,15 @@ def test_a_distribution_of_nothing_and_of_values() -> None:
 
 
 def test_a_lease_without_a_receipt_is_unresolved_and_one_never_submitted_draws_nothing() -> None:
-    records = [r for r in fold_records(lease_state()) if not isinstance(r, store.Receipt)]
-    pending = build(store.fold(records), Report((), (), (), True), now=T + 50).leases[0]
+    history = [r for r in fold_records(lease_state()) if not isinstance(r, records.Receipt)]
+    pending = build(folding.fold(history), Report((), (), (), True), now=T + 50).leases[0]
     assert [(s.span, s.open) for s in pending.segments] == [(Span.UNRESOLVED, True)]
     projected = Report((), (attempt(LEASE, None, None, Execution.UNRESOLVED, None),), (), True)
     assert [s.span for s in build(lease_state(), projected, now=T).leases[0].segments] == [
         Span.UNRESOLVED
     ]
     never = build(
-        store.fold([*records, store.Resolved(LEASE, None)]), Report((), (), (), True), now=T
+        folding.fold([*history, records.Resolved(LEASE, None)]), Report((), (), (), True), now=T
     ).leases[0]
     assert (never.segments, never.held_slot_hours) == ((), 0)
 
@@ -211,7 +211,7 @@ def test_a_later_chain_link_is_queued_from_the_end_of_the_link_before_it() -> No
     )  # fmt: skip
     tasks = (task("a", Execution.SUCCEEDED, LINK2, 8, exit_code=0, run_time=RunTime(680),
                   link=TaskLink(2, 2, 900)),)  # fmt: skip
-    state = store.fold([r for r in fold_records(chain_state()) if _of_chain(r)])
+    state = folding.fold([r for r in fold_records(chain_state()) if _of_chain(r)])
     data = build(state, Report(tasks, attempts, (), True), now=T + 720)
     (lane,) = data.lanes
     assert [(s.span, s.link, s.start, s.end) for s in lane.segments] == [
@@ -229,24 +229,24 @@ def _of_chain(record: object) -> bool:
     return allocation is None or allocation in (LINK1, LINK2)
 
 
-def lease_link(position: int, after: str) -> store.ChainLink:
-    return store.ChainLink(position, 2, after, (), 0)
+def lease_link(position: int, after: str) -> records.ChainLink:
+    return records.ChainLink(position, 2, after, (), 0)
 
 
 def test_a_lease_s_later_link_is_queued_from_the_end_of_the_link_before_it() -> None:
     second = "1f" * 12
-    state = store.fold(
+    state = folding.fold(
         [
-            store.Created("c3", T, False, ()),
-            store.TargetSeen(LOCAL, '{"host":null}'),
-            store.Intent(LEASE, (), "d", T, LOCAL, 600, lease_link(1, ""), lease=TERMS),
-            store.Receipt(LEASE, 41),
-            store.Intent(second, (), "d", T, LOCAL, 600, lease_link(2, LEASE), lease=TERMS),
-            store.Receipt(second, 42),
-            store.Settled(
+            records.Created("c3", T, False, ()),
+            records.TargetSeen(LOCAL, '{"host":null}'),
+            records.Intent(LEASE, (), "d", T, LOCAL, 600, lease_link(1, ""), lease=TERMS),
+            records.Receipt(LEASE, 41),
+            records.Intent(second, (), "d", T, LOCAL, 600, lease_link(2, LEASE), lease=TERMS),
+            records.Receipt(second, 42),
+            records.Settled(
                 (
-                    store.Settlement(LEASE, 41, T + 100, T + 700, None, ()),
-                    store.Settlement(second, 42, T + 720, T + 900, None, ()),
+                    records.Settlement(LEASE, 41, T + 100, T + 700, None, ()),
+                    records.Settlement(second, 42, T + 720, T + 900, None, ()),
                 )
             ),
         ]

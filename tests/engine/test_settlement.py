@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX
+from servatus.journal.records import Settlement
 from servatus.settlement import settle
 from servatus.status import (
     Execution,
@@ -20,7 +21,6 @@ from servatus.status import (
     project,
     report_to_document,
 )
-from servatus.store import Settlement
 from testkit import without_evidence_notes
 
 ALLOCATIONS = tuple(f"{index:02d}" * 12 for index in range(6))

@@ -8,8 +8,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.config import Profile, target_identity
+from servatus.journal import records, store
 from servatus.testing import FakeScheduler
 
 SBATCH = ["/usr/bin/sbatch", "--parsable"]
@@ -111,9 +112,9 @@ def chain_campaign(
                     break
                 allocation_id = link_id(number, position)
                 after = link_id(number, position - 1) if position > 1 else ""
-                link = store.ChainLink(position, links, after, tuple(own), budget)
+                link = records.ChainLink(position, links, after, tuple(own), budget)
                 writer.add(
-                    store.Intent(
+                    records.Intent(
                         allocation_id, chain_keys, "digest", time.time(), target, 300, link
                     )
                 )
@@ -127,7 +128,7 @@ def chain_campaign(
                     later=[link_id(number, later) for later in range(position + 1, links + 1)],
                 )
                 job = sbatch(fake, script, mine[-1] if mine else None)
-                writer.add(store.Receipt(allocation_id, job))
+                writer.add(records.Receipt(allocation_id, job))
                 mine.append(job)
                 sent += 1
             jobs.append(mine)

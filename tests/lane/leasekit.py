@@ -15,15 +15,17 @@ from pathlib import Path
 
 import attrs
 
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.config import Target, target_identity
+from servatus.ids import target_key
+from servatus.journal import records, store
 from servatus.lease import STOP_SCRIPT, WITHDRAW_SCRIPT, claim_name, orders_directory
 from servatus.testing import FakeScheduler
 from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
 from servatus_slurm.transport import LocalTransport
 from testkit import make_target
 
-TERMS = store.LeaseTerms("cpu", 2, 1, 500, 0, 60)
+TERMS = records.LeaseTerms("cpu", 2, 1, 500, 0, 60)
 LIMIT = 600
 TAKE = (
     'ln "$1" "$2" 2>/dev/null; case $(wc -c <"$2" 2>/dev/null) in'
@@ -73,22 +75,22 @@ class LeaseCampaign:
 
     @property
     def key(self) -> str:
-        return store.target_key(target_identity(self.target))
+        return target_key(target_identity(self.target))
 
     def orders(self, lease: str) -> Path:
         return Path(self.target.log_root) / orders_directory(lease)
 
     def lease(self, lease: str, *, after: str | None = None, of: int = 1, position: int = 1) -> int:
         """Record a lease link (intent and receipt), queue its fake job, make its directory."""
-        chain = store.ChainLink(position, of, after or "", (), 0) if of > 1 else None
+        chain = records.ChainLink(position, of, after or "", (), 0) if of > 1 else None
         script = f"#!/bin/sh\n#SBATCH --job-name=servatus-{lease}\n#SBATCH --ntasks=2\n"
         result = self.fake.run([f"{self.target.slurm_bin}/sbatch"], stdin=script.encode())
         job = int(result.stdout)
         self.jobs[lease] = job
         with store.writing(self.campaign.path) as writer:
             key = writer.target(target_identity(self.target))
-            writer.add(store.Intent(lease, (), "d", 1.0, key, LIMIT, chain, TERMS))
-            writer.add(store.Receipt(lease, job))
+            writer.add(records.Intent(lease, (), "d", 1.0, key, LIMIT, chain, TERMS))
+            writer.add(records.Receipt(lease, job))
         directory = self.orders(lease)
         directory.mkdir(mode=0o700)
         directory.chmod(0o700)
@@ -101,9 +103,9 @@ class LeaseCampaign:
         receipt) and offer its order. Now, so that no 15-minute rule decides it."""
         at = time.time() if at is None else at
         with store.writing(self.campaign.path) as writer:
-            writer.add(store.Intent(step, (key,), "e", at, self.key, LIMIT, within=lease))
+            writer.add(records.Intent(step, (key,), "e", at, self.key, LIMIT, within=lease))
             if receipt:
-                writer.add(store.Receipt(step, self.jobs[lease]))
+                writer.add(records.Receipt(step, self.jobs[lease]))
         order = self.orders(lease) / step
         order.write_text(f"# servatus.order/1 {step} lease={lease} slot=1/500/0\n:\n")
         order.chmod(0o600)

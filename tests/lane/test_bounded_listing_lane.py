@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.config import Profile
+from servatus.journal import store
 from servatus.settlement import MARGIN
 from servatus.status import Execution
 from servatus.testing import FakeScheduler

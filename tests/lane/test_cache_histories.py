@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from test_plan_cache import BUDGETED, cacheless, config, normal, whole
 from test_status_cache import MODES, cache_files, loads, uncached
 
-from servatus import store
 from servatus.errors import Unavailable
+from servatus.journal import store
 from servatus.testing import FakeJob, FakeScheduler
 from testkit import run
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from chainkit import chain_campaign, link_id, link_script, sbatch
 
-from servatus import Campaign, store
+from servatus import Campaign
 from servatus.config import Profile, target_identity
 from servatus.errors import ConfigurationError, StateWarning, Unavailable
+from servatus.journal import records, store
 from servatus.status import Execution, RunTime, StopReason, TaskLink, TaskStatus
 from servatus.tasks import Task
 from servatus.testing import FakeScheduler
@@ -249,8 +250,8 @@ def test_reconcile_resolves_an_interrupted_chains_link_and_submits_nothing(
     )
     with store.writing(campaign.path) as writer:
         target = writer.target(target_identity(profile.target))
-        link = store.ChainLink(2, 3, link_id(1, 1), (3,), 0)
-        writer.add(store.Intent(link_id(1, 2), ("k0",), "d", time.time(), target, 300, link))
+        link = records.ChainLink(2, 3, link_id(1, 1), (3,), 0)
+        writer.add(records.Intent(link_id(1, 2), ("k0",), "d", time.time(), target, 300, link))
     fake.lose_answer("sbatch")
     script = link_script(link_id(1, 2), 1, position=2, of=3, after=link_id(1, 1), task_links=[3])
     with pytest.raises(Unavailable):

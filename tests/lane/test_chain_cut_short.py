@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from test_cli_budget import Clock, create, project
 
-from servatus import store
+from servatus.journal import store
 from servatus.testing import FakeScheduler
 from testkit import run
 

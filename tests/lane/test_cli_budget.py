@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from servatus import store
 from servatus.campaign import Campaign
+from servatus.journal import store
+from servatus.journal.records import ChainLink
 from servatus.plugins import Hooks
 from servatus.script import ScriptSpec
-from servatus.store import ChainLink
 from servatus.tasks import read_jsonl
 from servatus.testing import FakeScheduler
 from testkit import run

@@ -15,9 +15,9 @@ from typing import Any
 import click
 import pytest
 
-from servatus import store
 from servatus.cli import cli, main
 from servatus.errors import Unavailable
+from servatus.journal import records, store
 from servatus.reconcile import RECONCILE_AFTER
 from servatus.testing import FakeJob, FakeScheduler
 from testkit import run, write_tasks
@@ -434,7 +434,7 @@ def test_a_reconcile_that_cannot_record_them_all_prints_what_it_recorded(
     add = store.Writer.add
 
     def full_on_the_second(writer: store.Writer, change: object) -> None:
-        if isinstance(change, store.Resolved) and change.job == 1001:
+        if isinstance(change, records.Resolved) and change.job == 1001:
             raise Unavailable("no space left on device")
         add(writer, change)
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from test_lease_steps import leased, project, write
 
-from servatus import Campaign, store
+from servatus import Campaign
 from servatus.continuation import Continuation
+from servatus.journal import store
 from servatus.testing import FakeScheduler
 from testkit import run
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servatus import Campaign, store
+from servatus import Campaign
 from servatus.config import target_identity
 from servatus.evidence import MarkerKind
+from servatus.journal import records, store
 from servatus.status import Execution, StopReason
 from servatus.tasks import Task
 from servatus.testing import FakeScheduler
@@ -17,7 +18,7 @@ from testkit import make_target
 
 LEASE = "1e1e1e1e1e1e1e1e1e1e1e1e"
 STEP = "5e5e5e5e5e5e5e5e5e5e5e5e"
-TERMS = store.LeaseTerms("l40s", 2, 1, 1024, 0, 60)
+TERMS = records.LeaseTerms("l40s", 2, 1, 1024, 0, 60)
 
 
 def leased(tmp_path: Path, fake: FakeScheduler) -> tuple[Campaign, int]:
@@ -27,10 +28,10 @@ def leased(tmp_path: Path, fake: FakeScheduler) -> tuple[Campaign, int]:
     job = 41234
     with store.writing(campaign.path) as writer:
         key = writer.target(target_identity(target))
-        writer.commit(store.Intent(LEASE, (), "d", 2.0, key, 3600, lease=TERMS))
-        writer.commit(store.Receipt(LEASE, job))
-        writer.commit(store.Intent(STEP, ("a",), "e", 3.0, key, 3600, within=LEASE))
-        writer.commit(store.Receipt(STEP, job))
+        writer.commit(records.Intent(LEASE, (), "d", 2.0, key, 3600, lease=TERMS))
+        writer.commit(records.Receipt(LEASE, job))
+        writer.commit(records.Intent(STEP, ("a",), "e", 3.0, key, 3600, within=LEASE))
+        writer.commit(records.Receipt(STEP, job))
     return campaign, job
 
 

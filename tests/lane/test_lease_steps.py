@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from test_cli_budget import L40S
 
-from servatus import Campaign, Profile, Task, store
+from servatus import Campaign, Profile, Task
+from servatus.journal import store
 from servatus.status import StopReason
 from servatus.testing import FakeScheduler
 from testkit import run

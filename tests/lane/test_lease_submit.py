@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_cli_budget import L40S, create
 
-from servatus import store
-from servatus.store import ChainLink, LeaseTerms
+from servatus.journal import store
+from servatus.journal.records import ChainLink, LeaseTerms
 from servatus.testing import FakeScheduler
 from testkit import run
 

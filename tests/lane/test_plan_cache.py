@@ -14,8 +14,9 @@ from typing import NamedTuple
 import pytest
 from test_status_cache import assert_cached_same, cache_files, loads, mixed_sweep, sweep
 
-from servatus import Campaign, Task, status_cache, store
+from servatus import Campaign, Task, status_cache
 from servatus.config import Profile
+from servatus.journal import store
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE, run
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from chainkit import chain_campaign, link_id, link_script, sbatch
 
-from servatus import store
 from servatus.config import Profile, target_identity
 from servatus.errors import StateWarning
+from servatus.journal import records, store
 from servatus.reconcile import (
     RECONCILE_AFTER,
     Resolution,
@@ -37,8 +37,8 @@ def test_a_link_reconcile_records_as_never_submitted_never_runs_if_it_arrives_la
     )
     with store.writing(campaign.path) as writer:  # link 2's intent; its sbatch never answered
         target = writer.target(target_identity(profile.target))
-        link = store.ChainLink(2, 2, link_id(1, 1), (2,), 0)
-        writer.add(store.Intent(link_id(1, 2), ("k",), "digest", T0, target, 300, link))
+        link = records.ChainLink(2, 2, link_id(1, 1), (2,), 0)
+        writer.add(records.Intent(link_id(1, 2), ("k",), "digest", T0, target, 300, link))
     fake.finish(first, 75)
     handoff = f"servatus-{link_id(1, 1)}.{first}"
     assert f"{handoff}.handoff.0" in fake.markers

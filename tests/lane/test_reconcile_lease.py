@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from leasekit import LIMIT, TERMS, LeaseCampaign, ident, lease_campaign
 
-from servatus import store
 from servatus.cli import main
 from servatus.config import target_identity
+from servatus.journal import records, store
 from servatus.reconcile import RECONCILE_AFTER
 
 LEASE = ident(0xA1)
@@ -120,7 +120,7 @@ def test_a_lease_links_own_intent_reconciles_by_its_job_name_and_its_steps_follo
     lc.jobs[LEASE] = job
     with store.writing(lc.campaign.path) as writer:
         key = writer.target(target_identity(lc.target))
-        writer.add(store.Intent(LEASE, (), "d", time.time(), key, LIMIT, None, TERMS))
+        writer.add(records.Intent(LEASE, (), "d", time.time(), key, LIMIT, None, TERMS))
     orders = lc.orders(LEASE)
     orders.mkdir(mode=0o700)
     orders.chmod(0o700)

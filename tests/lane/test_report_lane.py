@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from reportkit import T, lease_report, lease_state
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.config import Profile
+from servatus.journal import records, store
 from servatus.report import build, disagreements, report_to_document
 from servatus.report_html import render
 from servatus.testing import FakeScheduler
@@ -46,7 +47,7 @@ def test_submit_records_each_tasks_resources_with_its_intent(
     fake = FakeScheduler()
     campaign = Campaign.ensure(tmp_path / "state", tasks(3), connect=fake)
     campaign.submit(campaign.plan(profile))
-    asked = store.TaskResources(1, 500, 0)
+    asked = records.TaskResources(1, 500, 0)
     assert [intent.resources for intent in store.read(campaign.path).intents] == [asked, asked]
 
 

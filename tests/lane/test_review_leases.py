@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_lease_steps import leased, project, write
 
-from servatus import store
+from servatus.journal import store
 from servatus.testing import FakeScheduler
 from testkit import run
 

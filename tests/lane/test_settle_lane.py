@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.cli import main
 from servatus.config import Profile
 from servatus.errors import Unavailable
+from servatus.journal import records, store
 from servatus.status import Execution, StopReason
 from servatus.testing import FakeScheduler
 
@@ -149,7 +150,7 @@ def test_a_record_that_fails_is_one_warning_and_the_answer_stands(
     other, _ = finished_sweep(tmp_path / "again", profile)
     fake = other.connect  # type: ignore[assignment]
 
-    def no_space(self: store.Writer, change: store.Settled) -> int:
+    def no_space(self: store.Writer, change: records.Settled) -> int:
         raise Unavailable("cannot write: No space left on device")
 
     monkeypatch.setattr(store.Writer, "settle", no_space)

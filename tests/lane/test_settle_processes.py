@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fake_bin import make_fake_bin, submitted
 
-from servatus import store
+from servatus.journal import store
 from testkit import count_calls
 
 CRASH_SYSCALLS = (
@@ -33,7 +33,7 @@ CRASH_SYSCALLS = (
 WORKER = textwrap.dedent(
     """
     import sys
-    from servatus import store
+    from servatus.journal import store
     from servatus.cli import main
 
     state, compact = sys.argv[1:3]

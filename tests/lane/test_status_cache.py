@@ -15,8 +15,9 @@ import pytest
 from chainkit import chain_campaign
 from test_lease_steps import CONTAINED, leased, write
 
-from servatus import Campaign, Task, status_cache, store
+from servatus import Campaign, Task, status_cache
 from servatus.config import Profile
+from servatus.journal import codec, folding, records, store
 from servatus.testing import FakeScheduler
 from testkit import run
 
@@ -30,13 +31,13 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     monkeypatch.setattr(status_cache, "MIN_CACHED", 1)
     monkeypatch.setattr(status_cache, "MIN_SHARE", 0.0)
     counted: list[int] = []
-    whole = store.load
+    whole = codec.fold_journal
 
-    def load(data: bytes, name: str) -> tuple[store.Fold, store.Scan]:
+    def load(data: bytes, name: str) -> tuple[folding.Fold, codec.Scan]:
         counted.append(len(data))
         return whole(data, name)
 
-    monkeypatch.setattr(store, "load", load)
+    monkeypatch.setattr(codec, "fold_journal", load)
     yield counted
 
 
@@ -138,7 +139,7 @@ def test_what_settles_after_the_cache_is_recorded_and_shown(
     assert len(after.settlements) == len(before.settlements) + 1
     assert before.intents[2].allocation_id in settled
     journal = (state / store.JOURNAL).read_bytes()
-    assert len(store.scan(journal, "journal").payloads) > 1
+    assert len(codec.scan(journal, "journal").payloads) > 1
     # the record was appended to the journal the cache covers, not written as a compaction
     assert uncached(state, fake, capsys, []) == (code, out, err)
     assert_cached_same(state, fake, capsys, loads)
@@ -326,9 +327,9 @@ def test_a_journal_the_whole_fold_refuses_is_refused_with_a_cache(
     assert run(["status", str(state)], fake, capsys)[0] == 0
     recorded = store.read(state)
     cached = recorded.intents[0]  # t0 and t1's: settled
-    again = store.Intent(cached.allocation_id, ("t9",), "d", time.time(), cached.target)
+    again = records.Intent(cached.allocation_id, ("t9",), "d", time.time(), cached.target)
     with open(state / store.JOURNAL, "ab") as journal:
-        journal.write(store.frame(store.encode(again)))
+        journal.write(codec.frame(codec.encode(again)))
     code, out, err = run(["status", str(state)], fake, capsys)
     assert (code, out) == (1, "") and "already has an intent" in err
     assert uncached(state, fake, capsys, []) == (code, out, err)
@@ -342,20 +343,20 @@ def test_a_chain_link_after_no_recorded_allocation_is_never_cached(
     campaign, fake = mixed_sweep(tmp_path, profile)
     state = campaign.path
     target = store.read(state).intents[0].target
-    link = store.ChainLink(2, 2, "cd" * 12, (2,), 0)
+    link = records.ChainLink(2, 2, "cd" * 12, (2,), 0)
     with store.writing(state) as writer:
-        writer.add(store.Intent("ab" * 12, ("t9",), "d", time.time(), target, 300, link))
+        writer.add(records.Intent("ab" * 12, ("t9",), "d", time.time(), target, 300, link))
     assert_cached_same(state, fake, capsys, loads)
 
 
 def rewritten(data: bytes, old: bytes, new: bytes) -> bytes:
     """The journal ``data`` with the first record holding ``old`` holding ``new`` instead (as
     long), each record framed and checksummed anew: a valid journal of the same length."""
-    payloads = store.scan(data, "journal").payloads
-    assert store.MAGIC + b"".join(map(store.frame, payloads)) == data
+    payloads = codec.scan(data, "journal").payloads
+    assert codec.MAGIC + b"".join(map(codec.frame, payloads)) == data
     at = next(i for i, payload in enumerate(payloads) if old in payload)
     changed = [*payloads[:at], payloads[at].replace(old, new, 1), *payloads[at + 1 :]]
-    out = store.MAGIC + b"".join(map(store.frame, changed))
+    out = codec.MAGIC + b"".join(map(codec.frame, changed))
     assert len(out) == len(data) and out != data
     return out
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from test_settle_processes import CRASH_SYSCALLS, make_sweep
 
-from servatus import status_cache, store
+from servatus import status_cache
+from servatus.journal import store
 from testkit import count_calls
 
 WORKER = textwrap.dedent(

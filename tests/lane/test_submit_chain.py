@@ -10,10 +10,11 @@ from typing import Any
 import attrs
 import pytest
 
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.config import Profile
 from servatus.continuation import Link
 from servatus.errors import ConfigurationError, ShapeRejected
+from servatus.journal import store
 from servatus.plan import Allocation, earlier_links, later_links
 from servatus.submission import script_problem, script_room, script_spec, submit_allocations
 from servatus.testing import FakeScheduler

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.config import Profile
 from servatus.errors import SubmissionInterrupted
 from servatus.evidence import MAX_JOB
+from servatus.journal import store
 from servatus.testing import FakeScheduler
 
 _TAG = re.compile(rb'"type":"(\w+)"')

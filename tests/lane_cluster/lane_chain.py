@@ -14,9 +14,10 @@ import json
 import secrets
 import sys
 
-from servatus import Campaign, Task, store
+from servatus import Campaign, Task
 from servatus.config import Profile, target_identity
 from servatus.continuation import Link
+from servatus.journal import store
 from servatus.plan import Allocation
 from servatus.submission import submit_allocations
 

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from lane_helpers import OUTSIDE_PYTHON, Lane, allocation_ids, wait_until
 
-from servatus import store
+from servatus.journal import store
 
 pytestmark = pytest.mark.cluster
 
 
 _SETTLED = (
     "import json, sys\n"
-    "from servatus import store\n"
+    "from servatus.journal import store\n"
     "print(json.dumps([item.allocation_id for item in store.read(sys.argv[1]).settlements]))\n"
 )
 
@@ -47,19 +47,20 @@ def delete_markers(lane: Lane, allocation_ids: set[str]) -> int:
 _CACHED_STATUS = textwrap.dedent(
     """
     import sys
-    from servatus import status_cache, store
+    from servatus import status_cache
+    from servatus.journal import codec
     from servatus.cli import main
 
     status_cache.MIN_CACHED = 1  # a cache of any size: this sweep has three Tasks
     status_cache.MIN_SHARE = 0.0
     folds = []
-    whole = store.load
+    whole = codec.fold_journal
 
     def load(data, name):
         folds.append(name)
         return whole(data, name)
 
-    store.load = load
+    codec.fold_journal = load
     code = main(sys.argv[1:])
     print(f"folds={len(folds)}", file=sys.stderr)
     sys.exit(code)

@@ -9,25 +9,25 @@ from typing import Any
 import attrs
 import pytest
 
-from servatus import store
 from servatus.evidence import SlotEnd
+from servatus.journal import codec, folding, records
 from servatus.tasks import Task
 
 LOCAL = "0088816cc32dee54"
 FIRST, SECOND = "c1c1c1c1c1c1c1c1c1c1c1c1", "c2c2c2c2c2c2c2c2c2c2c2c2"
 
 
-def chained_state() -> store.CampaignState:
-    return store.fold(
+def chained_state() -> records.CampaignState:
+    return folding.fold(
         [
-            store.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
-            store.TargetSeen(LOCAL, '{"host":null}'),
-            store.Intent("a" * 24, ("a",), "digest", 2.0, LOCAL, time_limit=60),
-            store.Intent(
-                FIRST, ("a", "b"), "d", 3.0, LOCAL, 120, store.ChainLink(1, 2, "", (2, 1), 600)
+            records.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
+            records.TargetSeen(LOCAL, '{"host":null}'),
+            records.Intent("a" * 24, ("a",), "digest", 2.0, LOCAL, time_limit=60),
+            records.Intent(
+                FIRST, ("a", "b"), "d", 3.0, LOCAL, 120, records.ChainLink(1, 2, "", (2, 1), 600)
             ),
-            store.Intent(
-                SECOND, ("a", "b"), "d", 3.0, LOCAL, 60, store.ChainLink(2, 2, FIRST, (2, 1), 600)
+            records.Intent(
+                SECOND, ("a", "b"), "d", 3.0, LOCAL, 60, records.ChainLink(2, 2, FIRST, (2, 1), 600)
             ),
         ]
     )
@@ -35,14 +35,14 @@ def chained_state() -> store.CampaignState:
 
 def test_a_snapshot_keeps_each_link_and_no_link_for_a_plain_allocation() -> None:
     state = chained_state()
-    document = json.loads(store.encode(store.Snapshot(state)))
+    document = json.loads(codec.encode(records.Snapshot(state)))
     assert document["state"]["intents"]["chain"] == [
         None,
         [1, 2, "", [2, 1], 600],
         [2, 2, FIRST, [2, 1], 600],
     ]
-    back = store.decode(json.dumps(document).encode())
-    assert isinstance(back, store.Snapshot)
+    back = codec.decode(json.dumps(document).encode())
+    assert isinstance(back, records.Snapshot)
     assert back.state.intents == state.intents
 
 
@@ -54,34 +54,34 @@ def test_a_link_stopping_short_of_its_budget_keeps_its_slots_and_others_write_no
     )
     intents = (*state.intents[:2], short)
     with_short = attrs.evolve(state, intents=intents)
-    document = json.loads(store.encode(store.Snapshot(with_short)))
+    document = json.loads(codec.encode(records.Snapshot(with_short)))
     assert document["state"]["intents"]["chain"][1:] == [
         [1, 2, "", [2, 1], 600],  # five items, as every link before short existed
         [2, 2, FIRST, [2, 1], 600, [1]],
     ]
-    back = store.decode(json.dumps(document).encode())
-    assert isinstance(back, store.Snapshot) and back.state.intents == intents
-    assert store.decode(store.encode(short)) == short
+    back = codec.decode(json.dumps(document).encode())
+    assert isinstance(back, records.Snapshot) and back.state.intents == intents
+    assert codec.decode(codec.encode(short)) == short
     link = short.chain
     assert link is not None and (link.spends(0), link.spends(1)) == (True, False)
     assert (link.links_of(0), link.links_of(1), link.links_of(5)) == (2, 1, 2)
 
 
 def test_a_campaign_without_chains_writes_no_chain_column() -> None:
-    plain = store.fold(
+    plain = folding.fold(
         [
-            store.Created("c1", 1.5, False, (Task("a", ["x"]),)),
-            store.TargetSeen(LOCAL, '{"host":null}'),
-            store.Intent("a" * 24, ("a",), "digest", 2.0, LOCAL, time_limit=60),
+            records.Created("c1", 1.5, False, (Task("a", ["x"]),)),
+            records.TargetSeen(LOCAL, '{"host":null}'),
+            records.Intent("a" * 24, ("a",), "digest", 2.0, LOCAL, time_limit=60),
         ]
     )
-    document = json.loads(store.encode(store.Snapshot(plain)))
+    document = json.loads(codec.encode(records.Snapshot(plain)))
     assert "chain" not in document["state"]["intents"]
 
 
 def test_a_single_intent_record_round_trips_its_link() -> None:
     intent = chained_state().intents[2]
-    assert store.decode(store.encode(intent)) == intent
+    assert codec.decode(codec.encode(intent)) == intent
 
 
 @pytest.mark.parametrize(
@@ -109,31 +109,31 @@ def test_a_single_intent_record_round_trips_its_link() -> None:
     ],
 )
 def test_a_malformed_link_is_refused(chain: Any) -> None:
-    document = json.loads(store.encode(store.Snapshot(chained_state())))
+    document = json.loads(codec.encode(records.Snapshot(chained_state())))
     document["state"]["intents"]["chain"][1] = chain
     with pytest.raises(TypeError):
-        store.decode(json.dumps(document).encode())
-    record = json.loads(store.encode(chained_state().intents[1]))
+        codec.decode(json.dumps(document).encode())
+    record = json.loads(codec.encode(chained_state().intents[1]))
     record["chain"] = chain
     with pytest.raises(TypeError):
-        store.decode(json.dumps(record).encode())
+        codec.decode(json.dumps(record).encode())
 
 
 def test_a_chain_of_tasks_gives_every_slot_its_links() -> None:
-    records = chained_state_records()
-    bad = attrs.evolve(records[-1], chain=store.ChainLink(2, 2, FIRST, (), 600))
-    with pytest.raises(store.Rejected, match="different number of links"):
-        store.fold([*records[:-1], bad])
+    history = chained_state_records()
+    bad = attrs.evolve(history[-1], chain=records.ChainLink(2, 2, FIRST, (), 600))
+    with pytest.raises(folding.Rejected, match="different number of links"):
+        folding.fold([*history[:-1], bad])
 
 
-def settled_chain() -> store.CampaignState:
-    first = store.Settlement(FIRST, 11, 1.0, None, 5.0, (SlotEnd(75, 9.0), SlotEnd(0, 4.0)), (0,))
-    return store.fold(
+def settled_chain() -> records.CampaignState:
+    first = records.Settlement(FIRST, 11, 1.0, None, 5.0, (SlotEnd(75, 9.0), SlotEnd(0, 4.0)), (0,))
+    return folding.fold(
         [
             *chained_state_records(),
-            store.Receipt(FIRST, 11),
-            store.Receipt("a" * 24, 10),
-            store.Settled((first, store.Settlement("a" * 24, 10, None, None, None, (None,)))),
+            records.Receipt(FIRST, 11),
+            records.Receipt("a" * 24, 10),
+            records.Settled((first, records.Settlement("a" * 24, 10, None, None, None, (None,)))),
         ]
     )
 
@@ -141,22 +141,22 @@ def settled_chain() -> store.CampaignState:
 def chained_state_records() -> list[object]:
     state = chained_state()
     return [
-        store.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
-        store.TargetSeen(LOCAL, '{"host":null}'),
+        records.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
+        records.TargetSeen(LOCAL, '{"host":null}'),
         *state.intents,
     ]
 
 
 def test_a_settled_link_keeps_the_slots_it_handed_on() -> None:
     state = settled_chain()
-    document = json.loads(store.encode(store.Snapshot(state)))
+    document = json.loads(codec.encode(records.Snapshot(state)))
     assert document["state"]["settlements"]["handed"] == [[0], []]
-    back = store.decode(json.dumps(document).encode())
-    assert isinstance(back, store.Snapshot)
+    back = codec.decode(json.dumps(document).encode())
+    assert isinstance(back, records.Snapshot)
     assert back.state.settlements == state.settlements
     assert back.state.settlements[0].observation.handed == (0,)
-    record = store.Settled(state.settlements)
-    assert store.decode(store.encode(record)) == record
+    record = records.Settled(state.settlements)
+    assert codec.decode(codec.encode(record)) == record
 
 
 def test_settlements_without_handoffs_write_no_handed_column() -> None:
@@ -164,21 +164,23 @@ def test_settlements_without_handoffs_write_no_handed_column() -> None:
     plain = attrs.evolve(
         state, settlements=tuple(attrs.evolve(item, handed=()) for item in state.settlements)
     )
-    document = json.loads(store.encode(store.Snapshot(plain)))
+    document = json.loads(codec.encode(records.Snapshot(plain)))
     assert "handed" not in document["state"]["settlements"]
-    back = store.decode(json.dumps(document).encode())
-    assert isinstance(back, store.Snapshot) and back.state == plain
+    back = codec.decode(json.dumps(document).encode())
+    assert isinstance(back, records.Snapshot) and back.state == plain
 
 
 @pytest.mark.parametrize("handed", [[1, 0], [0, 0], [-1], [True], [0.0], "0", [[0]]])
 def test_a_malformed_handed_column_is_refused(handed: Any) -> None:
-    document = json.loads(store.encode(store.Snapshot(settled_chain())))
+    document = json.loads(codec.encode(records.Snapshot(settled_chain())))
     document["state"]["settlements"]["handed"][0] = handed
     with pytest.raises(TypeError):
-        store.decode(json.dumps(document).encode())
+        codec.decode(json.dumps(document).encode())
 
 
 def test_a_handoff_of_a_slot_the_allocation_lacks_is_refused() -> None:
-    bad = store.Settlement(FIRST, 11, 1.0, None, None, (None, None), (2,))
-    with pytest.raises(store.Rejected, match="hands on no slot"):
-        store.fold([*chained_state_records(), store.Receipt(FIRST, 11), store.Settled((bad,))])
+    bad = records.Settlement(FIRST, 11, 1.0, None, None, (None, None), (2,))
+    with pytest.raises(folding.Rejected, match="hands on no slot"):
+        folding.fold(
+            [*chained_state_records(), records.Receipt(FIRST, 11), records.Settled((bad,))]
+        )

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from store_helpers import make_tasks, run_servatus, write_jsonl
 
-from servatus import store
 from servatus.campaign import Campaign
 from servatus.cli import main
 from servatus.errors import CorruptState
+from servatus.journal import store
 from servatus.tasks import Task, read_jsonl
 
 
@@ -168,7 +168,7 @@ def test_bad_jsonl_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFix
 HOLDER = textwrap.dedent(
     """
     import sys
-    from servatus import store
+    from servatus.journal import store
     with store.writing(sys.argv[1]):
         print("locked", flush=True)
         sys.stdin.read()

@@ -21,7 +21,7 @@ import pytest
 from store_helpers import make_tasks, write_jsonl
 
 from servatus.campaign import create_state
-from servatus.store import scan
+from servatus.journal.codec import scan
 from servatus.tasks import Task
 
 TRIALS = 50
@@ -31,7 +31,7 @@ BATCH = 10000
 WRITER = textwrap.dedent(
     """
     import sys
-    from servatus import store
+    from servatus.journal import store
     from servatus.campaign import append_state
     from servatus.tasks import read_jsonl
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from store_helpers import make_tasks, run_servatus, write_jsonl
 
-from servatus import Campaign, store
+from servatus import Campaign
 from servatus.campaign import append_state, create_state
 from servatus.cli import main
 from servatus.config import Profile
 from servatus.errors import SubmissionInterrupted, Unavailable
+from servatus.journal import codec, records, store
 from servatus.status import Execution
 from servatus.tasks import Task
 from servatus.testing import FakeScheduler
@@ -79,14 +80,14 @@ def test_compaction_on_a_full_disk_keeps_the_durable_record(
     filler = fill(small_tmpfs, leave=3 * PAGE)  # room for appends, not for a 20 KB snapshot
     with store.writing(state) as writer:
         for index in range(40):
-            writer.add(store.Appended((Task(f"u-{index}", ["/bin/true"]),)))
+            writer.add(records.Appended((Task(f"u-{index}", ["/bin/true"]),)))
     assert sorted(p.name for p in state.iterdir()) == ["journal", "lock"]
-    assert records(state) == 41  # nothing compacted, nothing lost
+    assert record_count(state) == 41  # nothing compacted, nothing lost
     assert len(Campaign.open(state).tasks) == 340
 
     filler.unlink()
     append_state(state, [Task("v", ["/bin/true"])])
-    assert records(state) == 1  # the compaction that was due, once there is room
+    assert record_count(state) == 1  # the compaction that was due, once there is room
     assert len(Campaign.open(state).tasks) == 341
 
 
@@ -94,8 +95,8 @@ PAGE = 4096
 """tmpfs allocates whole pages: an append that fits in the last page's slack needs no space."""
 
 
-def records(state: Path) -> int:
-    return len(store.scan((state / "journal").read_bytes(), "journal").payloads)
+def record_count(state: Path) -> int:
+    return len(codec.scan((state / "journal").read_bytes(), "journal").payloads)
 
 
 class _Scheduler(FakeScheduler):

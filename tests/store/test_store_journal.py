@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_helpers import make_tasks
 
-from servatus import ids, store
+from servatus import ids
 from servatus.campaign import Campaign, append_state, create_state, ensure_state, seal_state
 from servatus.errors import (
     Busy,
@@ -23,37 +23,38 @@ from servatus.errors import (
     TaskConflict,
     UnsafeFilesystem,
 )
+from servatus.journal import codec, folding, records, store
 from servatus.tasks import Task
 
-LOCAL = store.target_key('{"host":null}')
+LOCAL = ids.target_key('{"host":null}')
 
 ALL_RECORDS = [
-    store.Created("c1", 1.5, False, (Task("a", ["x"], stdin=b"\0\xff", env={"A": "1"}),)),
-    store.Appended((Task("b", ["y", "é"]),)),
-    store.Sealed(),
-    store.TargetSeen(LOCAL, '{"host":null}'),
-    store.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=3600),
-    store.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
-    store.Resolved("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
-    store.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("a",), "digest", 3.0, LOCAL),
-    store.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
+    records.Created("c1", 1.5, False, (Task("a", ["x"], stdin=b"\0\xff", env={"A": "1"}),)),
+    records.Appended((Task("b", ["y", "é"]),)),
+    records.Sealed(),
+    records.TargetSeen(LOCAL, '{"host":null}'),
+    records.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=3600),
+    records.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
+    records.Resolved("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
+    records.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("a",), "digest", 3.0, LOCAL),
+    records.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
 ]
 
 
 @pytest.mark.parametrize("change", ALL_RECORDS, ids=lambda r: type(r).__name__)
 def test_every_record_round_trips(change: object) -> None:
-    assert store.decode(store.encode(change)) == change
+    assert codec.decode(codec.encode(change)) == change
 
 
 def test_snapshot_round_trips() -> None:
-    state = store.fold(ALL_RECORDS)
-    snapshot = store.Snapshot(state)
-    assert store.decode(store.encode(snapshot)) == snapshot
-    assert store.fold([snapshot]) == state
+    state = folding.fold(ALL_RECORDS)
+    snapshot = records.Snapshot(state)
+    assert codec.decode(codec.encode(snapshot)) == snapshot
+    assert folding.fold([snapshot]) == state
 
 
 def test_fold_is_the_state() -> None:
-    state = store.fold(ALL_RECORDS)
+    state = folding.fold(ALL_RECORDS)
     assert [task.key for task in state.tasks] == ["a", "b"]
     assert state.sealed and not state.appendable
     assert state.revision == len(ALL_RECORDS)
@@ -61,53 +62,53 @@ def test_fold_is_the_state() -> None:
         "a1a1a1a1a1a1a1a1a1a1a1a1",
         "a2a2a2a2a2a2a2a2a2a2a2a2",
     ]
-    assert state.receipts == (store.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),)
+    assert state.receipts == (records.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),)
     assert len(state.resolutions) == 2
-    stepwise = store.fold(ALL_RECORDS[:1])
+    stepwise = folding.fold(ALL_RECORDS[:1])
     for change in ALL_RECORDS[1:]:
-        stepwise = store.apply(stepwise, change)
+        stepwise = folding.apply(stepwise, change)
     assert stepwise == state
 
 
 @pytest.mark.parametrize(
-    "records",
+    "history",
     [
-        [store.Appended((Task("a", ["x"]),))],
+        [records.Appended((Task("a", ["x"]),))],
         [ALL_RECORDS[0], ALL_RECORDS[0]],
-        [ALL_RECORDS[0], store.Appended((Task("a", ["x"]),))],
-        [ALL_RECORDS[0], store.Appended((Task("n", ["x"]), Task("n", ["y"])))],
-        [ALL_RECORDS[0], store.Sealed(), store.Appended((Task("n", ["x"]),))],
-        [ALL_RECORDS[0], store.Sealed(), store.Sealed()],
-        [ALL_RECORDS[0], store.Receipt("c0c0c0c0c0c0c0c0c0c0c0c0", 1)],
+        [ALL_RECORDS[0], records.Appended((Task("a", ["x"]),))],
+        [ALL_RECORDS[0], records.Appended((Task("n", ["x"]), Task("n", ["y"])))],
+        [ALL_RECORDS[0], records.Sealed(), records.Appended((Task("n", ["x"]),))],
+        [ALL_RECORDS[0], records.Sealed(), records.Sealed()],
+        [ALL_RECORDS[0], records.Receipt("c0c0c0c0c0c0c0c0c0c0c0c0", 1)],
         [
             ALL_RECORDS[0],
             ALL_RECORDS[3],
-            store.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("zzz",), "d", 1.0, LOCAL),
+            records.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("zzz",), "d", 1.0, LOCAL),
         ],
         [
             ALL_RECORDS[0],
             ALL_RECORDS[3],
-            *[store.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("a",), "d", 1.0, LOCAL)] * 2,
+            *[records.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("a",), "d", 1.0, LOCAL)] * 2,
         ],
-        [ALL_RECORDS[0], store.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("a",), "d", 1.0, LOCAL)],
+        [ALL_RECORDS[0], records.Intent("e0e0e0e0e0e0e0e0e0e0e0e0", ("a",), "d", 1.0, LOCAL)],
         [ALL_RECORDS[0], ALL_RECORDS[3], ALL_RECORDS[3]],
-        [ALL_RECORDS[0], store.TargetSeen(LOCAL, '{"host":"elsewhere"}')],
+        [ALL_RECORDS[0], records.TargetSeen(LOCAL, '{"host":"elsewhere"}')],
         [],
     ],
 )
-def test_fold_rejects_impossible_histories(records: list[object]) -> None:
-    with pytest.raises(store.Rejected):
-        store.fold(records)
+def test_fold_rejects_impossible_histories(history: list[object]) -> None:
+    with pytest.raises(folding.Rejected):
+        folding.fold(history)
 
 
 def test_an_intent_names_its_target_by_key() -> None:
-    state = store.fold(ALL_RECORDS)
+    state = folding.fold(ALL_RECORDS)
     assert state.target_identities() == {LOCAL: '{"host":null}'}
     assert len(LOCAL) == ids.TARGET_KEY_HEX
     assert {intent.target for intent in state.intents} == {LOCAL}
     damaged = attrs.evolve(state, targets=())
-    with pytest.raises(store.Rejected, match="unrecorded targets"):
-        store.Fold(damaged)
+    with pytest.raises(folding.Rejected, match="unrecorded targets"):
+        folding.Fold(damaged)
 
 
 def test_the_writer_records_each_target_once(tmp_path: Path) -> None:
@@ -115,31 +116,31 @@ def test_the_writer_records_each_target_once(tmp_path: Path) -> None:
     with store.writing(tmp_path / "state") as writer:
         key = writer.target('{"host":null}')
         assert writer.target('{"host":null}') == key == LOCAL
-        writer.add(store.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("t-0",), "d", 1.0, key))
+        writer.add(records.Intent("a1a1a1a1a1a1a1a1a1a1a1a1", ("t-0",), "d", 1.0, key))
         state = writer.state
     assert state is not None and state.revision == 3  # created, one target, one intent
     assert store.read(tmp_path / "state") == state
 
 
 def test_a_rejected_record_changes_nothing() -> None:
-    into = store.Fold(store.fold(ALL_RECORDS[:2]))
+    into = folding.Fold(folding.fold(ALL_RECORDS[:2]))
     before = into.freeze()
-    with pytest.raises(store.Rejected):
-        into.apply(store.Appended((Task("c", ["x"]), Task("a", ["x"]))))
+    with pytest.raises(folding.Rejected):
+        into.apply(records.Appended((Task("c", ["x"]), Task("a", ["x"]))))
     assert into.freeze() == before
 
 
 def test_unknown_fields_and_types_are_refused() -> None:
     with pytest.raises(TypeError, match="unknown record type"):
-        store.decode(b'{"type": "mystery"}')
+        codec.decode(b'{"type": "mystery"}')
     with pytest.raises(TypeError):
-        store.decode(b'{"type": "sealed", "extra": 1}')
+        codec.decode(b'{"type": "sealed", "extra": 1}')
     with pytest.raises(TypeError):
-        store.decode(
+        codec.decode(
             b'{"type": "receipt", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa", "job": "12"}'
         )
     with pytest.raises(TypeError):
-        store.decode(
+        codec.decode(
             b'{"type": "appended", "tasks": {"key": ["a"], "args": [["x"]], "stdin": [""],'
             b' "env": [{}], "z": [1]}}'
         )
@@ -169,21 +170,21 @@ def test_unknown_fields_and_types_are_refused() -> None:
 )
 def test_records_are_structured_strictly(payload: bytes) -> None:
     with pytest.raises(TypeError):
-        store.decode(payload)
+        codec.decode(payload)
 
 
 def test_strict_snapshot_lists() -> None:
-    state = store.fold(ALL_RECORDS)
-    document = store._CONVERTER.unstructure(state)
+    state = folding.fold(ALL_RECORDS)
+    document = codec._CONVERTER.unstructure(state)
     document["receipts"] = {"not": "a list"}
     with pytest.raises(TypeError):
-        store.decode(b'{"type":"snapshot","state":%s}' % json.dumps(document).encode())
-    minimal = store.decode(
+        codec.decode(b'{"type":"snapshot","state":%s}' % json.dumps(document).encode())
+    minimal = codec.decode(
         b'{"type":"intent","allocation_id":"aaaaaaaaaaaaaaaaaaaaaaaa","task_keys":["k"],"plan_digest":"d",'
         b'"created_at":1,"target":"t"}'
     )
-    assert minimal == store.Intent("aaaaaaaaaaaaaaaaaaaaaaaa", ("k",), "d", 1.0, "t", 0)
-    assert isinstance(minimal, store.Intent) and type(minimal.created_at) is float
+    assert minimal == records.Intent("aaaaaaaaaaaaaaaaaaaaaaaa", ("k",), "d", 1.0, "t", 0)
+    assert isinstance(minimal, records.Intent) and type(minimal.created_at) is float
 
 
 def test_registering_a_record_type_is_the_extension_point() -> None:
@@ -192,43 +193,43 @@ def test_registering_a_record_type_is_the_extension_point() -> None:
         text: str
 
     try:
-        store.record("test-note")(Note)
+        records.record("test-note")(Note)
         with pytest.raises(ValueError, match="already registered"):
-            store.record("test-note")(Note)
-        assert store.decode(store.encode(Note("hi"))) == Note("hi")
+            records.record("test-note")(Note)
+        assert codec.decode(codec.encode(Note("hi"))) == Note("hi")
     finally:
-        del store.RECORD_TYPES["test-note"]
+        del records.RECORD_TYPES["test-note"]
 
 
 # -- framing ------------------------------------------------------------------------------------
 
 
-def journal(*records: object) -> bytes:
-    return store.MAGIC + b"".join(store.frame(store.encode(r)) for r in records)
+def journal(*history: object) -> bytes:
+    return codec.MAGIC + b"".join(codec.frame(codec.encode(r)) for r in history)
 
 
 def test_scan_reads_every_frame() -> None:
     data = journal(*ALL_RECORDS[:3])
-    found = store.scan(data, "j")
+    found = codec.scan(data, "j")
     assert found.end == len(data) and len(found.payloads) == 3
 
 
 @pytest.mark.parametrize("cut", [1, 5, 20, 27, 28, 40, -1])
 def test_a_cut_short_last_frame_is_a_torn_tail(cut: int) -> None:
     whole = journal(*ALL_RECORDS[:2])
-    last = store.frame(store.encode(ALL_RECORDS[2]))
+    last = codec.frame(codec.encode(ALL_RECORDS[2]))
     data = whole + last[: cut if cut > 0 else len(last) + cut]
-    found = store.scan(data, "j")
+    found = codec.scan(data, "j")
     assert found.end == len(whole) and len(found.payloads) == 2
-    into, _ = store.load(data, "j")
+    into, _ = codec.fold_journal(data, "j")
     assert [t.key for t in into.freeze().tasks] == ["a", "b"]
 
 
 def test_trailing_nul_bytes_are_a_torn_tail() -> None:
     whole = journal(*ALL_RECORDS[:2])
-    assert store.scan(whole + b"\0" * 4096, "j").end == len(whole)
-    last = store.frame(store.encode(ALL_RECORDS[2]))
-    assert store.scan(whole + last[:30] + b"\0" * 100, "j").end == len(whole)
+    assert codec.scan(whole + b"\0" * 4096, "j").end == len(whole)
+    last = codec.frame(codec.encode(ALL_RECORDS[2]))
+    assert codec.scan(whole + last[:30] + b"\0" * 100, "j").end == len(whole)
 
 
 def flip(data: bytes, at: int) -> bytes:
@@ -237,49 +238,49 @@ def flip(data: bytes, at: int) -> bytes:
 
 def test_a_bad_checksum_anywhere_is_corrupt() -> None:
     data = journal(*ALL_RECORDS[:3])
-    first_payload = len(store.MAGIC) + store.HEADER_SIZE + 5
+    first_payload = len(codec.MAGIC) + codec.HEADER_SIZE + 5
     last_payload = len(data) - 3
     for at in (first_payload, last_payload):
         with pytest.raises(CorruptState, match="checksum"):
-            store.scan(flip(data, at), "j")
+            codec.scan(flip(data, at), "j")
 
 
 def test_a_damaged_header_is_corrupt_not_torn() -> None:
     data = journal(*ALL_RECORDS[:3])
-    second = len(store.MAGIC) + len(store.frame(store.encode(ALL_RECORDS[0])))
+    second = len(codec.MAGIC) + len(codec.frame(codec.encode(ALL_RECORDS[0])))
     for at in (second + 1, second + 8, second + 12, second + 20):
         with pytest.raises(CorruptState, match="header"):
-            store.scan(flip(data, at), "j")
+            codec.scan(flip(data, at), "j")
 
 
 def test_wrong_magic_or_version() -> None:
     for version in (b"3", b"9"):  # 3 stored a record's Tasks as objects, not as columns
         with pytest.raises(CorruptState, match="unknown campaign version"):
-            store.scan(b"servatus.campaign/%s\n" % version, "j")
+            codec.scan(b"servatus.campaign/%s\n" % version, "j")
     with pytest.raises(CorruptState, match="not a servatus campaign"):
-        store.scan(b"hello\n", "j")
+        codec.scan(b"hello\n", "j")
     with pytest.raises(CorruptState, match="not a servatus campaign"):
-        store.scan(store.MAGIC[:5], "j")
+        codec.scan(codec.MAGIC[:5], "j")
 
 
 def test_a_journal_without_a_campaign_is_corrupt() -> None:
     with pytest.raises(CorruptState, match="holds no campaign"):
-        store.load(store.MAGIC, "j")
-    torn = store.MAGIC + store.frame(store.encode(ALL_RECORDS[0]))[:-10]
+        codec.fold_journal(codec.MAGIC, "j")
+    torn = codec.MAGIC + codec.frame(codec.encode(ALL_RECORDS[0]))[:-10]
     with pytest.raises(CorruptState, match="holds no campaign"):
-        store.load(torn, "j")
+        codec.fold_journal(torn, "j")
 
 
 def test_a_valid_frame_with_an_impossible_record_is_corrupt() -> None:
-    data = journal(ALL_RECORDS[0], store.Receipt("d0d0d0d0d0d0d0d0d0d0d0d0", 1))
+    data = journal(ALL_RECORDS[0], records.Receipt("d0d0d0d0d0d0d0d0d0d0d0d0", 1))
     with pytest.raises(CorruptState, match="does not apply"):
-        store.load(data, "j")
-    bad_task = store.MAGIC + store.frame(
+        codec.fold_journal(data, "j")
+    bad_task = codec.MAGIC + codec.frame(
         b'{"type":"created","campaign_id":"c","created_at":1,"sealed":true,'
         b'"tasks":{"key":["../x"],"args":[["a"]],"stdin":[""],"env":[{}]}}'
     )
     with pytest.raises(CorruptState, match="invalid"):
-        store.load(bad_task, "j")
+        codec.fold_journal(bad_task, "j")
 
 
 # -- on disk ------------------------------------------------------------------------------------
@@ -318,7 +319,7 @@ def test_an_append_costs_one_record_not_a_rewrite(tmp_path: Path) -> None:
     before = store.journal_size(path)
     append_state(path, [Task("one-more", ["python", "train.py", "1"])])
     grown = store.journal_size(path) - before
-    assert grown == len(store.frame(store.encode(store.Appended(Campaign(path).tasks[-1:]))))
+    assert grown == len(codec.frame(codec.encode(records.Appended(Campaign(path).tasks[-1:]))))
     assert (path / "journal").stat().st_ino == inode
     assert grown < 200
 
@@ -327,7 +328,7 @@ def test_the_next_writer_truncates_a_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "state"
     create_state(path, make_tasks("t", 3), appendable=True)
     size = store.journal_size(path)
-    torn = store.frame(store.encode(store.Appended(tuple(make_tasks("u", 5)))))[:-7]
+    torn = codec.frame(codec.encode(records.Appended(tuple(make_tasks("u", 5)))))[:-7]
     with open(path / "journal", "ab") as handle:
         handle.write(torn)
     assert len(Campaign.open(path).tasks) == 3  # readers ignore it
@@ -356,9 +357,9 @@ def test_compaction_keeps_the_state(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert len(state.tasks) == 3 + i and state.revision == 2 + i
     seal_state(path)
     data = (path / "journal").read_bytes()
-    records = [store.decode(p) for p in store.scan(data, "j").payloads]
-    assert isinstance(records[0], store.Snapshot)  # compacted at least once
-    assert len(records) <= 6
+    history = [codec.decode(p) for p in codec.scan(data, "j").payloads]
+    assert isinstance(history[0], records.Snapshot)  # compacted at least once
+    assert len(history) <= 6
     state = Campaign.open(path).state
     assert state.sealed and state.revision == 12
     assert [t.key for t in state.tasks] == ["t-0", "t-1", *(f"u-{i}" for i in range(10))]
@@ -405,7 +406,7 @@ def test_a_bad_record_is_refused_by_the_writer_too(tmp_path: Path) -> None:
     path = tmp_path / "state"
     create_state(path, make_tasks("t", 1), appendable=True)
     with store.writing(path) as writer, pytest.raises(TaskConflict):
-        writer.commit(store.Appended((Task("t-0", ["other"]),)))
+        writer.commit(records.Appended((Task("t-0", ["other"]),)))
     assert len(Campaign.open(path).tasks) == 1
 
 
@@ -448,25 +449,25 @@ _batches = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(batches=_batches, data=st.data())
 def test_every_prefix_reads_as_a_past_state(batches: list[list[str]], data: st.DataObject) -> None:
-    records: list[object] = [store.Created("c", 0.0, False, (Task("first", ["x"]),))]
+    history: list[object] = [records.Created("c", 0.0, False, (Task("first", ["x"]),))]
     seen: set[str] = {"first"}
     for batch in batches:
-        new = tuple(Task(f"{key}-{len(records)}", ["x"]) for key in batch if key not in seen)
+        new = tuple(Task(f"{key}-{len(history)}", ["x"]) for key in batch if key not in seen)
         if new:
-            records.append(store.Appended(new))
-    states = [store.fold(records[: i + 1]) for i in range(len(records))]
-    whole = journal(*records)
-    first_end = len(store.MAGIC) + len(store.frame(store.encode(records[0])))
+            history.append(records.Appended(new))
+    states = [folding.fold(history[: i + 1]) for i in range(len(history))]
+    whole = journal(*history)
+    first_end = len(codec.MAGIC) + len(codec.frame(codec.encode(history[0])))
     cut = data.draw(st.integers(min_value=first_end, max_value=len(whole)))
     padded = whole[:cut] + b"\0" * data.draw(st.integers(min_value=0, max_value=64))
-    into, found = store.load(padded, "j")
+    into, found = codec.fold_journal(padded, "j")
     assert into.freeze() in states
     assert found.end <= cut
-    into, _ = store.load(whole[: found.end], "j")  # what the next writer truncates to
+    into, _ = codec.fold_journal(whole[: found.end], "j")  # what the next writer truncates to
     assert into.freeze() in states
     below = data.draw(st.integers(min_value=0, max_value=first_end - 1))
     with pytest.raises(CorruptState):
-        store.load(whole[:below], "j")
+        codec.fold_journal(whole[:below], "j")
 
 
 INTENT = {
@@ -499,16 +500,16 @@ INTENT = {
 )
 def test_single_allocation_records_are_structured_strictly(record: dict[str, object]) -> None:
     with pytest.raises(TypeError, match="not a valid"):
-        store.decode(json.dumps(record).encode())
+        codec.decode(json.dumps(record).encode())
 
 
 def test_single_allocation_records_take_defaults_and_numbers() -> None:
     without_limit = {name: value for name, value in INTENT.items() if name != "time_limit"}
-    assert store.decode(json.dumps(without_limit).encode()) == store.Intent(
+    assert codec.decode(json.dumps(without_limit).encode()) == records.Intent(
         "a" * 24, ("k",), "d", 1.0, "t", 0
     )
     resolved = {"type": "resolved", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaa", "job": None}
-    assert store.decode(json.dumps(resolved).encode()) == store.Resolved(
+    assert codec.decode(json.dumps(resolved).encode()) == records.Resolved(
         "aaaaaaaaaaaaaaaaaaaaaaaa", None
     )
 
@@ -534,10 +535,10 @@ def test_a_compaction_unsure_of_its_rename_keeps_the_record_and_stops_the_writer
 
     with store.writing(path) as writer:
         monkeypatch.setattr(store, "sync", directory_fails)
-        writer.add(store.Appended((Task("u", ["/bin/true"]),)))
+        writer.add(records.Appended((Task("u", ["/bin/true"]),)))
         monkeypatch.setattr(store, "sync", real_sync)
         with pytest.raises(Unavailable, match="an earlier write failed"):
-            writer.add(store.Appended((Task("v", ["/bin/true"]),)))
+            writer.add(records.Appended((Task("v", ["/bin/true"]),)))
     assert [task.key for task in Campaign.open(path).tasks] == ["t-0", "t-1", "t-2", "u"]
 
 
@@ -565,16 +566,16 @@ _ID = "a" * 24
 )
 def test_values_no_writer_makes_are_refused(payload: str) -> None:
     with pytest.raises(TypeError, match="not a valid"):
-        store.decode(payload.encode())
+        codec.decode(payload.encode())
 
 
 def test_a_snapshot_column_out_of_range_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "state"
     create_state(path, make_tasks("t", 1))
-    document = json.loads(store.encode(store.Snapshot(store.read(path))))
+    document = json.loads(codec.encode(records.Snapshot(store.read(path))))
     document["state"]["receipts"] = {"allocation_id": [_ID], "job": [-5]}
     with pytest.raises(TypeError, match=r"\$\.state\.receipts"):
-        store.decode(json.dumps(document).encode())
+        codec.decode(json.dumps(document).encode())
 
 
 def test_deep_nesting_in_a_record_is_corrupt_in_plain_words(tmp_path: Path) -> None:
@@ -582,6 +583,6 @@ def test_deep_nesting_in_a_record_is_corrupt_in_plain_words(tmp_path: Path) -> N
     create_state(path, make_tasks("t", 1))
     nested = b"[" * 100_000 + b"]" * 100_000
     with (path / "journal").open("ab") as handle:
-        handle.write(store.frame(nested))
+        handle.write(codec.frame(nested))
     with pytest.raises(CorruptState, match=r"record 2 is invalid: nested too deeply$"):
         store.read(path)

@@ -11,19 +11,20 @@ from typing import Any
 import pytest
 from store_helpers import make_tasks
 
-from servatus import store
 from servatus.campaign import Campaign, create_state
 from servatus.errors import CorruptState
+from servatus.ids import target_key
+from servatus.journal import codec, folding, records, store
 from servatus.tasks import Roster, Task
 
-LOCAL = store.target_key('{"host":null}')
+LOCAL = target_key('{"host":null}')
 
 
 def columns(*tasks: dict[str, Any]) -> dict[str, list[Any]]:
     """Task documents as a record's Task columns, a missing field as its empty value."""
     empty = {"stdin": "", "env": {}}
     return {
-        name: [task.get(name, empty.get(name)) for task in tasks] for name in store._TASK_COLUMNS
+        name: [task.get(name, empty.get(name)) for task in tasks] for name in records.TASK_COLUMNS
     }
 
 
@@ -33,7 +34,7 @@ def created(*tasks: dict[str, Any]) -> bytes:
 
 
 def journal(*payloads: bytes) -> bytes:
-    return store.MAGIC + b"".join(store.frame(payload) for payload in payloads)
+    return codec.MAGIC + b"".join(codec.frame(payload) for payload in payloads)
 
 
 def test_stored_tasks_are_built_when_used_and_equal_the_originals(tmp_path: Path) -> None:
@@ -79,13 +80,13 @@ def test_every_field_of_a_stored_task_is_checked_when_read(document: dict[str, A
     """Validated on every read (the spec's guarantee), though no Task is built by reading."""
     good = {"key": "b", "args": ["/bin/y"], "stdin": "YQ==", "env": {"A": "1"}}
     with pytest.raises(CorruptState, match="invalid"):
-        store.load(journal(created(good, document)), "j")
-    state = store.load(journal(created(good)), "j")[0].freeze()
+        codec.fold_journal(journal(created(good, document)), "j")
+    state = codec.fold_journal(journal(created(good)), "j")[0].freeze()
     assert state.tasks[0] == Task("b", ["/bin/y"], stdin=b"a", env={"A": "1"})
 
 
 def test_building_a_bad_document_is_corrupt() -> None:
-    roster = Roster(("a",), [("a", ["/bin/x", 3], "", {})], store._build_task)
+    roster = Roster(("a",), [("a", ["/bin/x", 3], "", {})], records.build_task)
     with pytest.raises(CorruptState, match="stored Task is invalid"):
         roster[0]
 
@@ -118,10 +119,13 @@ def test_stored_keys_and_columns_are_checked_when_read(tasks: Any, escape: bool)
     payload = json.dumps({**record, "tasks": tasks}, ensure_ascii=escape).encode()
     assert (b"\\ud83d\\ude00" in payload) is escape
     with pytest.raises(CorruptState, match="invalid"):
-        store.load(journal(payload), "j")
+        codec.fold_journal(journal(payload), "j")
     good = {**ONE, "args": [["/bin/x", "\U0001f600"]]}
     payload = json.dumps({**record, "tasks": good}, ensure_ascii=escape).encode()
-    assert store.load(journal(payload), "j")[0].freeze().tasks[0].args == ("/bin/x", "\U0001f600")
+    assert codec.fold_journal(journal(payload), "j")[0].freeze().tasks[0].args == (
+        "/bin/x",
+        "\U0001f600",
+    )
 
 
 @pytest.mark.parametrize(
@@ -138,29 +142,29 @@ def test_stored_keys_and_columns_are_checked_when_read(tasks: Any, escape: bool)
 def test_nul_and_lone_surrogates_are_corrupt_at_once(payload: bytes) -> None:
     """The one-pass check sends these records to the full Task check, which refuses them."""
     with pytest.raises(CorruptState, match="invalid"):
-        store.load(journal(payload), "j")
+        codec.fold_journal(journal(payload), "j")
 
 
 def test_a_harmless_escape_still_reads() -> None:
     payload = created({"key": "a", "args": ["/bin/x", "tab\there", "\u00e9\u2603"]})
-    state = store.load(journal(payload), "j")[0].freeze()
+    state = codec.fold_journal(journal(payload), "j")[0].freeze()
     assert state.tasks[0].args == ("/bin/x", "tab\there", "é☃")
 
 
 def state_document() -> dict[str, Any]:
-    state = store.fold(
+    state = folding.fold(
         [
-            store.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
-            store.TargetSeen(LOCAL, '{"host":null}'),
-            store.Intent(
+            records.Created("c1", 1.5, False, (Task("a", ["x"]), Task("b", ["y"]))),
+            records.TargetSeen(LOCAL, '{"host":null}'),
+            records.Intent(
                 "a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest", 2.0, LOCAL, time_limit=60
             ),
-            store.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
-            store.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("a",), "digest", 3.0, LOCAL),
-            store.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
+            records.Receipt("a1a1a1a1a1a1a1a1a1a1a1a1", 41234),
+            records.Intent("a2a2a2a2a2a2a2a2a2a2a2a2", ("a",), "digest", 3.0, LOCAL),
+            records.Resolved("a2a2a2a2a2a2a2a2a2a2a2a2", None),
         ]
     )
-    document: dict[str, Any] = json.loads(store.encode(store.Snapshot(state)))
+    document: dict[str, Any] = json.loads(codec.encode(records.Snapshot(state)))
     return document
 
 
@@ -182,9 +186,9 @@ def test_a_snapshot_stores_columns() -> None:
         "allocation_id": ["a2a2a2a2a2a2a2a2a2a2a2a2"],
         "job": [None],
     }
-    state = store.decode(json.dumps(document).encode())
-    assert isinstance(state, store.Snapshot)
-    assert state.state.intents[0] == store.Intent(
+    state = codec.decode(json.dumps(document).encode())
+    assert isinstance(state, records.Snapshot)
+    assert state.state.intents[0] == records.Intent(
         "a1a1a1a1a1a1a1a1a1a1a1a1", ("a", "b"), "digest", 2.0, LOCAL, 60
     )
 
@@ -210,21 +214,21 @@ def test_snapshot_columns_are_structured_strictly(column: str, change: Any) -> N
     document = state_document()
     change(document["state"][column])
     with pytest.raises(TypeError):
-        store.decode(json.dumps(document).encode())
+        codec.decode(json.dumps(document).encode())
 
 
 def test_a_column_with_a_default_may_be_absent() -> None:
     document = state_document()
     document["state"]["intents"].pop("time_limit")  # as written before the field existed
-    state = store.decode(json.dumps(document).encode())
-    assert isinstance(state, store.Snapshot)
+    state = codec.decode(json.dumps(document).encode())
+    assert isinstance(state, records.Snapshot)
     assert state.state.intents[0].time_limit == 0
 
 
 def test_an_empty_roster_is_four_empty_columns() -> None:
-    payload = store.encode(store.Created("c", 1.0, False, ()))
+    payload = codec.encode(records.Created("c", 1.0, False, ()))
     assert json.loads(payload)["tasks"] == {"key": [], "args": [], "stdin": [], "env": []}
-    assert store.decode(payload) == store.Created("c", 1.0, False, ())
+    assert codec.decode(payload) == records.Created("c", 1.0, False, ())
 
 
 def test_compaction_writes_stored_tasks_back_unbuilt(
@@ -232,8 +236,8 @@ def test_compaction_writes_stored_tasks_back_unbuilt(
 ) -> None:
     create_state(tmp_path / "s", make_tasks("t", 50))
     built = []
-    original = store._build_task
-    monkeypatch.setattr(store, "_build_task", lambda doc: built.append(doc) or original(doc))
+    original = records.build_task
+    monkeypatch.setattr(records, "build_task", lambda doc: built.append(doc) or original(doc))
     with store.writing(tmp_path / "s") as writer:
         writer.compact()
     assert built == []

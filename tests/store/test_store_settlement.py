@@ -8,77 +8,78 @@ from pathlib import Path
 import attrs
 import pytest
 
-from servatus import store
 from servatus.errors import CorruptState, TaskConflict
 from servatus.evidence import SlotEnd
+from servatus.ids import target_key
+from servatus.journal import codec, folding, records, store
 from servatus.tasks import Task
 from testkit import DATA, owner_only_copy
 
 IDENTITY = '{"host":null}'
-LOCAL = store.target_key(IDENTITY)
+LOCAL = target_key(IDENTITY)
 A1, A2, A3, A4 = (f"a{i}" * 12 for i in range(1, 5))
 
 HISTORY = [
-    store.Created("c1", 1.5, True, (Task("a", ["x"]), Task("b", ["y"]))),
-    store.TargetSeen(LOCAL, IDENTITY),
-    store.Intent(A1, ("a", "b"), "digest", 2.0, LOCAL, time_limit=3600),
-    store.Receipt(A1, 41234),
-    store.Intent(A2, ("a",), "digest", 3.0, LOCAL),  # pending
-    store.Intent(A3, ("b",), "digest", 4.0, LOCAL),
-    store.Resolved(A3, None),  # never submitted
-    store.Intent(A4, ("b",), "digest", 5.0, LOCAL),
-    store.Resolved(A4, 77),  # accepted by reconcile
+    records.Created("c1", 1.5, True, (Task("a", ["x"]), Task("b", ["y"]))),
+    records.TargetSeen(LOCAL, IDENTITY),
+    records.Intent(A1, ("a", "b"), "digest", 2.0, LOCAL, time_limit=3600),
+    records.Receipt(A1, 41234),
+    records.Intent(A2, ("a",), "digest", 3.0, LOCAL),  # pending
+    records.Intent(A3, ("b",), "digest", 4.0, LOCAL),
+    records.Resolved(A3, None),  # never submitted
+    records.Intent(A4, ("b",), "digest", 5.0, LOCAL),
+    records.Resolved(A4, 77),  # accepted by reconcile
 ]
 
-ONE = store.Settlement(A1, 41234, 10.0, None, None, (SlotEnd(0, 20.5), SlotEnd(3, 30.0)))
-FOUR = store.Settlement(A4, 77, None, None, None, (None,))
+ONE = records.Settlement(A1, 41234, 10.0, None, None, (SlotEnd(0, 20.5), SlotEnd(3, 30.0)))
+FOUR = records.Settlement(A4, 77, None, None, None, (None,))
 
 
 def journal(*records: object) -> bytes:
-    return store.MAGIC + b"".join(store.frame(store.encode(r)) for r in records)
+    return codec.MAGIC + b"".join(codec.frame(codec.encode(r)) for r in records)
 
 
 def test_a_settled_record_round_trips_and_folds_without_a_revision() -> None:
-    change = store.Settled((ONE, FOUR), (store.Listed(LOCAL, 99.25),))
-    assert store.decode(store.encode(change)) == change
-    before = store.fold(HISTORY)
-    after = store.fold([*HISTORY, change])
+    change = records.Settled((ONE, FOUR), (records.Listed(LOCAL, 99.25),))
+    assert codec.decode(codec.encode(change)) == change
+    before = folding.fold(HISTORY)
+    after = folding.fold([*HISTORY, change])
     assert after.settlements == (ONE, FOUR)
-    assert after.horizons == (store.Horizon(LOCAL, 4, 99.25),)
+    assert after.horizons == (records.Horizon(LOCAL, 4, 99.25),)
     assert after.revision == before.revision
     assert attrs.evolve(after, settlements=(), horizons=()) == before
     assert ONE.observation.ends[1] == SlotEnd(3, 30.0)
 
 
 def test_a_snapshot_keeps_settlements_and_horizons() -> None:
-    state = store.fold([*HISTORY, store.Settled((ONE,), (store.Listed(LOCAL, 5.0),))])
-    snapshot = store.decode(store.encode(store.Snapshot(state)))
-    assert isinstance(snapshot, store.Snapshot) and snapshot.state == state
-    assert store.fold([snapshot, store.Settled((FOUR,))]).settlements == (ONE, FOUR)
+    state = folding.fold([*HISTORY, records.Settled((ONE,), (records.Listed(LOCAL, 5.0),))])
+    snapshot = codec.decode(codec.encode(records.Snapshot(state)))
+    assert isinstance(snapshot, records.Snapshot) and snapshot.state == state
+    assert folding.fold([snapshot, records.Settled((FOUR,))]).settlements == (ONE, FOUR)
 
 
 def test_horizons_count_the_intents_before_them_and_keep_the_latest_time() -> None:
-    early = store.Settled((), (store.Listed(LOCAL, 5.0),))
-    state = store.fold([*HISTORY[:3], early, *HISTORY[3:], early])
-    assert state.horizons == (store.Horizon(LOCAL, 1, 5.0), store.Horizon(LOCAL, 4, 5.0))
-    later = store.Settled((), (store.Listed(LOCAL, 9.0),))
-    assert store.fold([*HISTORY, later, early]).horizons == (store.Horizon(LOCAL, 4, 9.0),)
+    early = records.Settled((), (records.Listed(LOCAL, 5.0),))
+    state = folding.fold([*HISTORY[:3], early, *HISTORY[3:], early])
+    assert state.horizons == (records.Horizon(LOCAL, 1, 5.0), records.Horizon(LOCAL, 4, 5.0))
+    later = records.Settled((), (records.Listed(LOCAL, 9.0),))
+    assert folding.fold([*HISTORY, later, early]).horizons == (records.Horizon(LOCAL, 4, 9.0),)
 
 
 @pytest.mark.parametrize(
     ("settled", "problem"),
     [
-        (store.Settled((attrs.evolve(ONE, allocation_id="f" * 24),)), "without an intent"),
-        (store.Settled((attrs.evolve(ONE, allocation_id=A2, ends=(None,)),)), "not accepted"),
-        (store.Settled((attrs.evolve(ONE, allocation_id=A3, ends=(None,)),)), "not accepted"),
-        (store.Settled((attrs.evolve(ONE, job=41235),)), "names job 41235"),
-        (store.Settled((ONE, ONE)), "already settled"),
-        (store.Settled((attrs.evolve(ONE, ends=(None,)),)), "one end per slot"),
-        (store.Settled((), (store.Listed("0" * 16, 1.0),)), "unrecorded"),
+        (records.Settled((attrs.evolve(ONE, allocation_id="f" * 24),)), "without an intent"),
+        (records.Settled((attrs.evolve(ONE, allocation_id=A2, ends=(None,)),)), "not accepted"),
+        (records.Settled((attrs.evolve(ONE, allocation_id=A3, ends=(None,)),)), "not accepted"),
+        (records.Settled((attrs.evolve(ONE, job=41235),)), "names job 41235"),
+        (records.Settled((ONE, ONE)), "already settled"),
+        (records.Settled((attrs.evolve(ONE, ends=(None,)),)), "one end per slot"),
+        (records.Settled((), (records.Listed("0" * 16, 1.0),)), "unrecorded"),
     ],
 )
 def test_an_impossible_settlement_is_corrupt_on_read(
-    tmp_path: Path, settled: store.Settled, problem: str
+    tmp_path: Path, settled: records.Settled, problem: str
 ) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
@@ -89,15 +90,15 @@ def test_an_impossible_settlement_is_corrupt_on_read(
 
 
 def test_a_snapshot_with_an_impossible_settlement_or_horizon_is_corrupt(tmp_path: Path) -> None:
-    base = store.fold(HISTORY)
+    base = folding.fold(HISTORY)
     for state in (
         attrs.evolve(base, settlements=(attrs.evolve(ONE, allocation_id=A2, ends=(None,)),)),
-        attrs.evolve(base, horizons=(store.Horizon("0" * 16, 0, 1.0),)),
-        attrs.evolve(base, horizons=(store.Horizon(LOCAL, 5, 1.0),)),
+        attrs.evolve(base, horizons=(records.Horizon("0" * 16, 0, 1.0),)),
+        attrs.evolve(base, horizons=(records.Horizon(LOCAL, 5, 1.0),)),
     ):
         directory = tmp_path / str(len(list(tmp_path.iterdir())))
         directory.mkdir(mode=0o700)
-        (directory / store.JOURNAL).write_bytes(journal(store.Snapshot(state)))
+        (directory / store.JOURNAL).write_bytes(journal(records.Snapshot(state)))
         (directory / store.JOURNAL).chmod(0o600)
         with pytest.raises(CorruptState, match="does not apply"):
             store.read(directory)
@@ -111,7 +112,7 @@ def test_settlement_columns_are_checked(ends: str) -> None:
     columns = f'"allocation_id":["{A1}"],"job":[1],"start":[null],"stop":[null],"limit":[null]'
     payload = f'{{"type":"settled","allocations":{{{columns},"ends":[{ends}]}}}}'.encode()
     with pytest.raises(TypeError, match=r"invalid value .* \$\.allocations"):
-        store.decode(payload)
+        codec.decode(payload)
 
 
 def test_the_writer_settles_each_allocation_once(tmp_path: Path) -> None:
@@ -121,11 +122,11 @@ def test_the_writer_settles_each_allocation_once(tmp_path: Path) -> None:
         for change in HISTORY[1:]:
             writer.add(change)
         revision = writer.state.revision  # type: ignore[union-attr]
-        assert writer.settle(store.Settled((ONE,))) == 1
-        assert writer.settle(store.Settled((ONE, FOUR))) == 1  # ONE was settled meanwhile
-        assert writer.settle(store.Settled((ONE,))) == 0
+        assert writer.settle(records.Settled((ONE,))) == 1
+        assert writer.settle(records.Settled((ONE, FOUR))) == 1  # ONE was settled meanwhile
+        assert writer.settle(records.Settled((ONE,))) == 0
         with pytest.raises(TaskConflict, match="already settled"):
-            writer.add(store.Settled((FOUR,)))
+            writer.add(records.Settled((FOUR,)))
     state = store.read(path)
     assert state.settlements == (ONE, FOUR) and state.revision == revision
     with store.writing(path) as writer:
@@ -137,9 +138,9 @@ def test_a_campaign_of_the_previous_release_reads_unsettled_and_settles(tmp_path
     old = owner_only_copy(DATA / "da44b63" / "campaign", tmp_path / "campaign")
     before = store.read(old)
     assert before.settlements == () and before.horizons == ()
-    accepted = store.Settlement("a1" * 12, 1001, 1.0, 2.0, None, (SlotEnd(143, 2.5), None))
+    accepted = records.Settlement("a1" * 12, 1001, 1.0, 2.0, None, (SlotEnd(143, 2.5), None))
     with store.writing(old) as writer:
-        writer.settle(store.Settled((accepted,)))
+        writer.settle(records.Settled((accepted,)))
     after = store.read(old)
     assert after.settlements == (accepted,) and after.revision == before.revision == 17
 
@@ -154,11 +155,11 @@ def test_a_writer_given_the_state_it_would_read_does_not_fold_it_again(
             writer.add(change)
     version, state = store.journal_version(path), store.read(path)
     folds = []
-    real = store.load
-    monkeypatch.setattr(store, "load", lambda *a: folds.append(1) or real(*a))
+    real = codec.fold_journal
+    monkeypatch.setattr(codec, "fold_journal", lambda *a: folds.append(1) or real(*a))
     with store.writing(path, known=(version, state)) as writer:
         assert writer.state == state
-        writer.settle(store.Settled((ONE,)))
+        writer.settle(records.Settled((ONE,)))
     assert folds == []
     with store.writing(path, known=(version, state)) as writer:  # changed since: read again
         assert writer.state is not None and writer.state.settlements == (ONE,)

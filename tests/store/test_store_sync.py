@@ -208,7 +208,7 @@ def test_a_torn_tail_is_cut_and_synced_before_the_next_record(root: Path) -> Non
 
 COMPACT = """
 import sys
-from servatus import store
+from servatus.journal import store
 
 with store.writing(sys.argv[1]) as writer:
     writer.compact()

@@ -13,8 +13,8 @@ import attrs
 import cattrs
 import pytest
 
-from servatus import store
 from servatus.campaign import Campaign
+from servatus.journal import codec, folding, records, store
 from servatus.tasks import Task
 from testkit import DATA, owner_only_copy
 
@@ -39,17 +39,17 @@ def old_campaign(tmp_path: Path) -> Path:
 
 def test_the_journal_holds_a_snapshot_and_a_tail(old_campaign: Path) -> None:
     data = (old_campaign / store.JOURNAL).read_bytes()
-    found = store.scan(data, "journal")
-    first, *tail = map(store.decode, found.payloads)
-    assert isinstance(first, store.Snapshot)
-    assert first.state == store.fold(WRITTEN.BEFORE_COMPACTION)
+    found = codec.scan(data, "journal")
+    first, *tail = map(codec.decode, found.payloads)
+    assert isinstance(first, records.Snapshot)
+    assert first.state == folding.fold(WRITTEN.BEFORE_COMPACTION)
     assert tail == WRITTEN.AFTER_COMPACTION
     assert found.end == len(data)
 
 
 def test_every_record_reads_as_written(old_campaign: Path) -> None:
     state = store.read(old_campaign)
-    assert state == store.fold(WRITTEN.BEFORE_COMPACTION + WRITTEN.AFTER_COMPACTION)
+    assert state == folding.fold(WRITTEN.BEFORE_COMPACTION + WRITTEN.AFTER_COMPACTION)
     assert state.campaign_id == "0123456789abcdef0123456789abcdef"
     assert state.created_at == 1764600000.25
     assert state.sealed
@@ -86,23 +86,23 @@ def test_the_writer_takes_it_over(old_campaign: Path) -> None:
     with store.writing(old_campaign) as writer:
         assert writer.state == before
         writer.compact()
-        writer.commit(store.Receipt("b6b6b6b6b6b6b6b6b6b6b6b6", 1006))
+        writer.commit(records.Receipt("b6b6b6b6b6b6b6b6b6b6b6b6", 1006))
     after = store.read(old_campaign)
     assert after.revision == before.revision + 1
-    assert after.receipts[-1] == store.Receipt("b6b6b6b6b6b6b6b6b6b6b6b6", 1006)
+    assert after.receipts[-1] == records.Receipt("b6b6b6b6b6b6b6b6b6b6b6b6", 1006)
     assert stat.S_IMODE((old_campaign / store.JOURNAL).stat().st_mode) == 0o600
     assert Campaign.open(old_campaign).tasks.keys == before.tasks.keys
 
 
 @attrs.frozen
-class LaterIntent(store.Intent):
-    """:class:`store.Intent` as a later release may define it: one more field, with a default."""
+class LaterIntent(records.Intent):
+    """:class:`records.Intent` as a later release may define it: one more field, with a default."""
 
     priority: int = 0
 
 
 @attrs.frozen
-class LaterState(store.CampaignState):
+class LaterState(records.CampaignState):
     intents: tuple[LaterIntent, ...] = ()
     settled: tuple[str, ...] = ()
 
@@ -115,20 +115,20 @@ class LaterSnapshot:
 @pytest.fixture
 def later(monkeypatch: pytest.MonkeyPatch) -> cattrs.Converter:
     """The journal's converter as a later release with those fields would build it."""
-    monkeypatch.setitem(store._TAGS, LaterIntent, "intent")
+    monkeypatch.setitem(records.RECORD_TAGS, LaterIntent, "intent")
     monkeypatch.setitem(
-        store._COLUMNS, LaterIntent, {**store._COLUMNS[store.Intent], "priority": "seconds"}
+        codec._COLUMNS, LaterIntent, {**codec._COLUMNS[records.Intent], "priority": "seconds"}
     )
-    return store._converter(store._structure_roster)
+    return codec._converter(codec._structure_roster)
 
 
 def test_a_field_with_a_default_needs_no_new_journal_version(
     old_campaign: Path, later: cattrs.Converter
 ) -> None:
-    payload = store.scan((old_campaign / store.JOURNAL).read_bytes(), "journal").payloads[0]
+    payload = codec.scan((old_campaign / store.JOURNAL).read_bytes(), "journal").payloads[0]
     document = json.loads(payload)
     assert document.pop("type") == "snapshot"
-    old = store.fold(WRITTEN.BEFORE_COMPACTION)
+    old = folding.fold(WRITTEN.BEFORE_COMPACTION)
     state = later.structure(document, LaterSnapshot).state
     assert state.settled == ()
     assert [attrs.astuple(i)[:-1] for i in state.intents] == list(map(attrs.astuple, old.intents))
@@ -145,7 +145,7 @@ def test_a_field_with_a_default_needs_no_new_journal_version(
 
 
 def test_unknown_fields_are_still_refused(old_campaign: Path, later: cattrs.Converter) -> None:
-    payload = store.scan((old_campaign / store.JOURNAL).read_bytes(), "journal").payloads[0]
+    payload = codec.scan((old_campaign / store.JOURNAL).read_bytes(), "journal").payloads[0]
     document = json.loads(payload)
     document.pop("type")
     document["state"]["unknown"] = []
@@ -160,7 +160,7 @@ def test_unknown_fields_are_still_refused(old_campaign: Path, later: cattrs.Conv
     with pytest.raises(cattrs.BaseValidationError):
         later.structure(document, LaterSnapshot)
     with pytest.raises(TypeError, match=r"\$\.state\.intents"):
-        store.decode(json.dumps({"type": "snapshot", **document}).encode())
+        codec.decode(json.dumps({"type": "snapshot", **document}).encode())
 
 
 def _script(name: str) -> ModuleType:
@@ -185,12 +185,12 @@ def version_4(tmp_path: Path) -> Path:
 def test_version_4_reads_record_by_record(version_4: Path) -> None:
     data = (version_4 / store.JOURNAL).read_bytes()
     assert data.startswith(b"servatus.campaign/4\n")
-    first, *tail = map(store.decode, store.scan(data, "journal").payloads)
-    assert isinstance(first, store.Snapshot)
-    assert first.state == store.fold(VERSION_4.BEFORE_COMPACTION)
+    first, *tail = map(codec.decode, codec.scan(data, "journal").payloads)
+    assert isinstance(first, records.Snapshot)
+    assert first.state == folding.fold(VERSION_4.BEFORE_COMPACTION)
     assert tail == VERSION_4.AFTER_COMPACTION
     state = store.read(version_4)
-    assert state == store.fold(VERSION_4.BEFORE_COMPACTION + VERSION_4.AFTER_COMPACTION)
+    assert state == folding.fold(VERSION_4.BEFORE_COMPACTION + VERSION_4.AFTER_COMPACTION)
     assert [item.allocation_id[0] for item in state.settlements] == ["a", "b", "c"]
     assert state.settlements[0].handed == (1,)
     assert [(h.intents, h.at) for h in state.horizons] == [(2, 1796000600.0), (5, 1796001000.0)]
@@ -200,7 +200,7 @@ def test_version_4_is_taken_over_and_compacted(version_4: Path) -> None:
     before = store.read(version_4)
     with store.writing(version_4) as writer:
         writer.compact()
-        writer.commit(store.Receipt(VERSION_4.F, 2005))
+        writer.commit(records.Receipt(VERSION_4.F, 2005))
     after = store.read(version_4)
-    assert after.receipts[-1] == store.Receipt(VERSION_4.F, 2005)
+    assert after.receipts[-1] == records.Receipt(VERSION_4.F, 2005)
     assert attrs.evolve(after, receipts=after.receipts[:-1], revision=before.revision) == before

@@ -1,9 +1,9 @@
 """Campaigns: an ordered roster of Tasks in a durable store, and how it is authored.
 
 Authoring is create, ensure, append and seal. Each is one locked change of the store
-(:mod:`servatus.store`): the roster on disk is the old one or the new one, never a mix. Keys are
-immutable: a Task under an existing key must be identical, so a launcher that builds its Tasks
-deterministically can rerun ``ensure`` at will.
+(:mod:`servatus.journal.store`): the roster on disk is the old one or the new one, never a mix.
+Keys are immutable: a Task under an existing key must be identical, so a launcher that builds
+its Tasks deterministically can rerun ``ensure`` at will.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-from servatus import store
 from servatus.cancel import LeaseStep, check_names, plan_cancel, scancel
 from servatus.config import (
     Profile,
@@ -48,6 +47,7 @@ from servatus.errors import (
 )
 from servatus.evidence import Evidence, MarkerQuery
 from servatus.files import read_own
+from servatus.journal import records, store
 from servatus.lease import (
     Verdict,
     Withdrawal,
@@ -151,8 +151,8 @@ class _Steps:
     settled, the link's intent and job, and each step's order."""
 
     plan: Plan
-    change: store.Settled
-    link: store.Intent
+    change: records.Settled
+    link: records.Intent
     job: int
     orders: dict[str, str]
 
@@ -204,7 +204,7 @@ class Authoring:
         return attrs.asdict(self)
 
 
-def _split(state: store.CampaignState, batch: tuple[Task, ...]) -> tuple[tuple[Task, ...], int]:
+def _split(state: records.CampaignState, batch: tuple[Task, ...]) -> tuple[tuple[Task, ...], int]:
     """New Tasks in order, and how many are already present identically; refuse changed ones."""
     present = state.tasks.by_key()
     new: list[Task] = []
@@ -229,13 +229,13 @@ def _split(state: store.CampaignState, batch: tuple[Task, ...]) -> tuple[tuple[T
     return tuple(new), len(batch) - len(new)
 
 
-def _result(state: store.CampaignState, *, created: bool, added: int, existing: int) -> Authoring:
+def _result(state: records.CampaignState, *, created: bool, added: int, existing: int) -> Authoring:
     return Authoring(created, added, existing, len(state.tasks), state.sealed)
 
 
 def create_state(
     path: str | Path, tasks: Iterable[Task], *, appendable: bool = False
-) -> tuple[store.CampaignState, Authoring]:
+) -> tuple[records.CampaignState, Authoring]:
     """Create a campaign holding ``tasks``; refuse if one exists there (``TaskConflict``)."""
     batch = check_unique(tasks)
     with store.writing(path, create=True) as writer:
@@ -264,7 +264,7 @@ def ensure_state(
     *,
     sealed: bool = False,
     max_script_bytes: int | None = None,
-) -> tuple[store.CampaignState, Authoring]:
+) -> tuple[records.CampaignState, Authoring]:
     """Create the campaign (appendable unless ``sealed``), or append the Tasks it has not seen.
 
     With ``sealed``, an existing appendable campaign is sealed after the append: asking for a
@@ -286,13 +286,15 @@ def ensure_state(
                 raise TaskConflict(
                     f"campaign {str(path)!r} is sealed; {len(new)} new Task(s) cannot be added"
                 )
-            state = writer.commit(store.Appended(new))
+            state = writer.commit(records.Appended(new))
         if sealed and not state.sealed:
-            state = writer.commit(store.Sealed())
+            state = writer.commit(records.Sealed())
     return state, _result(state, created=False, added=len(new), existing=existing)
 
 
-def append_state(path: str | Path, tasks: Iterable[Task]) -> tuple[store.CampaignState, Authoring]:
+def append_state(
+    path: str | Path, tasks: Iterable[Task]
+) -> tuple[records.CampaignState, Authoring]:
     """Append the new ones of ``tasks`` to an appendable campaign; identical ones are skipped."""
     batch = check_unique(tasks)
     with store.writing(path) as writer:
@@ -302,7 +304,7 @@ def append_state(path: str | Path, tasks: Iterable[Task]) -> tuple[store.Campaig
             raise TaskConflict(f"campaign {str(path)!r} is sealed; no Task can be appended")
         new, existing = _split(state, batch)
         if new:
-            state = writer.commit(store.Appended(new))
+            state = writer.commit(records.Appended(new))
     return state, _result(state, created=False, added=len(new), existing=existing)
 
 
@@ -334,13 +336,13 @@ def read_saved_plan(state: str | Path, path: str | os.PathLike[str]) -> Plan:
     return plan_from_document(data, where=name)
 
 
-def seal_state(path: str | Path) -> tuple[store.CampaignState, Authoring]:
+def seal_state(path: str | Path) -> tuple[records.CampaignState, Authoring]:
     """End authoring irreversibly; sealing a sealed campaign changes nothing."""
     with store.writing(path) as writer:
         state = writer.state
         assert state is not None
         if not state.sealed:
-            state = writer.commit(store.Sealed())
+            state = writer.commit(records.Sealed())
     return state, _result(state, created=False, added=0, existing=len(state.tasks))
 
 
@@ -349,7 +351,7 @@ _START_PLANS = 3
 
 
 def _check_launches(
-    state: store.CampaignState, target: Target, launcher: Launcher, keys: Sequence[str]
+    state: records.CampaignState, target: Target, launcher: Launcher, keys: Sequence[str]
 ) -> None:
     """Refuse a plan whose launcher would refuse any of its Tasks' args, naming every such
     Task; a sweep repeats its args, so each distinct argv is checked once."""
@@ -389,7 +391,7 @@ class Campaign:
         *,
         probe: Probe | None = None,
         connect: Connect | None = None,
-        _state: store.CampaignState | None = None,
+        _state: records.CampaignState | None = None,
     ) -> None:
         self.path = Path(path)
         """The campaign directory."""
@@ -472,7 +474,7 @@ class Campaign:
         return cls(path, probe=probe, connect=connect)
 
     @property
-    def state(self) -> store.CampaignState:
+    def state(self) -> records.CampaignState:
         return self._state
 
     @property
@@ -552,7 +554,7 @@ class Campaign:
 
     def _report(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         *,
         offline: bool,
         evidence: Mapping[str, Evidence] | None = None,
@@ -565,7 +567,7 @@ class Campaign:
 
     def _project(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         recorded: Sequence[Submission],
         evidence: Mapping[str, Evidence],
         *,
@@ -588,12 +590,12 @@ class Campaign:
 
     def _observe(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         *,
         offline: bool,
         targets: Sequence[str] = (),
         evidence: Mapping[str, Evidence] | None = None,
-    ) -> tuple[Report, store.Settled, dict[str, Evidence]]:
+    ) -> tuple[Report, records.Settled, dict[str, Evidence]]:
         """The projection, what it shows settled (with the listings it read), and the evidence.
         The marker listing asks only for the markers of allocations not settled yet. ``targets``
         are listed first, also those none of ``state``'s intents name; ``evidence``, read
@@ -601,14 +603,14 @@ class Campaign:
         with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
             recorded = submissions(state)
             if offline:
-                return self._project(state, recorded, {}, offline=True), store.Settled(()), {}
+                return self._project(state, recorded, {}, offline=True), records.Settled(()), {}
             if evidence is None:
                 evidence = self._gather(recorded, queries(state, recorded, targets), targets)
             report = self._project(state, recorded, evidence)
-            change = store.Settled(settle(report, recorded), listed(evidence))
+            change = records.Settled(settle(report, recorded), listed(evidence))
             return report, change, dict(evidence)
 
-    def _record(self, change: store.Settled, *, partial: bool = False) -> None:
+    def _record(self, change: records.Settled, *, partial: bool = False) -> None:
         """Record what a read-only command found settled, only if the lock is free at once: a
         busy campaign is left for the next command, and a failed write costs a warning, never
         the answer. ``partial``: the state held is the status cache's remainder."""
@@ -660,11 +662,11 @@ class Campaign:
 
     def _make_plan(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         profile: Profile,
         request: Request,
         continuation: Continuation | None = None,
-    ) -> tuple[Plan, store.Settled]:
+    ) -> tuple[Plan, records.Settled]:
         launcher = self._launcher(profile)
         consult = consults(request, continuation, resolved=bool(state.resolutions))
         report, change, _ = self._observe(state, offline=not consult)
@@ -682,7 +684,7 @@ class Campaign:
 
     def _decide(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         profile: Profile,
         request: Request,
         continuation: Continuation | None,
@@ -708,7 +710,7 @@ class Campaign:
         )
 
     def _check(
-        self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
+        self, state: records.CampaignState, profile: Profile, made: Plan, launcher: Launcher
     ) -> None:
         """Refuse a plan whose launcher or batch scripts ``submit`` would refuse; ``state``
         holds (at least) the selected Tasks."""
@@ -716,7 +718,7 @@ class Campaign:
         self._check_scripts(state, profile, made, launcher)
 
     def _check_scripts(
-        self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
+        self, state: records.CampaignState, profile: Profile, made: Plan, launcher: Launcher
     ) -> None:
         """Refuse a plan whose batch script ``submit`` would refuse, in its Tasks' terms; only
         the allocations whose content could reach ``max_script_bytes`` are rendered."""
@@ -800,7 +802,7 @@ class Campaign:
         return made
 
     def _make_step_plan(
-        self, state: store.CampaignState, lease_id: str, request: Request, budget: int | None
+        self, state: records.CampaignState, lease_id: str, request: Request, budget: int | None
     ) -> _Steps:
         """A plan of steps into the current link of the lease ``lease_id`` names, from one
         Slurm reading, with each step's order rendered (an order ``submit`` could not send is
@@ -984,7 +986,7 @@ class Campaign:
         self,
         writer: store.Writer,
         transport: Transport,
-        state: store.CampaignState,
+        state: records.CampaignState,
         plan: Plan,
         progress: Progress | None,
     ) -> tuple[SubmittedAllocation, ...]:
@@ -1017,7 +1019,7 @@ class Campaign:
         self,
         writer: store.Writer,
         transport: Transport,
-        state: store.CampaignState,
+        state: records.CampaignState,
         plan: Plan,
         progress: Progress | None,
     ) -> tuple[SubmittedAllocation, ...]:
@@ -1109,7 +1111,7 @@ class Campaign:
         self,
         writer: store.Writer,
         transport: Transport,
-        state: store.CampaignState,
+        state: records.CampaignState,
         plan: Plan,
         progress: Progress | None,
     ) -> tuple[SubmittedAllocation, ...]:
@@ -1214,7 +1216,7 @@ class Campaign:
             decisions = self._withhold_handoffs(decisions, recorded, now=now)
             for decision in decisions:
                 if decision.outcome != "waiting":
-                    writer.add(store.Resolved(decision.allocation_id, decision.job))
+                    writer.add(records.Resolved(decision.allocation_id, decision.job))
                 if progress is not None:
                     progress(decision)
             # A lease link just decided gives its steps their job in the same run.
@@ -1231,7 +1233,7 @@ class Campaign:
                 now=now,
             ):
                 if decision.outcome != "waiting":
-                    writer.add(store.Resolved(decision.allocation_id, decision.job))
+                    writer.add(records.Resolved(decision.allocation_id, decision.job))
                 decisions.append(decision)
                 if progress is not None:
                     progress(decision)
@@ -1243,7 +1245,7 @@ class Campaign:
             report = self._project(state, recorded, evidence, now=now)
             found = settle(report, recorded)
             if found:
-                writer.settle(store.Settled(found, listed(evidence)))
+                writer.settle(records.Settled(found, listed(evidence)))
         self.refresh()
         for cut in cut_chain_warnings(recorded, report.tasks, str(self.path)):
             warnings.warn(StateWarning(cut), stacklevel=2)
@@ -1553,7 +1555,7 @@ class HeldState:
     def __init__(
         self,
         directory: Path,
-        state: store.CampaignState,
+        state: records.CampaignState,
         version: tuple[int, ...],
         connect: Connect | None,
     ) -> None:
@@ -1567,26 +1569,26 @@ class HeldState:
 
     def observe(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         *,
         offline: bool,
         targets: Sequence[str] = (),
         evidence: Mapping[str, Evidence] | None = None,
-    ) -> tuple[Report, store.Settled, dict[str, Evidence]]:
+    ) -> tuple[Report, records.Settled, dict[str, Evidence]]:
         """The projection, what settled, and the evidence read (see ``Campaign._observe``)."""
         return self._campaign._observe(state, offline=offline, targets=targets, evidence=evidence)
 
-    def record(self, change: store.Settled, *, partial: bool = False) -> None:
+    def record(self, change: records.Settled, *, partial: bool = False) -> None:
         """Record what settled if the lock is free at once (see ``Campaign._record``)."""
         self._campaign._record(change, partial=partial)
 
     def make_plan(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         profile: Profile,
         request: Request,
         continuation: Continuation | None,
-    ) -> tuple[Plan, store.Settled]:
+    ) -> tuple[Plan, records.Settled]:
         """The plan of the whole state, checked, and what its listings showed settled."""
         return self._campaign._make_plan(state, profile, request, continuation)
 
@@ -1596,7 +1598,7 @@ class HeldState:
 
     def decide(
         self,
-        state: store.CampaignState,
+        state: records.CampaignState,
         profile: Profile,
         request: Request,
         continuation: Continuation | None,
@@ -1610,7 +1612,7 @@ class HeldState:
         )
 
     def check(
-        self, state: store.CampaignState, profile: Profile, made: Plan, launcher: Launcher
+        self, state: records.CampaignState, profile: Profile, made: Plan, launcher: Launcher
     ) -> None:
         """Refuse a plan ``submit`` would refuse; ``state`` holds the selected Tasks."""
         self._campaign._check(state, profile, made, launcher)

@@ -643,7 +643,7 @@ def check_output(path: str, *, replace: bool, what: str = "a saved plan") -> Non
     nothing is replaced. ``write_output`` checks again, as the kernel sees it when it writes."""
     from servatus.errors import ConfigurationError  # noqa: PLC0415
     from servatus.files import checked_path  # noqa: PLC0415
-    from servatus.store import holds_campaign  # noqa: PLC0415
+    from servatus.journal.store import holds_campaign  # noqa: PLC0415
 
     directory = os.path.realpath(os.path.dirname(checked_path(path, "path")) or ".")
     if holds_campaign(directory):

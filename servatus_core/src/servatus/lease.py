@@ -21,8 +21,8 @@ import attrs
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import ALLOCATION_ID
+from servatus.journal.records import Intent
 from servatus.status import queued_or_running
-from servatus.store import Intent
 from servatus.transport import Transport
 
 

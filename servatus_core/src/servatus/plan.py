@@ -869,7 +869,7 @@ def plan_to_document(plan: Plan) -> dict[str, Any]:
 
 def seal_document(document: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """``document`` with its ``seal``: an HMAC-SHA256, under the campaign's plan key
-    (``servatus.store.plan_key``), of everything else in it. Only who can read the key (the
+    (``servatus.journal.store.plan_key``), of everything else in it. Only who can read the key (the
     campaign's owner) can make a seal that :func:`plan_from_document` accepts.
 
     :param document: A plan document, without a seal.

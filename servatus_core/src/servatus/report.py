@@ -1,8 +1,9 @@
 """The data behind ``servatus report``: each Task's spans over time, and what the campaign cost.
 
-Pure functions over what the campaign recorded (:class:`~servatus.store.CampaignState`) and the
-status projection (:class:`~servatus.status.Report`), so the picture says exactly what ``status``
-says, with the times between. It holds keys, states, times and resources only: never a Task's
+Pure functions over what the campaign recorded
+(:class:`~servatus.journal.records.CampaignState`) and the status projection
+(:class:`~servatus.status.Report`), so the picture says exactly what ``status`` says, with the
+times between. It holds keys, states, times and resources only: never a Task's
 stdin, env or args, which may hold secrets. ``report --json`` prints :func:`report_to_document`;
 the HTML page (:mod:`servatus.report_html`) draws the same document.
 
@@ -21,6 +22,7 @@ from typing import Any
 import attrs
 
 from servatus.evidence import Observation
+from servatus.journal.records import CampaignState, Intent, LeaseTerms, Settlement, TaskResources
 from servatus.status import (
     Attempt,
     Execution,
@@ -32,7 +34,6 @@ from servatus.status import (
     slot_run_time,
     step_execution,
 )
-from servatus.store import CampaignState, Intent, LeaseTerms, Settlement, TaskResources
 
 REPORT_SCHEMA = "servatus.report/1"
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from servatus.evidence import Evidence, MarkerQuery
 from servatus.ids import target_key
+from servatus.journal.records import CampaignState, Listed, Settlement
 from servatus.status import Execution, Outcome, Report, Submission
-from servatus.store import CampaignState, Listed, Settlement
 
 FINAL = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED})
 """Executions no later evidence changes once Slurm no longer lists the job. ``LOST`` is left

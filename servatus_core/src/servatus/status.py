@@ -34,7 +34,7 @@ from servatus.evidence import (
 )
 from servatus.files import path_word
 from servatus.ids import ALLOCATION_ID_HEX, JOB_NAME_PREFIX
-from servatus.store import CampaignState, ChainLink
+from servatus.journal.records import CampaignState, ChainLink
 from servatus.transport import Transport
 
 YIELD_EXIT = 75

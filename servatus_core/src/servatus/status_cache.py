@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-from servatus import store
 from servatus.files import read_all, write_all
 from servatus.ids import ALLOCATION_ID_HEX
+from servatus.journal import codec, folding, records, store
 from servatus.plan import (
     Plan,
     Request,
@@ -160,7 +160,7 @@ class Cached:
     :class:`Planning` document, both still encoded."""
 
     header: Header
-    state: store.CampaignState
+    state: records.CampaignState
     texts: list[str]
     contents: bytes
     planning: bytes
@@ -187,7 +187,7 @@ def file_name(*, offline: bool, as_json: bool) -> str:
 # -- pure parts ---------------------------------------------------------------------------------
 
 
-def partition(state: store.CampaignState) -> tuple[frozenset[str], frozenset[str]]:
+def partition(state: records.CampaignState) -> tuple[frozenset[str], frozenset[str]]:
     """The Tasks a cache may hold and their allocations: the components (Tasks and allocations
     joined by a slot, a chain's ``after`` or a step's ``within``) whose every allocation is
     settled, less Tasks never submitted, and less a chain whose later links were never recorded:
@@ -346,7 +346,7 @@ def _rules() -> str:
     digest = hashlib.sha256(servatus.__version__.encode())
     sources = [
         getattr(module, "__file__", None)
-        for module in (evidence, render, settlement, status, store)
+        for module in (evidence, render, settlement, status, records, folding, codec, store)
     ]
     for source in (*sources, __file__):
         if source is None:
@@ -395,19 +395,19 @@ def _holds(content: bytes, data: bytes, journal: str, name: str) -> Cached | Non
         return None
     if len(data) - length > max(_TAIL_BYTES, length // 4):
         return None
-    snapshot = store.decode(bytes(body[: header.remainder]))
-    if not isinstance(snapshot, store.Snapshot):
+    snapshot = codec.decode(bytes(body[: header.remainder]))
+    if not isinstance(snapshot, records.Snapshot):
         return None
-    into = store.Fold()
+    into = folding.Fold()
     into.apply(snapshot)
     held = str(body[header.remainder : header.remainder + header.held], "ascii")
-    for payload in store.scan(data, journal, start=length).payloads:
-        change = store.decode(payload)
-        if isinstance(change, store.Appended):
+    for payload in codec.scan(data, journal, start=length).payloads:
+        change = codec.decode(payload)
+        if isinstance(change, records.Appended):
             return None  # its keys might be cached ones: a journal the whole fold refuses
-        if isinstance(change, store.Intent) and change.allocation_id in held:
+        if isinstance(change, records.Intent) and change.allocation_id in held:
             return None  # a cached allocation's id again (or a match across two): the same
-        after = change.chain.after if isinstance(change, store.Intent) and change.chain else ""
+        after = change.chain.after if isinstance(change, records.Intent) and change.chain else ""
         if after and after not in into.intents:
             return None  # the link after a cached allocation
         into.apply(change)  # Rejected for a record about a cached Task or allocation
@@ -461,7 +461,7 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
             return attrs.evolve(shown, record_warning=campaign.record_warning)
         # A listing was not read: the cached rows are those of a status that read them all.
     with bulk():
-        into, found = store.load(data, journal)
+        into, found = codec.fold_journal(data, journal)
         state = into.freeze()
     campaign = _campaign(directory, state, version, connect)
     report, change, _ = campaign.observe(state, offline=offline, evidence=evidence)
@@ -491,7 +491,7 @@ def plan(
     if made is not None:
         return made
     with bulk():
-        into, _ = store.load(data, journal)
+        into, _ = codec.fold_journal(data, journal)
         state = into.freeze()
     campaign = _campaign(directory, state, version, connect)
     made, change = campaign.make_plan(state, profile, request, continuation)
@@ -541,7 +541,7 @@ def _cached_plan(
     )
     if not all(key in kept or live.get(key) is not None for key in made.decision.selected):
         return None
-    both = store.stored_roster((*live.keys, *content.keys), [*live.stored(), *content.stored()])
+    both = records.stored_roster((*live.keys, *content.keys), [*live.stored(), *content.stored()])
     campaign.check(attrs.evolve(cached.state, tasks=both), profile, made, launcher)
     campaign.record(change, partial=True)
     return made
@@ -562,7 +562,7 @@ def _resolved(cached: Cached) -> bool:
 
 
 def _campaign(
-    directory: Path, state: store.CampaignState, version: tuple[int, ...], connect: Connect | None
+    directory: Path, state: records.CampaignState, version: tuple[int, ...], connect: Connect | None
 ) -> HeldState:
     """The campaign at ``directory`` holding ``state``, read from its journal at ``version``
     (the whole state, or a cache's remainder)."""
@@ -584,10 +584,10 @@ def _planning(cached: Cached) -> tuple[dict[str, TaskWork], Roster] | None:
     header = cached.header
     try:
         planning = _HEADERS.structure(json.loads(cached.planning), Planning)
-        appended = store.decode(cached.contents)
+        appended = codec.decode(cached.contents)
     except Exception:  # whatever is wrong with a cache, the whole journal answers
         return None
-    if not isinstance(appended, store.Appended) or len(planning.keys) != header.cached_tasks:
+    if not isinstance(appended, records.Appended) or len(planning.keys) != header.cached_tasks:
         return None
     if len(planning.of) != len(planning.keys) or not all(
         0 <= index < len(planning.works) for index in planning.of
@@ -607,7 +607,7 @@ Write = Callable[[Path, str, memoryview], None]
 
 
 def _whole(
-    state: store.CampaignState, report: Report, *, offline: bool, as_json: bool
+    state: records.CampaignState, report: Report, *, offline: bool, as_json: bool
 ) -> tuple[View, Write | None]:
     """What ``status`` prints from the whole journal's ``state`` and its ``report``, and how to
     write the cache they make, if one is worth it."""
@@ -644,7 +644,7 @@ def _whole(
 
 
 def _split(
-    state: store.CampaignState, report: Report, *, offline: bool
+    state: records.CampaignState, report: Report, *, offline: bool
 ) -> tuple[list[bool], list[bool]] | None:
     """Which Tasks (in roster order) and allocations (in intent order) a cache would hold;
     None when too few are settled for one to be worth it, or a listing was not read."""
@@ -710,7 +710,7 @@ def _joined(cached: Cached, report: Report, as_json: bool) -> View | None:
 
 
 def _writer(
-    state: store.CampaignState,
+    state: records.CampaignState,
     report: Report,
     split: tuple[list[bool], list[bool]],
     texts: list[str],
@@ -737,7 +737,7 @@ def _writer(
             if cached
         )
         rest = store.remainder(state, tasks, allocations)
-        remainder = store.encode(store.Snapshot(rest))
+        remainder = codec.encode(records.Snapshot(rest))
         ids = "".join(allocation_id for allocation_id in allocations).encode("ascii")
         contents, planning = _for_planning(state, report, flags)
         try:
@@ -775,7 +775,7 @@ def _writer(
 
 
 def _for_planning(
-    state: store.CampaignState, report: Report, flags: Sequence[bool]
+    state: records.CampaignState, report: Report, flags: Sequence[bool]
 ) -> tuple[bytes, bytes]:
     """The cached Tasks ``plan`` may select unasked (:func:`selectable_unasked`), as one
     Appended record of their stored content, and the :class:`Planning` document of them all."""
@@ -798,10 +798,10 @@ def _for_planning(
         of.append(at)
         if selectable[at]:
             content.append((task.key, item))
-    roster = store.stored_roster(tuple(key for key, _ in content), [item for _, item in content])
+    roster = records.stored_roster(tuple(key for key, _ in content), [item for _, item in content])
     document = _HEADERS.unstructure(Planning(tuple(keys), tuple(works), tuple(of)))
     planning = json.dumps(document, separators=(",", ":")).encode("ascii")
-    return store.encode(store.Appended(roster)), planning
+    return codec.encode(records.Appended(roster)), planning
 
 
 _WORK_FIELDS = operator.itemgetter(

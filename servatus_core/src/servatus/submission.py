@@ -19,6 +19,8 @@ from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.evidence import MAX_JOB
+from servatus.journal.records import ChainLink, Intent, LeaseTerms, Receipt, Resolved, TaskResources
+from servatus.journal.store import Writer
 from servatus.launcher import Launcher
 from servatus.lease import Directory, Offer, make_directory, offer, orders_path
 from servatus.plan import Allocation, earlier_links, later_links
@@ -31,7 +33,6 @@ from servatus.script import (
     ScriptSpec,
     ScriptStep,
 )
-from servatus.store import ChainLink, Intent, LeaseTerms, Receipt, Resolved, TaskResources, Writer
 from servatus.tasks import Task, content_size
 from servatus.transport import CommandResult, Transport
 
