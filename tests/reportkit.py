@@ -4,9 +4,9 @@ with task_key None)."""
 
 from __future__ import annotations
 
+from servatus.engine.status import Attempt, Execution, Report, RunTime, StopReason, TaskStatus
 from servatus.evidence import Observation, SlotEnd
 from servatus.journal import folding, records
-from servatus.status import Attempt, Execution, Report, RunTime, StopReason, TaskStatus
 from servatus.tasks import Task
 
 LOCAL = "0088816cc32dee54"

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 from slurm_helpers import FakeCluster, make_fake_cluster
 
 from servatus.config import Profile
+from servatus.engine.plan import Allocation
 from servatus.errors import ConfigurationError
-from servatus.plan import Allocation
 from servatus.plugins import hooks
 from servatus.submission import script_spec
 from servatus.tasks import Task

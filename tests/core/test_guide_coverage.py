@@ -84,7 +84,7 @@ def exit_codes() -> Iterator[int]:
 
 
 def status_values() -> Iterator[str]:
-    from servatus import plan, status
+    from servatus.engine import plan, status
 
     yield from (e.value for e in status.Execution)
     yield from (e.value for e in status.StopReason)

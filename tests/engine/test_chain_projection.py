@@ -10,19 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.evidence import (
-    Evidence,
-    Marker,
-    MarkerKind,
-    Observation,
-    QueueEntry,
-    SlotEnd,
-    observe,
-)
-from servatus.ids import JOB_NAME_PREFIX
-from servatus.journal.records import ChainLink
-from servatus.settlement import settle
-from servatus.status import (
+from servatus.engine.settlement import settle
+from servatus.engine.status import (
     Execution,
     Outcome,
     Report,
@@ -35,6 +24,17 @@ from servatus.status import (
     report_to_document,
     slot_run_time,
 )
+from servatus.evidence import (
+    Evidence,
+    Marker,
+    MarkerKind,
+    Observation,
+    QueueEntry,
+    SlotEnd,
+    observe,
+)
+from servatus.ids import JOB_NAME_PREFIX
+from servatus.journal.records import ChainLink
 from testkit import without_evidence_notes
 
 START, END, STOP, LIMIT, HANDOFF = (

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servatus import continuation, status
+from servatus import continuation
 from servatus.config import MAX_DURATION, Profile, Resources, Target, parse_duration
 from servatus.continuation import (
     MAX_LINKS,
@@ -27,9 +27,10 @@ from servatus.continuation import (
     links,
     stops_short,
 )
+from servatus.engine import status
+from servatus.engine.plan import Allocation, format_totals, resource_hours, totals
+from servatus.engine.status import Execution
 from servatus.errors import ConfigurationError
-from servatus.plan import Allocation, format_totals, resource_hours, totals
-from servatus.status import Execution
 
 HOUR, MINUTE = 3600, 60
 L40S = Limits(time_limit=16 * HOUR, max_time_limit=3 * 86400, signal_before_end=10 * MINUTE)

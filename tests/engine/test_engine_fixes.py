@@ -17,8 +17,7 @@ from pathlib import Path
 
 from servatus import Campaign, Task
 from servatus.config import Profile
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
-from servatus.status import (
+from servatus.engine.status import (
     Execution,
     Observation,
     Outcome,
@@ -27,6 +26,7 @@ from servatus.status import (
     project,
     slot_execution,
 )
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 

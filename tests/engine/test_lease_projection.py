@@ -9,14 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.errors import ConfigurationError, PlanRefused
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
-from servatus.ids import JOB_NAME_PREFIX
-from servatus.journal.records import ChainLink, Intent, LeaseTerms, Settlement
-from servatus.lease import current_link, lease_links
-from servatus.plan import Hold, Request, decide
-from servatus.settlement import settle
-from servatus.status import (
+from servatus.engine.plan import Hold, Request, decide
+from servatus.engine.settlement import settle
+from servatus.engine.status import (
     Execution,
     Outcome,
     Report,
@@ -26,6 +21,11 @@ from servatus.status import (
     project,
     report_to_document,
 )
+from servatus.errors import ConfigurationError, PlanRefused
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
+from servatus.ids import JOB_NAME_PREFIX
+from servatus.journal.records import ChainLink, Intent, LeaseTerms, Settlement
+from servatus.lease import current_link, lease_links
 from testkit import without_evidence_notes
 
 LEASE = "a" * 24

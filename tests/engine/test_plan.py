@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from servatus.config import Profile, Resources, Target
-from servatus.errors import PlanRefused
-from servatus.plan import (
+from servatus.engine.plan import (
     Hold,
     Request,
     TaskWork,
@@ -16,7 +15,8 @@ from servatus.plan import (
     pack,
     totals,
 )
-from servatus.status import Execution
+from servatus.engine.status import Execution
+from servatus.errors import PlanRefused
 
 KEYS = ("a", "b", "c", "d", "e")
 

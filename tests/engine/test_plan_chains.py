@@ -22,8 +22,7 @@ from servatus.continuation import (
     has_room,
 )
 from servatus.continuation import links as continuation_links
-from servatus.errors import ConfigurationError, PlanRefused
-from servatus.plan import (
+from servatus.engine.plan import (
     Allocation,
     Hold,
     Plan,
@@ -37,8 +36,9 @@ from servatus.plan import (
     plan_from_document,
     plan_to_document,
 )
+from servatus.engine.status import Execution, RunTime, StopReason, TaskLink
+from servatus.errors import ConfigurationError, PlanRefused
 from servatus.render import plan_lines
-from servatus.status import Execution, RunTime, StopReason, TaskLink
 
 HOUR, MINUTE = 3600, 60
 SPEC = Resources(cpus=32, memory_mib=64000, time_limit=16 * HOUR, gpus=1, signal_before_end=600)

@@ -14,9 +14,7 @@ import pytest
 from servatus.cli import json_text, main
 from servatus.config import Profile, Resources, Target
 from servatus.continuation import Continuation
-from servatus.errors import StalePlan
-from servatus.journal import store
-from servatus.plan import (
+from servatus.engine.plan import (
     PLAN_SCHEMA,
     Hold,
     Request,
@@ -25,6 +23,8 @@ from servatus.plan import (
     plan_from_document,
     plan_to_document,
 )
+from servatus.errors import StalePlan
+from servatus.journal import store
 from servatus.testing import FakeScheduler
 from testkit import DATA, owner_only_copy
 

@@ -15,9 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry, observe
-from servatus.ids import JOB_NAME_PREFIX
-from servatus.status import (
+from servatus.engine.status import (
     Attempt,
     Execution,
     Observation,
@@ -32,6 +30,8 @@ from servatus.status import (
     slot_execution,
     slot_run_time,
 )
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry, observe
+from servatus.ids import JOB_NAME_PREFIX
 from testkit import without_evidence_notes
 
 # --- the reference: frozen copy of the projection before the rewrite --------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from servatus.campaign import Authoring, ShapeCheck
 from servatus.doctor import Check, Diagnosis
-from servatus.plan import Hold
+from servatus.engine.plan import Hold
 from servatus.plugins import PluginInfo
 from servatus.reconcile import Resolution
 from servatus.render import (

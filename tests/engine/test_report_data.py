@@ -21,16 +21,16 @@ from reportkit import (
     lease_state,
     task,
 )
-from servatus.evidence import Observation, SlotEnd
-from servatus.journal import folding, records
-from servatus.report import (
+from servatus.engine.report import (
     Span,
     build,
     distribution,
     occupancy,
     report_to_document,
 )
-from servatus.status import Execution, Report, RunTime, StopReason, TaskLink
+from servatus.engine.status import Execution, Report, RunTime, StopReason, TaskLink
+from servatus.evidence import Observation, SlotEnd
+from servatus.journal import folding, records
 from servatus.tasks import Task
 
 

@@ -9,11 +9,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
-from servatus.ids import JOB_NAME_PREFIX
-from servatus.journal.records import Settlement
-from servatus.settlement import settle
-from servatus.status import (
+from servatus.engine.settlement import settle
+from servatus.engine.status import (
     Execution,
     Outcome,
     Report,
@@ -21,6 +18,9 @@ from servatus.status import (
     project,
     report_to_document,
 )
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
+from servatus.ids import JOB_NAME_PREFIX
+from servatus.journal.records import Settlement
 from testkit import without_evidence_notes
 
 ALLOCATIONS = tuple(f"{index:02d}" * 12 for index in range(6))

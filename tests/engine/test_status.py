@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
-from servatus.status import (
+from servatus.engine.status import (
     Execution,
     Outcome,
     RunTime,
@@ -12,6 +11,7 @@ from servatus.status import (
     format_run_time,
     project,
 )
+from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 
 ALLOC = "0123456789abcdef01234567"
 T = "ssh:hpc"

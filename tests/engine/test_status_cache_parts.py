@@ -8,11 +8,11 @@ import random
 
 import pytest
 
+from servatus.engine.settlement import queries
+from servatus.engine.status import submissions
 from servatus.evidence import SlotEnd
 from servatus.ids import target_key
 from servatus.journal import codec, folding, records, store
-from servatus.settlement import queries
-from servatus.status import submissions
 from servatus.status_cache import join, join_texts, partition, run_texts, runs, widen
 from servatus.tasks import Task
 

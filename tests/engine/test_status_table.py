@@ -7,8 +7,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from servatus.cli import echo
-from servatus.render import status_lines
-from servatus.status import (
+from servatus.engine.status import (
     Execution,
     Report,
     RunTime,
@@ -18,6 +17,7 @@ from servatus.status import (
     execution_text,
     format_run_time,
 )
+from servatus.render import status_lines
 
 
 def task(key: str, execution: Execution, **fields: object) -> TaskStatus:

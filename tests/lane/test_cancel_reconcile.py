@@ -16,8 +16,8 @@ import pytest
 from servatus import Campaign, Task
 from servatus.cli import main
 from servatus.config import Profile
+from servatus.engine.status import Execution
 from servatus.errors import SubmissionInterrupted
-from servatus.status import Execution
 from servatus.testing import FakeScheduler
 
 T0 = 1_800_000_000.0

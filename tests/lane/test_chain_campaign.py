@@ -14,9 +14,9 @@ from chainkit import chain_campaign, link_id, link_script, sbatch
 
 from servatus import Campaign
 from servatus.config import Profile, target_identity
+from servatus.engine.status import Execution, RunTime, StopReason, TaskLink, TaskStatus
 from servatus.errors import ConfigurationError, StateWarning, Unavailable
 from servatus.journal import records, store
-from servatus.status import Execution, RunTime, StopReason, TaskLink, TaskStatus
 from servatus.tasks import Task
 from servatus.testing import FakeScheduler
 from testkit import run

@@ -17,8 +17,8 @@ import pytest
 
 from servatus import Campaign, Task
 from servatus.cli import main
+from servatus.engine.plan import _digest
 from servatus.errors import ConfigurationError
-from servatus.plan import _digest
 from servatus.tasks import read_jsonl
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE

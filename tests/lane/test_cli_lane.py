@@ -14,7 +14,7 @@ from fake_bin import make_fake_bin
 
 from servatus.cli import main
 from servatus.config import Profile
-from servatus.plan import Allocation
+from servatus.engine.plan import Allocation
 from servatus.plugins import Hooks, hooks
 from servatus.submission import script_may_exceed, script_room, script_spec
 from servatus.tasks import Task, content_size

@@ -10,6 +10,8 @@ import pytest
 from servatus import Campaign, Task
 from servatus.config import Profile
 from servatus.doctor import diagnose
+from servatus.engine.plan import Hold
+from servatus.engine.status import Execution, RunTime, StopReason
 from servatus.errors import (
     PlanRefused,
     ShapeRejected,
@@ -17,8 +19,6 @@ from servatus.errors import (
     SubmissionInterrupted,
     Unavailable,
 )
-from servatus.plan import Hold
-from servatus.status import Execution, RunTime, StopReason
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 

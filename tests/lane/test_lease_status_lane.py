@@ -8,9 +8,9 @@ from pathlib import Path
 
 from servatus import Campaign
 from servatus.config import target_identity
+from servatus.engine.status import Execution, StopReason
 from servatus.evidence import MarkerKind
 from servatus.journal import records, store
-from servatus.status import Execution, StopReason
 from servatus.tasks import Task
 from servatus.testing import FakeScheduler
 from servatus_slurm.markers import marker_name, step_log_name

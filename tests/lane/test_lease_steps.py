@@ -11,8 +11,8 @@ import pytest
 from test_cli_budget import L40S
 
 from servatus import Campaign, Profile, Task
+from servatus.engine.status import StopReason
 from servatus.journal import store
-from servatus.status import StopReason
 from servatus.testing import FakeScheduler
 from testkit import run
 

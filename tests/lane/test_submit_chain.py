@@ -13,9 +13,9 @@ import pytest
 from servatus import Campaign, Task
 from servatus.config import Profile
 from servatus.continuation import Link
+from servatus.engine.plan import Allocation, earlier_links, later_links
 from servatus.errors import ConfigurationError, ShapeRejected
 from servatus.journal import store
-from servatus.plan import Allocation, earlier_links, later_links
 from servatus.submission import script_problem, script_room, script_spec, submit_allocations
 from servatus.testing import FakeScheduler
 from servatus.transport import CommandResult

@@ -17,8 +17,8 @@ import sys
 from servatus import Campaign, Task
 from servatus.config import Profile, target_identity
 from servatus.continuation import Link
+from servatus.engine.plan import Allocation
 from servatus.journal import store
-from servatus.plan import Allocation
 from servatus.submission import submit_allocations
 
 with open(sys.argv[1]) as handle:

@@ -31,8 +31,8 @@ from lane_helpers import FINAL, INNER_PYTHON, STEPPED, Lane, make_lane, task_of,
 
 from browserkit import CHROMIUM, drawn_page, screenshot
 from cluster.fixture import SlurmCluster
+from servatus.engine.report import disagreements
 from servatus.journal import store
-from servatus.report import disagreements
 
 pytestmark = pytest.mark.cluster
 

@@ -24,10 +24,10 @@ import attrs
 
 from servatus.campaign import Campaign
 from servatus.config import Profile, Resources, Target
+from servatus.engine.plan import Allocation
+from servatus.engine.status import Execution
 from servatus.launcher import Launcher, StepCommand
-from servatus.plan import Allocation
 from servatus.plugins import hooks
-from servatus.status import Execution
 from servatus.submission import RUNTIME_VARIABLES, script_spec
 from servatus.tasks import Task, read_jsonl
 from testkit import make_target

@@ -30,12 +30,12 @@ from slurm_helpers import (
 
 from servatus.config import Target
 from servatus.continuation import Link
+from servatus.engine.status import Execution, StopReason, link_execution
 from servatus.errors import ConfigurationError
 from servatus.evidence import MarkerKind, observe
 from servatus.journal.records import ChainLink
 from servatus.launcher import StepCommand
 from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
-from servatus.status import Execution, StopReason, link_execution
 from servatus.transport import CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
 from servatus_slurm.script import GRACE, render

@@ -17,9 +17,9 @@ from servatus import Campaign
 from servatus.campaign import append_state, create_state
 from servatus.cli import main
 from servatus.config import Profile
+from servatus.engine.status import Execution
 from servatus.errors import SubmissionInterrupted, Unavailable
 from servatus.journal import codec, records, store
-from servatus.status import Execution
 from servatus.tasks import Task
 from servatus.testing import FakeScheduler
 from servatus.transport import CommandResult

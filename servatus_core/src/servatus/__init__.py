@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from servatus.campaign import Campaign
     from servatus.config import Profile
     from servatus.continuation import MAX_LINKS, Continuation, Extension, Link
-    from servatus.status import YIELD_EXIT, RunTime, StopReason
+    from servatus.engine.status import YIELD_EXIT, RunTime, StopReason
     from servatus.tasks import Task
     from servatus_publish.publication import publish, publish_file
     from servatus_publish.workspace import Workspace

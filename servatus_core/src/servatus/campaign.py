@@ -33,6 +33,37 @@ from servatus.config import (
     target_identity,
 )
 from servatus.continuation import Continuation, limits_for, stops_short
+from servatus.engine.plan import (
+    Hold,
+    LeaseHold,
+    Plan,
+    Request,
+    Work,
+    check_seal,
+    consults,
+    make_lease_plan,
+    make_plan,
+    make_request,
+    make_step_plan,
+    plan_from_document,
+    plan_to_document,
+    seal_document,
+    shape_indexes,
+    work_from_report,
+)
+from servatus.engine.settlement import listed, queries, settle
+from servatus.engine.status import (
+    Execution,
+    Outcome,
+    Report,
+    StopReason,
+    Submission,
+    clock_warnings,
+    cut_chain_warnings,
+    gather,
+    project,
+    submissions,
+)
 from servatus.errors import (
     Busy,
     ConfigurationError,
@@ -61,39 +92,8 @@ from servatus.lease import (
     withdraw,
     withdraw_orders,
 )
-from servatus.plan import (
-    Hold,
-    LeaseHold,
-    Plan,
-    Request,
-    Work,
-    check_seal,
-    consults,
-    make_lease_plan,
-    make_plan,
-    make_request,
-    make_step_plan,
-    plan_from_document,
-    plan_to_document,
-    seal_document,
-    shape_indexes,
-    work_from_report,
-)
 from servatus.plugins import Hooks, hooks
 from servatus.reconcile import Resolution, claim_handoffs, decide_link, resolve, resolve_step
-from servatus.settlement import listed, queries, settle
-from servatus.status import (
-    Execution,
-    Outcome,
-    Report,
-    StopReason,
-    Submission,
-    clock_warnings,
-    cut_chain_warnings,
-    gather,
-    project,
-    submissions,
-)
 from servatus.submission import (
     Progress,
     SubmittedAllocation,
@@ -114,8 +114,8 @@ from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
     from servatus.doctor import Diagnosis
+    from servatus.engine.report import ReportData
     from servatus.launcher import Launcher
-    from servatus.report import ReportData
 
 Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
@@ -544,7 +544,8 @@ class Campaign:
         targets: Iterable[str] = (),
     ) -> dict[str, Evidence]:
         """One ``squeue`` and one run-marker listing per Target of ``targets`` and of
-        ``recorded``; ``asked`` bounds the marker listings (:func:`servatus.settlement.queries`)."""
+        ``recorded``; ``asked`` bounds the marker listings
+        (:func:`servatus.engine.settlement.queries`)."""
         return gather(
             itertools.chain(targets, (item.target for item in recorded)),
             self._connector(),
@@ -646,7 +647,7 @@ class Campaign:
         :param offline: Read only what the campaign recorded, as ``status --offline`` does; a
             report still draws the outcomes the campaign has settled.
         """
-        from servatus.report import build  # noqa: PLC0415 - loaded only for a report
+        from servatus.engine.report import build  # noqa: PLC0415 - loaded only for a report
 
         projected = self.status(offline=offline)
         return build(self._state, projected, now=time.time())

@@ -18,10 +18,10 @@ from collections.abc import Collection, Mapping, Sequence
 import attrs
 
 from servatus.config import Target
+from servatus.engine.status import Execution, Outcome, Report, Submission, queued_or_running
 from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import job_name
-from servatus.status import Execution, Outcome, Report, Submission, queued_or_running
 from servatus.submission import command
 from servatus.transport import Transport
 

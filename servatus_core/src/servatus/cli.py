@@ -448,7 +448,7 @@ def _fail(message: str) -> None:
 if TYPE_CHECKING:
     from servatus.campaign import Campaign
     from servatus.config import Profile
-    from servatus.plan import Plan
+    from servatus.engine.plan import Plan
 
 DEFAULT_CONFIG = "SERVATUS.toml"
 
@@ -794,7 +794,7 @@ def plan_command(
     continuation = Continuation(budget=budget, max_links=max_links) if chained else None
     if hold is None and not show_scripts:
         from servatus import status_cache  # noqa: PLC0415
-        from servatus.plan import make_request  # noqa: PLC0415
+        from servatus.engine.plan import make_request  # noqa: PLC0415
 
         request = make_request(
             retry,
@@ -829,7 +829,7 @@ def plan_command(
 def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> None:
     """What ``plan`` prints and saves, whatever it planned."""
     from servatus.campaign import saved_plan_document, to_document  # noqa: PLC0415
-    from servatus.plan import plan_to_document  # noqa: PLC0415
+    from servatus.engine.plan import plan_to_document  # noqa: PLC0415
 
     warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
@@ -1046,8 +1046,8 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
 
     STATE is the campaign directory.
     """
+    from servatus.engine.report import report_to_document  # noqa: PLC0415
     from servatus.errors import ConfigurationError  # noqa: PLC0415
-    from servatus.report import report_to_document  # noqa: PLC0415
     from servatus.report_html import render  # noqa: PLC0415
 
     if output is None and not as_json and sys.stdout.isatty():

@@ -21,8 +21,8 @@ from servatus.config import (
     parse_duration,
     round_up_to_minute,
 )
+from servatus.engine.status import YIELD_EXIT, Execution
 from servatus.errors import ConfigurationError
-from servatus.status import YIELD_EXIT, Execution
 from servatus.words import plural
 
 MAX_LINKS = 32

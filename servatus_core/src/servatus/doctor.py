@@ -15,8 +15,8 @@ from collections.abc import Callable
 import attrs
 
 from servatus.config import Profile, Target, profile_problems
+from servatus.engine.plan import Allocation
 from servatus.errors import EXIT_ERROR, EXIT_OK, EXIT_TEMPFAIL, ConfigurationError, Unavailable
-from servatus.plan import Allocation
 from servatus.plugins import Hooks
 from servatus.plugins import hooks as default_hooks
 from servatus.submission import (

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
+from servatus.engine.status import queued_or_running
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import ALLOCATION_ID
 from servatus.journal.records import Intent
-from servatus.status import queued_or_running
 from servatus.transport import Transport
 
 

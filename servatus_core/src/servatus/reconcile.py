@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from servatus.engine.status import Submission
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence
 from servatus.ids import ALLOCATION_ID, job_name
 from servatus.lease import LINK_EMPTY, Verdict, Withdrawal, nonce
-from servatus.status import Submission
 from servatus.transport import Transport
 
 RECONCILE_AFTER = 15 * 60

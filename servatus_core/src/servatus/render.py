@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from servatus.config import Profile
     from servatus.continuation import Link
     from servatus.doctor import Diagnosis
-    from servatus.plan import Hold, Plan
+    from servatus.engine.plan import Hold, Plan
+    from servatus.engine.status import Report
     from servatus.plugins import PluginInfo
     from servatus.reconcile import Resolution
-    from servatus.status import Report
     from servatus.submission import SubmittedAllocation
 
 
@@ -163,7 +163,7 @@ def plan_lines(plan: Plan) -> list[str]:
     """The human plan: the continuation (with each selected Task's run time, budget left and
     links), selected (with each allocation, a chain's Tasks once after its last link), held,
     deferred, and the totals line (its warnings go to stderr, as a line each)."""
-    from servatus.plan import format_totals  # noqa: PLC0415
+    from servatus.engine.plan import format_totals  # noqa: PLC0415
 
     decision = plan.decision
     lines = [f"profile {plan.profile.name} ({plan.profile.target.launcher} launcher)"]
@@ -244,7 +244,7 @@ def nothing_started_line(keys: Iterable[str], held: Iterable[tuple[str, Hold]]) 
     """What ``start`` says when it started none of the file's ``keys``: how many each hold
     stopped, most first (ties in the order :class:`~servatus.plan.Hold` lists them), with a few
     keys of each; ``plan --lease`` shows every one."""
-    from servatus.plan import Hold  # noqa: PLC0415
+    from servatus.engine.plan import Hold  # noqa: PLC0415
 
     wanted = set(keys)
     by_hold: dict[Hold, list[str]] = {}
@@ -340,7 +340,7 @@ def held_lease_lines(report: Report) -> list[str]:
     """One line per lease link that Slurm lists (its job, its state, and its slots), and one
     per lease link whose ``sbatch`` is undecided, which ``reconcile`` must decide: it may hold
     its slots already."""
-    from servatus.status import Execution  # noqa: PLC0415
+    from servatus.engine.status import Execution  # noqa: PLC0415
 
     lines = []
     for attempt in report.attempts:
@@ -375,7 +375,7 @@ def status_lines(
 
 def status_rows(report: Report) -> tuple[list[tuple[str, ...]], list[int]]:
     """Each Task's cells for the status table, and the width of each column but the last."""
-    from servatus.status import RunTime, execution_text, format_run_time, result_of  # noqa: PLC0415
+    from servatus.engine.status import RunTime, execution_text, format_run_time, result_of  # noqa: PLC0415
 
     # 100,000 rows: each distinct cell text is computed once, so the widths come from those
     # texts (and the keys) without a pass over the rows, and each line is one % format.

@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from servatus.config import format_duration
-from servatus.report import Span
+from servatus.engine.report import Span
 from servatus.words import plural
 
 COLOURS = {

@@ -35,10 +35,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-from servatus.files import read_all, write_all
-from servatus.ids import ALLOCATION_ID_HEX
-from servatus.journal import codec, folding, records, store
-from servatus.plan import (
+from servatus.engine.plan import (
     Plan,
     Request,
     TaskWork,
@@ -47,6 +44,17 @@ from servatus.plan import (
     selectable_unasked,
     work_from_report,
 )
+from servatus.engine.status import (
+    Execution,
+    Report,
+    RunTime,
+    TaskLink,
+    TaskStatus,
+    report_to_document,
+)
+from servatus.files import read_all, write_all
+from servatus.ids import ALLOCATION_ID_HEX
+from servatus.journal import codec, folding, records, store
 from servatus.render import (
     STATUS_HEADER,
     held_lease_lines,
@@ -57,7 +65,6 @@ from servatus.render import (
     summary_lines,
     terminal_text,
 )
-from servatus.status import Execution, Report, RunTime, TaskLink, TaskStatus, report_to_document
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
@@ -192,7 +199,7 @@ def partition(state: records.CampaignState) -> tuple[frozenset[str], frozenset[s
     joined by a slot, a chain's ``after`` or a step's ``within``) whose every allocation is
     settled, less Tasks never submitted, and less a chain whose later links were never recorded:
     whether it was cut short is ``status``'s warning to give, every time
-    (:func:`~servatus.status.cut_chain_warnings`)."""
+    (:func:`~servatus.engine.status.cut_chain_warnings`)."""
     keys = state.tasks.keys
     index = {key: position for position, key in enumerate(keys)}
     intents = state.intents
@@ -341,7 +348,8 @@ def _rules() -> str:
     """A digest of the code a cached row comes from: another version of it projects or
     renders differently, and its cache is not trusted."""
     import servatus  # noqa: PLC0415
-    from servatus import evidence, render, settlement, status  # noqa: PLC0415
+    from servatus import evidence, render  # noqa: PLC0415
+    from servatus.engine import settlement, status  # noqa: PLC0415
 
     digest = hashlib.sha256(servatus.__version__.encode())
     sources = [

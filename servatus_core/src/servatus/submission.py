@@ -17,13 +17,13 @@ import attrs
 
 from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
+from servatus.engine.plan import Allocation, earlier_links, later_links
 from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
 from servatus.evidence import MAX_JOB
 from servatus.journal.records import ChainLink, Intent, LeaseTerms, Receipt, Resolved, TaskResources
 from servatus.journal.store import Writer
 from servatus.launcher import Launcher
 from servatus.lease import Directory, Offer, make_directory, offer, orders_path
-from servatus.plan import Allocation, earlier_links, later_links
 from servatus.plugins import Hooks
 from servatus.script import (
     BUDGET_VARIABLE,

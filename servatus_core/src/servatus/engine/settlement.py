@@ -13,10 +13,10 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
+from servatus.engine.status import Execution, Outcome, Report, Submission
 from servatus.evidence import Evidence, MarkerQuery
 from servatus.ids import target_key
 from servatus.journal.records import CampaignState, Listed, Settlement
-from servatus.status import Execution, Outcome, Report, Submission
 
 FINAL = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED})
 """Executions no later evidence changes once Slurm no longer lists the job. ``LOST`` is left
