@@ -28,8 +28,8 @@ from slurm_helpers import FakeCluster, make_fake_cluster
 from servatus.config import Profile
 from servatus.engine.plan import Allocation
 from servatus.errors import ConfigurationError
+from servatus.operations.submission import script_spec
 from servatus.plugins import hooks
-from servatus.submission import script_spec
 from servatus.tasks import Task
 from servatus_slurm.transport import (
     Frame,

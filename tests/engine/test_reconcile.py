@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from servatus.engine.status import Outcome, Submission
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX
-from servatus.reconcile import RECONCILE_AFTER, Resolution, resolve
+from servatus.operations.reconcile import RECONCILE_AFTER, Resolution, resolve
 
 
 def reference_resolve(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from servatus.campaign import Authoring, ShapeCheck
-from servatus.doctor import Check, Diagnosis
 from servatus.engine.plan import Hold
+from servatus.operations.doctor import Check, Diagnosis
+from servatus.operations.reconcile import Resolution
+from servatus.operations.submission import SubmittedAllocation
 from servatus.plugins import PluginInfo
-from servatus.reconcile import Resolution
 from servatus.render import (
     accepted_line,
     authoring_line,
@@ -20,7 +21,6 @@ from servatus.render import (
     submitted_lines,
     terminal_text,
 )
-from servatus.submission import SubmittedAllocation
 
 
 def test_authoring_lines() -> None:

@@ -15,8 +15,8 @@ from fake_bin import make_fake_bin
 from servatus.cli import main
 from servatus.config import Profile
 from servatus.engine.plan import Allocation
+from servatus.operations.submission import script_may_exceed, script_room, script_spec
 from servatus.plugins import Hooks, hooks
-from servatus.submission import script_may_exceed, script_room, script_spec
 from servatus.tasks import Task, content_size
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE

@@ -18,7 +18,7 @@ import pytest
 from servatus.cli import cli, main
 from servatus.errors import Unavailable
 from servatus.journal import records, store
-from servatus.reconcile import RECONCILE_AFTER
+from servatus.operations.reconcile import RECONCILE_AFTER
 from servatus.testing import FakeJob, FakeScheduler
 from testkit import run, write_tasks
 

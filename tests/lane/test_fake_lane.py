@@ -9,7 +9,6 @@ import pytest
 
 from servatus import Campaign, Task
 from servatus.config import Profile
-from servatus.doctor import diagnose
 from servatus.engine.plan import Hold
 from servatus.engine.status import Execution, RunTime, StopReason
 from servatus.errors import (
@@ -19,6 +18,7 @@ from servatus.errors import (
     SubmissionInterrupted,
     Unavailable,
 )
+from servatus.operations.doctor import diagnose
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 

@@ -14,7 +14,7 @@ from chainkit import chain_campaign, link_id, link_script, sbatch
 from servatus.config import Profile, target_identity
 from servatus.errors import StateWarning
 from servatus.journal import records, store
-from servatus.reconcile import (
+from servatus.operations.reconcile import (
     RECONCILE_AFTER,
     Resolution,
     claim_command,

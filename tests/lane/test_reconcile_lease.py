@@ -15,7 +15,7 @@ from leasekit import LIMIT, TERMS, LeaseCampaign, ident, lease_campaign
 from servatus.cli import main
 from servatus.config import target_identity
 from servatus.journal import records, store
-from servatus.reconcile import RECONCILE_AFTER
+from servatus.operations.reconcile import RECONCILE_AFTER
 
 LEASE = ident(0xA1)
 

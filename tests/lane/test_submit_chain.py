@@ -16,7 +16,12 @@ from servatus.continuation import Link
 from servatus.engine.plan import Allocation, earlier_links, later_links
 from servatus.errors import ConfigurationError, ShapeRejected
 from servatus.journal import store
-from servatus.submission import script_problem, script_room, script_spec, submit_allocations
+from servatus.operations.submission import (
+    script_problem,
+    script_room,
+    script_spec,
+    submit_allocations,
+)
 from servatus.testing import FakeScheduler
 from servatus.transport import CommandResult
 

@@ -1,13 +1,13 @@
 """Submits chains through the product's own path, run on the login node as alice.
 
-``lane_chain.py SPEC`` reads a JSON file ``{"toml", "profile", "state", "tasks": [Task
-documents], "chains": [{"keys", "links", "minutes", "task_links", "budget", "spent"}]}``, makes
-the campaign, builds each chain's links as planning would (same Tasks in the same slots, each
-``after`` its predecessor) and hands them all to ``servatus.submission.submit_allocations`` in one
-submission, with the real hooks, launcher and Slurm transport. It prints the receipts as JSON:
-one list of ``[allocation_id, job]`` per chain, links in order. Planning does not plan chains
-through the CLI yet, so this is the nearest real path: the intents, the scripts and the
-``afterok`` arguments are the ones ``servatus submit`` sends.
+``lane_chain.py SPEC`` reads a JSON file ``{"toml", "profile", "state", "tasks": [Task documents],
+"chains": [{"keys", "links", "minutes", "task_links", "budget", "spent"}]}``, makes the campaign,
+builds each chain's links as planning would (same Tasks in the same slots, each ``after`` its
+predecessor) and hands them all to ``servatus.operations.submission.submit_allocations`` in one
+submission, with the real hooks, launcher and Slurm transport. It prints the receipts as JSON: one
+list of ``[allocation_id, job]`` per chain, links in order. Planning does not plan chains through
+the CLI yet, so this is the nearest real path: the intents, the scripts and the ``afterok``
+arguments are the ones ``servatus submit`` sends.
 """
 
 import json
@@ -19,7 +19,7 @@ from servatus.config import Profile, target_identity
 from servatus.continuation import Link
 from servatus.engine.plan import Allocation
 from servatus.journal import store
-from servatus.submission import submit_allocations
+from servatus.operations.submission import submit_allocations
 
 with open(sys.argv[1]) as handle:
     spec = json.load(handle)

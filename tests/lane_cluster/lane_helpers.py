@@ -45,7 +45,7 @@ LATER = """\
 import sys
 import time
 
-from servatus.reconcile import RECONCILE_AFTER
+from servatus.operations.reconcile import RECONCILE_AFTER
 
 real = time.time
 time.time = lambda: real() + RECONCILE_AFTER + 60

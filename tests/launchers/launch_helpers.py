@@ -27,8 +27,8 @@ from servatus.config import Profile, Resources, Target
 from servatus.engine.plan import Allocation
 from servatus.engine.status import Execution
 from servatus.launcher import Launcher, StepCommand
+from servatus.operations.submission import RUNTIME_VARIABLES, script_spec
 from servatus.plugins import hooks
-from servatus.submission import RUNTIME_VARIABLES, script_spec
 from servatus.tasks import Task, read_jsonl
 from testkit import make_target
 

@@ -35,8 +35,8 @@ from launch_helpers import (
 
 from servatus.config import Apptainer, Target
 from servatus.errors import ConfigurationError
+from servatus.operations.submission import RUNTIME_VARIABLES, step_environment
 from servatus.plugins import hooks
-from servatus.submission import RUNTIME_VARIABLES, step_environment
 from servatus.tasks import Task
 from servatus_apptainer.plugin import ApptainerLauncher, step_script
 

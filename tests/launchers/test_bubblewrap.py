@@ -33,7 +33,7 @@ from launch_helpers import (
 )
 
 from servatus.errors import ConfigurationError
-from servatus.submission import RUNTIME_VARIABLES, step_environment
+from servatus.operations.submission import RUNTIME_VARIABLES, step_environment
 from servatus.tasks import Task
 from testkit import install_distribution
 

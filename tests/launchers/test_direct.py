@@ -21,8 +21,8 @@ from launch_helpers import (
 from servatus.direct import DirectLauncher
 from servatus.errors import ConfigurationError
 from servatus.launcher import ENV_COMMAND, StepCommand
+from servatus.operations.submission import RUNTIME_VARIABLES, step_environment
 from servatus.plugins import hooks
-from servatus.submission import RUNTIME_VARIABLES, step_environment
 from servatus.tasks import Task
 
 LAUNCHER = DirectLauncher()

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-from servatus.cancel import LeaseStep, check_names, plan_cancel, scancel
 from servatus.config import (
     Profile,
     Resources,
@@ -92,9 +91,15 @@ from servatus.lease import (
     withdraw,
     withdraw_orders,
 )
-from servatus.plugins import Hooks, hooks
-from servatus.reconcile import Resolution, claim_handoffs, decide_link, resolve, resolve_step
-from servatus.submission import (
+from servatus.operations.cancel import LeaseStep, check_names, plan_cancel, scancel
+from servatus.operations.reconcile import (
+    Resolution,
+    claim_handoffs,
+    decide_link,
+    resolve,
+    resolve_step,
+)
+from servatus.operations.submission import (
     Progress,
     SubmittedAllocation,
     batch_scripts,
@@ -109,13 +114,14 @@ from servatus.submission import (
     submit_steps,
     unanswered,
 )
+from servatus.plugins import Hooks, hooks
 from servatus.tasks import Roster, Task, bulk, check_unique, content_size
 from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
-    from servatus.doctor import Diagnosis
     from servatus.engine.report import ReportData
     from servatus.launcher import Launcher
+    from servatus.operations.doctor import Diagnosis
 
 Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
@@ -1257,7 +1263,8 @@ class Campaign:
     ) -> list[Resolution]:
         """Before a later chain link is recorded as never submitted, claim the handoffs it
         would take (ADR 0005): a late ``sbatch`` of it then runs nothing, and a claim it made
-        first shows it was accepted after all (:func:`~servatus.reconcile.decide_link`)."""
+        first shows it was accepted after all
+        (:func:`~servatus.operations.reconcile.decide_link`)."""
         by_id = {s.allocation_id: s for s in recorded}
         decided: list[Resolution] = []
         connect = self._connector()
@@ -1299,7 +1306,7 @@ class Campaign:
         now: float,
     ) -> list[Resolution]:
         """Withdraw each unresolved step by its claim, one command per lease link, and decide it
-        by the verdict (:func:`~servatus.reconcile.resolve_step`). A step of a lease link
+        by the verdict (:func:`~servatus.operations.reconcile.resolve_step`). A step of a lease link
         recorded as never submitted was never offered; one of a link still unresolved waits."""
         grouped: dict[str, list[Submission]] = {}
         for step in steps:
@@ -1726,7 +1733,7 @@ def diagnose(profile: Profile, *, connect: Connect | None = None) -> Diagnosis:
     :param profile: The profile to check, as ``doctor --profile`` names it.
     :param connect: How Slurm is reached; None: as the profile's target says.
     """
-    from servatus.doctor import diagnose as run  # noqa: PLC0415 - doctor imports the engine
+    from servatus.operations.doctor import diagnose as run  # noqa: PLC0415 - doctor imports the engine
 
     return run(profile, connect=connect)
 

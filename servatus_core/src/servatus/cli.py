@@ -922,7 +922,7 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
     campaign or Slurm has moved on from is refused as stale: plan again.
     """
     from servatus.campaign import to_document  # noqa: PLC0415
-    from servatus.submission import SubmittedAllocation  # noqa: PLC0415
+    from servatus.operations.submission import SubmittedAllocation  # noqa: PLC0415
 
     plan = _read_plan(state, plan_file)
     interactive = not as_json and sys.stdout.isatty()
@@ -975,7 +975,7 @@ def start_command(
     the lease by any of its links' ids. --retry may be given more than once.
     """
     from servatus.campaign import to_document  # noqa: PLC0415
-    from servatus.submission import SubmittedAllocation  # noqa: PLC0415
+    from servatus.operations.submission import SubmittedAllocation  # noqa: PLC0415
     from servatus.tasks import read_jsonl  # noqa: PLC0415
 
     tasks = read_jsonl(tasks_file)
@@ -1079,7 +1079,7 @@ def reconcile_command(state: str, as_json: bool) -> None:
     """
     from servatus.campaign import to_document  # noqa: PLC0415
     from servatus.errors import StillWaiting  # noqa: PLC0415
-    from servatus.reconcile import Resolution  # noqa: PLC0415
+    from servatus.operations.reconcile import Resolution  # noqa: PLC0415
 
     recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
     if as_json:
@@ -1216,7 +1216,7 @@ def logs_command(
 def doctor_command(config: str | None, profile_name: str | None, as_json: bool) -> None:
     """Check, read-only, what the profile needs from its cluster. Exit 1 if a check fails,
     75 if one went unanswered."""
-    from servatus.doctor import diagnose  # noqa: PLC0415
+    from servatus.operations.doctor import diagnose  # noqa: PLC0415
 
     profile = load_profile_option(config, profile_name)
     context = click.get_current_context().find_object(Context)

@@ -19,12 +19,12 @@ if TYPE_CHECKING:
     from servatus.campaign import Authoring, ShapeCheck
     from servatus.config import Profile
     from servatus.continuation import Link
-    from servatus.doctor import Diagnosis
     from servatus.engine.plan import Hold, Plan
     from servatus.engine.status import Report
+    from servatus.operations.doctor import Diagnosis
+    from servatus.operations.reconcile import Resolution
+    from servatus.operations.submission import SubmittedAllocation
     from servatus.plugins import PluginInfo
-    from servatus.reconcile import Resolution
-    from servatus.submission import SubmittedAllocation
 
 
 def escape_line(line: str) -> str:

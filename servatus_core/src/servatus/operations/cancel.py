@@ -22,7 +22,7 @@ from servatus.engine.status import Execution, Outcome, Report, Submission, queue
 from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import job_name
-from servatus.submission import command
+from servatus.operations.submission import command
 from servatus.transport import Transport
 
 
