@@ -326,7 +326,7 @@ def test_a_settlement_keeps_the_claims_verdict_in_the_journal() -> None:
 def test_status_shows_the_specs_lease_example_literally() -> None:
     """The spec's walk-through: one step running for 01:02:13, one waiting for a slot, and the
     lease's own line (the README's "Leases" section, copied as written)."""
-    from servatus.render import status_lines
+    from servatus.cli.render import status_lines
 
     held, running, waiting = (
         "3f9c0e2a7b1d4c5e6f708192",

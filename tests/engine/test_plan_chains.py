@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servatus.cli import json_text
+from servatus.cli.render import plan_lines
 from servatus.config import MAX_SIGNAL_BEFORE_END, Profile, Resources, Target, parse_duration
 from servatus.continuation import (
     MAX_LINKS,
@@ -38,7 +39,6 @@ from servatus.engine.plan import (
 )
 from servatus.engine.status import Execution, RunTime, StopReason, TaskLink
 from servatus.errors import ConfigurationError, PlanRefused
-from servatus.render import plan_lines
 
 HOUR, MINUTE = 3600, 60
 SPEC = Resources(cpus=32, memory_mib=64000, time_limit=16 * HOUR, gpus=1, signal_before_end=600)

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from servatus.campaign import Authoring, ShapeCheck
-from servatus.engine.plan import Hold
-from servatus.operations.doctor import Check, Diagnosis
-from servatus.operations.reconcile import Resolution
-from servatus.operations.submission import SubmittedAllocation
-from servatus.plugins import PluginInfo
-from servatus.render import (
+from servatus.cli.render import (
     accepted_line,
     authoring_line,
     cancelled_lines,
@@ -21,6 +16,11 @@ from servatus.render import (
     submitted_lines,
     terminal_text,
 )
+from servatus.engine.plan import Hold
+from servatus.operations.doctor import Check, Diagnosis
+from servatus.operations.reconcile import Resolution
+from servatus.operations.submission import SubmittedAllocation
+from servatus.plugins import PluginInfo
 
 
 def test_authoring_lines() -> None:

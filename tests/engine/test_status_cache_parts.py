@@ -8,12 +8,12 @@ import random
 
 import pytest
 
+from servatus.cli.status_cache import join, join_texts, partition, run_texts, runs, widen
 from servatus.engine.settlement import queries
 from servatus.engine.status import submissions
 from servatus.evidence import SlotEnd
 from servatus.ids import target_key
 from servatus.journal import codec, folding, records, store
-from servatus.status_cache import join, join_texts, partition, run_texts, runs, widen
 from servatus.tasks import Task
 
 IDENTITIES = ('{"host":null}', '{"host":"login"}')

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from servatus.cli import echo
+from servatus.cli.render import status_lines
 from servatus.engine.status import (
     Execution,
     Report,
@@ -17,7 +18,6 @@ from servatus.engine.status import (
     execution_text,
     format_run_time,
 )
-from servatus.render import status_lines
 
 
 def task(key: str, execution: Execution, **fields: object) -> TaskStatus:

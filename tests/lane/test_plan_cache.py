@@ -14,7 +14,8 @@ from typing import NamedTuple
 import pytest
 from test_status_cache import assert_cached_same, cache_files, loads, mixed_sweep, sweep
 
-from servatus import Campaign, Task, status_cache
+from servatus import Campaign, Task
+from servatus.cli import status_cache
 from servatus.config import Profile
 from servatus.journal import store
 from servatus.testing import FakeScheduler

@@ -13,9 +13,9 @@ import pytest
 from browserkit import CHROMIUM, drawn_page, screenshot
 from reportkit import T, lease_report, lease_state
 from servatus import Campaign, Task
+from servatus.cli.report_html import render
 from servatus.config import Profile
 from servatus.engine.report import build, report_to_document
-from servatus.report_html import render
 from servatus.testing import FakeScheduler
 from testkit import run
 

@@ -13,10 +13,10 @@ import pytest
 
 from reportkit import T, lease_report, lease_state
 from servatus import Campaign, Task
+from servatus.cli.report_html import render
 from servatus.config import Profile
 from servatus.engine.report import build, disagreements, report_to_document
 from servatus.journal import records, store
-from servatus.report_html import render
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE, run
 

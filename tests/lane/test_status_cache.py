@@ -15,7 +15,8 @@ import pytest
 from chainkit import chain_campaign
 from test_lease_steps import CONTAINED, leased, write
 
-from servatus import Campaign, Task, status_cache
+from servatus import Campaign, Task
+from servatus.cli import status_cache
 from servatus.config import Profile
 from servatus.journal import codec, folding, records, store
 from servatus.testing import FakeScheduler

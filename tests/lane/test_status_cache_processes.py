@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from test_settle_processes import CRASH_SYSCALLS, make_sweep
 
-from servatus import status_cache
+from servatus.cli import status_cache
 from servatus.journal import store
 from testkit import count_calls
 
 WORKER = textwrap.dedent(
     """
     import sys
-    from servatus import status_cache
+    from servatus.cli import status_cache
     from servatus.cli import main
 
     state, threshold = sys.argv[1:3]

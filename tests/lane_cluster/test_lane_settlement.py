@@ -47,7 +47,7 @@ def delete_markers(lane: Lane, allocation_ids: set[str]) -> int:
 _CACHED_STATUS = textwrap.dedent(
     """
     import sys
-    from servatus import status_cache
+    from servatus.cli import status_cache
     from servatus.journal import codec
     from servatus.cli import main
 

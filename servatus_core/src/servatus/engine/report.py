@@ -5,7 +5,7 @@ Pure functions over what the campaign recorded
 (:class:`~servatus.status.Report`), so the picture says exactly what ``status`` says, with the
 times between. It holds keys, states, times and resources only: never a Task's
 stdin, env or args, which may hold secrets. ``report --json`` prints :func:`report_to_document`;
-the HTML page (:mod:`servatus.report_html`) draws the same document.
+the HTML page (:mod:`servatus.cli.report_html`) draws the same document.
 
 Times are seconds since the epoch. An intent's time is the submitting machine's clock; every
 marker's is the file server's (docs/development/markers.md), so a queued span mixes the two clocks

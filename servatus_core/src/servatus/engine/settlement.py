@@ -89,7 +89,7 @@ def queries(
 
     ``submissions`` are in intent order, so a position is the intent's index in the journal.
     ``targets`` come first, also those no submission names (the status cache holds all of
-    theirs: ``servatus.status_cache``).
+    theirs: ``servatus.cli.status_cache``).
     """
     horizons: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for horizon in state.horizons:

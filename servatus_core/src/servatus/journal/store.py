@@ -452,7 +452,7 @@ class Writer:
 
 
 STATUS_CACHE = "status-cache."
-"""How the names of the status cache's files start (``servatus.status_cache``): derived data
+"""How the names of the status cache's files start (``servatus.cli.status_cache``): derived data
 beside the journal, never read by anything that changes the campaign."""
 
 

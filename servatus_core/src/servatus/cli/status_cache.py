@@ -35,6 +35,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from cattrs.preconf.json import make_converter
 
+from servatus.cli.render import (
+    STATUS_HEADER,
+    held_lease_lines,
+    json_dumps,
+    row_format,
+    status_lines,
+    status_rows,
+    summary_lines,
+    terminal_text,
+)
 from servatus.engine.plan import (
     Plan,
     Request,
@@ -55,16 +65,6 @@ from servatus.engine.status import (
 from servatus.files import read_all, write_all
 from servatus.ids import ALLOCATION_ID_HEX
 from servatus.journal import codec, folding, records, store
-from servatus.render import (
-    STATUS_HEADER,
-    held_lease_lines,
-    json_dumps,
-    row_format,
-    status_lines,
-    status_rows,
-    summary_lines,
-    terminal_text,
-)
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
@@ -348,7 +348,8 @@ def _rules() -> str:
     """A digest of the code a cached row comes from: another version of it projects or
     renders differently, and its cache is not trusted."""
     import servatus  # noqa: PLC0415
-    from servatus import evidence, render  # noqa: PLC0415
+    from servatus import evidence  # noqa: PLC0415
+    from servatus.cli import render  # noqa: PLC0415
     from servatus.engine import settlement, status  # noqa: PLC0415
 
     digest = hashlib.sha256(servatus.__version__.encode())

@@ -20,18 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 import click
 
 from servatus import __version__
-from servatus.errors import (
-    EXIT_CTRL_C,
-    EXIT_ERROR,
-    EXIT_OK,
-    EXIT_USAGE,
-    ServatusError,
-    StateWarning,
-    Unavailable,
-    from_os_error,
-)
-from servatus.files import path_word
-from servatus.render import (
+from servatus.cli.render import (
     accepted_line,
     authoring_line,
     cancelled_lines,
@@ -53,6 +42,17 @@ from servatus.render import (
     submitted_lines,
     terminal_text,
 )
+from servatus.errors import (
+    EXIT_CTRL_C,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    ServatusError,
+    StateWarning,
+    Unavailable,
+    from_os_error,
+)
+from servatus.files import path_word
 from servatus.transport import Connect
 from servatus.words import plural
 
@@ -123,7 +123,7 @@ def _context() -> Context | None:
 
 def echo(*lines: str) -> None:
     """Print human output, each argument one line, in one write (a line each costs a flush each),
-    each line escaped whole (:func:`servatus.render.terminal_text`)."""
+    each line escaped whole (:func:`servatus.cli.render.terminal_text`)."""
     click.echo(terminal_text(lines))
 
 
@@ -146,7 +146,7 @@ def emit_json(document: Any) -> None:
 
 
 def emit_json_text(text: str) -> None:
-    """Print one JSON document written already (:func:`servatus.render.json_fields`)."""
+    """Print one JSON document written already (:func:`servatus.cli.render.json_fields`)."""
     context = _context()
     if context is not None:
         context.emitted = True
@@ -793,7 +793,7 @@ def plan_command(
     chained = budget is not None or max_links is not None
     continuation = Continuation(budget=budget, max_links=max_links) if chained else None
     if hold is None and not show_scripts:
-        from servatus import status_cache  # noqa: PLC0415
+        from servatus.cli import status_cache  # noqa: PLC0415
         from servatus.engine.plan import make_request  # noqa: PLC0415
 
         request = make_request(
@@ -1013,7 +1013,7 @@ def status_command(state: str, offline: bool, as_json: bool) -> None:
     STATE is the campaign directory. Unless --offline, it reads one squeue and one run-marker
     listing for each Target the campaign has submitted to.
     """
-    from servatus.status_cache import view  # noqa: PLC0415
+    from servatus.cli.status_cache import view  # noqa: PLC0415
 
     context = _context()
     shown = view(
@@ -1046,9 +1046,9 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
 
     STATE is the campaign directory.
     """
+    from servatus.cli.report_html import render  # noqa: PLC0415
     from servatus.engine.report import report_to_document  # noqa: PLC0415
     from servatus.errors import ConfigurationError  # noqa: PLC0415
-    from servatus.report_html import render  # noqa: PLC0415
 
     if output is None and not as_json and sys.stdout.isatty():
         raise ConfigurationError(
