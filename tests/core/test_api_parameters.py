@@ -13,8 +13,8 @@ import pytest
 import servatus
 import servatus.cli
 import servatus.config
-import servatus.engine.plan
-import servatus.engine.report
+import servatus.plan
+import servatus.report
 import servatus.testing
 from servatus_publish.publication import Draft
 
@@ -47,9 +47,9 @@ def documented() -> Iterator[tuple[str, Callable[..., Any], str]]:
         servatus.cli.main,
         servatus.config.capacity,
         servatus.config.profile_problems,
-        servatus.engine.plan.plan_from_document,
-        servatus.engine.plan.seal_document,
-        servatus.engine.report.report_to_document,
+        servatus.plan.plan_from_document,
+        servatus.plan.seal_document,
+        servatus.report.report_to_document,
     ):
         yield function.__qualname__, function, function.__doc__ or ""
 

@@ -21,8 +21,8 @@ from servatus.engine.status import (
     TaskLink,
     TaskStatus,
     project,
-    report_to_document,
     slot_run_time,
+    status_document,
 )
 from servatus.evidence import (
     Evidence,
@@ -396,7 +396,7 @@ def test_a_handoff_means_nothing_outside_a_chain() -> None:
 
 def test_the_document_carries_links_and_handed_slots() -> None:
     report = run(chain(2, budget=7200), yielded(1, 0.0), [listed(2)])
-    document = report_to_document(report)
+    document = status_document(report)
     (entry,) = document["tasks"]
     assert entry["link"] == {"position": 2, "of": 2, "budget": 7200}
     assert entry["execution"] == "QUEUED"
@@ -489,7 +489,7 @@ def test_a_settled_chain_reads_as_its_markers_did(
     from_markers = without_evidence_notes(from_markers)
     from_record = without_evidence_notes(from_record)
     assert from_record == from_markers
-    assert report_to_document(from_record) == report_to_document(from_markers)
+    assert status_document(from_record) == status_document(from_markers)
     assert settle(from_record, recorded) == ()
 
 

@@ -19,7 +19,7 @@ from servatus.engine.status import (
     StopReason,
     Submission,
     project,
-    report_to_document,
+    status_document,
 )
 from servatus.errors import ConfigurationError, PlanRefused
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
@@ -139,7 +139,7 @@ def test_a_lease_is_an_attempt_of_no_task_and_never_a_tasks_status() -> None:
 
 
 def test_status_json_carries_slots_within_and_step() -> None:
-    document = report_to_document(run("RUNNING", TAKEN, BEGAN))
+    document = status_document(run("RUNNING", TAKEN, BEGAN))
     held, started = document["attempts"]
     assert (held["task_keys"], held["executions"], held["slots"], held["within"]) == (
         [], [], 2, None,
@@ -240,7 +240,7 @@ def test_a_settled_step_answers_as_its_markers_did(
     from_markers = without_evidence_notes(from_markers)
     from_record = without_evidence_notes(from_record)
     assert from_markers == from_record
-    assert report_to_document(from_markers) == report_to_document(from_record)
+    assert status_document(from_markers) == status_document(from_record)
     assert settle(from_record, recorded) == ()
 
 

@@ -26,7 +26,7 @@ from servatus.engine.report import (
     build,
     distribution,
     occupancy,
-    report_to_document,
+    report_document,
 )
 from servatus.engine.status import Execution, Report, RunTime, StopReason, TaskLink
 from servatus.evidence import Observation, SlotEnd
@@ -58,7 +58,7 @@ def test_lease_steps_are_drawn_within_their_lease_with_its_idle_slot_time() -> N
     assert data.summary.used.cpu == pytest.approx(1000 * 2 * 4 / 3600)
     assert data.summary.used.gpu == pytest.approx(1000 * 2 / 3600)
     assert data.summary.unknown_resources == 0
-    document = report_to_document(data)
+    document = report_document(data)
     assert document["leases"][0]["idle_slot_hours"] == pytest.approx(lease.idle_slot_hours)
 
 

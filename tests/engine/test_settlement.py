@@ -16,7 +16,7 @@ from servatus.engine.status import (
     Report,
     Submission,
     project,
-    report_to_document,
+    status_document,
 )
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX
@@ -103,8 +103,8 @@ def purged(evidence: dict[str, Evidence], found: Sequence[Settlement]) -> dict[s
 def same(first: Report, second: Report) -> None:
     first, second = without_evidence_notes(first), without_evidence_notes(second)
     assert first == second
-    assert report_to_document(first) == report_to_document(second)
-    assert report_to_document(first, valid={"k0"}) == report_to_document(second, valid={"k0"})
+    assert status_document(first) == status_document(second)
+    assert status_document(first, valid={"k0"}) == status_document(second, valid={"k0"})
 
 
 @settings(max_examples=1500, deadline=None)

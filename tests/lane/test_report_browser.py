@@ -15,7 +15,7 @@ from reportkit import T, lease_report, lease_state
 from servatus import Campaign, Task
 from servatus.cli.report_html import render
 from servatus.config import Profile
-from servatus.engine.report import build, report_to_document
+from servatus.engine.report import build, report_document
 from servatus.testing import FakeScheduler
 from testkit import run
 
@@ -94,9 +94,7 @@ def test_the_browser_draws_one_lane_per_task_one_segment_per_span_and_the_legend
 
 
 def test_the_browser_draws_a_lease_with_its_steps(tmp_path: Path) -> None:
-    document = report_to_document(
-        build(lease_state(), lease_report(lease_attempt=True), now=T + 1500)
-    )
+    document = report_document(build(lease_state(), lease_report(lease_attempt=True), now=T + 1500))
     page = tmp_path / "lease.html"
     page.write_text(render(document))
     drawn = drawn_page(page)
@@ -114,9 +112,7 @@ def test_scrolling_a_long_report_draws_the_lanes_in_view_and_not_the_rest(tmp_pa
     (a script appended to a copy of the page sets the scroll position and asks for a redraw at
     once, as a resize does, rather than wait for the scroll's animation frame) the ones now in
     view."""
-    document = report_to_document(
-        build(lease_state(), lease_report(lease_attempt=True), now=T + 1500)
-    )
+    document = report_document(build(lease_state(), lease_report(lease_attempt=True), now=T + 1500))
     (template,) = [lane for lane in document["lanes"] if lane["key"] == "a"]
     document["lanes"] = [{**template, "key": f"t{i:04d}"} for i in range(3000)]
     document["leases"] = []

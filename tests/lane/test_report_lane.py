@@ -15,7 +15,7 @@ from reportkit import T, lease_report, lease_state
 from servatus import Campaign, Task
 from servatus.cli.report_html import render
 from servatus.config import Profile
-from servatus.engine.report import build, disagreements, report_to_document
+from servatus.engine.report import build, disagreements, report_document
 from servatus.journal import records, store
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE, run
@@ -265,7 +265,5 @@ def test_an_offline_report_of_a_settled_lease_draws_it_and_its_steps_as_online(
 
 
 def test_the_page_header_counts_in_words_that_agree_with_their_number() -> None:
-    document = report_to_document(
-        build(lease_state(), lease_report(lease_attempt=True), now=T + 1500)
-    )
+    document = report_document(build(lease_state(), lease_report(lease_attempt=True), now=T + 1500))
     assert "<p>3 Tasks, 1 lease link; made " in render(document)

@@ -46,8 +46,8 @@ def cache_holds(state: Path, *, as_json: bool = False) -> bool:
     saved = status_cache.MIN_CACHED
     try:
         status_cache.MIN_CACHED = 1
-        found = status_cache.load(state, status_cache.file_name(offline=False, as_json=as_json),
-                                  data, name)  # fmt: skip
+        name_of = status_cache.file_name(offline=False, as_json=as_json)
+        found = status_cache.read_cache(state, name_of, data, name)
     finally:
         status_cache.MIN_CACHED = saved
     return found is not None

@@ -10,8 +10,8 @@ from servatus.engine.status import (
     StopReason,
     TaskLink,
     TaskStatus,
-    report_to_document,
 )
+from servatus.engine.status import status_document as report_to_document
 
 __all__ = [
     "YIELD_EXIT",

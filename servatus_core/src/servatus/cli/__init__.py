@@ -1047,7 +1047,7 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
     STATE is the campaign directory.
     """
     from servatus.cli.report_html import render  # noqa: PLC0415
-    from servatus.engine.report import report_to_document  # noqa: PLC0415
+    from servatus.engine.report import report_document  # noqa: PLC0415
     from servatus.errors import ConfigurationError  # noqa: PLC0415
 
     if output is None and not as_json and sys.stdout.isatty():
@@ -1057,7 +1057,7 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
     if output is not None:
         check_output(output, replace=False, what="a report")
     campaign = _campaign(state)
-    document = report_to_document(campaign.report(offline=offline))
+    document = report_document(campaign.report(offline=offline))
     if campaign.record_warning is not None:
         click.echo(f"servatus: warning: {campaign.record_warning}", err=True)
     if output is not None:

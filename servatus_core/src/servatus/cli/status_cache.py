@@ -60,7 +60,7 @@ from servatus.engine.status import (
     RunTime,
     TaskLink,
     TaskStatus,
-    report_to_document,
+    status_document,
 )
 from servatus.files import read_all, write_all
 from servatus.ids import ALLOCATION_ID_HEX
@@ -367,7 +367,7 @@ def _rules() -> str:
 # -- reading ------------------------------------------------------------------------------------
 
 
-def load(path: Path, name: str, data: bytes, journal: str) -> Cached | None:
+def read_cache(path: Path, name: str, data: bytes, journal: str) -> Cached | None:
     """The cache ``name`` of the campaign at ``path``, if it holds for the journal ``data``;
     None otherwise (no cache, a damaged one, another prefix or rules, a record it cannot take)."""
     try:
@@ -459,7 +459,7 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
     name = file_name(offline=offline, as_json=as_json)
     evidence = None
     with bulk():
-        cached = load(directory, name, data, journal)
+        cached = read_cache(directory, name, data, journal)
     if cached is not None:
         campaign = _campaign(directory, cached.state, version, connect)
         targets = cached.header.targets
@@ -559,7 +559,7 @@ def _cached_plan(
 def _either_form(directory: Path, data: bytes, journal: str, *, offline: bool) -> Cached | None:
     """A cache of the mode that holds, of either form: each keeps the same planning part."""
     for as_json in (False, True):
-        cached = load(directory, file_name(offline=offline, as_json=as_json), data, journal)
+        cached = read_cache(directory, file_name(offline=offline, as_json=as_json), data, journal)
         if cached is not None:
             return cached
     return None
@@ -622,7 +622,7 @@ def _whole(
     write the cache they make, if one is worth it."""
     split = _split(state, report, offline=offline)
     if as_json:
-        document = report_to_document(report)
+        document = status_document(report)
         if split is not None and len(document["attempts"]) != len(split[1]):
             split = None  # not one entry per allocation: runs over intents would not fit
         flags, held = split if split is not None else ([], [])
@@ -685,7 +685,7 @@ def _joined(cached: Cached, report: Report, as_json: bool) -> View | None:
     header = cached.header
     counts = merged_counts(header.counts, report.counts)
     if as_json:
-        document = report_to_document(report)
+        document = status_document(report)
         split = len(header.tasks[0::2])
         tasks = join_texts(header.tasks, cached.texts[:split], document["tasks"])
         attempts = join_texts(header.attempts, cached.texts[split:], document["attempts"])

@@ -4,7 +4,7 @@ Pure functions over what the campaign recorded
 (:class:`~servatus.journal.records.CampaignState`) and the status projection
 (:class:`~servatus.status.Report`), so the picture says exactly what ``status`` says, with the
 times between. It holds keys, states, times and resources only: never a Task's
-stdin, env or args, which may hold secrets. ``report --json`` prints :func:`report_to_document`;
+stdin, env or args, which may hold secrets. ``report --json`` prints :func:`report_document`;
 the HTML page (:mod:`servatus.cli.report_html`) draws the same document.
 
 Times are seconds since the epoch. An intent's time is the submitting machine's clock; every
@@ -175,8 +175,8 @@ class Summary:
 class ReportData:
     """The whole picture: one lane per Task in roster order, one per lease link, the summary.
 
-    :func:`report_to_document` turns it into the document ``servatus report --json`` prints,
-    whose fields the guide's report page describes.
+    :func:`~servatus.report.report_to_document` turns it into the document
+    ``servatus report --json`` prints, whose fields the guide's report page describes.
     """
 
     campaign_id: str
@@ -635,7 +635,7 @@ def _distribution_document(value: Distribution) -> dict[str, Any]:
     }
 
 
-def report_to_document(data: ReportData) -> dict[str, Any]:
+def report_document(data: ReportData) -> dict[str, Any]:
     """The ``servatus.report/1`` document ``report --json`` prints and the page draws.
 
     :param data: What :meth:`~servatus.Campaign.report` returned.
@@ -753,5 +753,5 @@ __all__ = [
     "disagreements",
     "distribution",
     "occupancy",
-    "report_to_document",
+    "report_document",
 ]

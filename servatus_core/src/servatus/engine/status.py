@@ -1127,7 +1127,7 @@ def _run_time_document(value: RunTime | None) -> dict[str, Any] | None:
     return None if value is None else {"total": value.total, "complete": value.complete}
 
 
-def report_to_document(report: Report, *, valid: Collection[str] | None = None) -> dict[str, Any]:
+def status_document(report: Report, *, valid: Collection[str] | None = None) -> dict[str, Any]:
     """The ``servatus.status/4`` document ``status --json`` prints.
 
     ``valid`` is what the result probe reported valid (:meth:`~servatus.Campaign.valid_keys`):
