@@ -24,6 +24,7 @@ from sweep import LIMITS, list_results, write_tasks
 
 from servatus.cli import main as servatus
 from servatus.testing import FakeScheduler
+from servatus_slurm.markers import step_log_name
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,15 +37,18 @@ def show(fake: FakeScheduler, *args: str) -> None:
         raise SystemExit(f"demo: servatus {args[0]} exited {code}")
 
 
-def launch(task: dict[str, str], work_root: Path, demo: Path) -> subprocess.Popen[bytes]:
+def launch(task: dict[str, str], work_root: Path, demo: Path, log: Path) -> subprocess.Popen[bytes]:
     """One Task's own args, started here as its step would start on a node: in work_root, its
-    stdin from its file, its key in SERVATUS_TASK_KEY."""
+    stdin from its file, its key in SERVATUS_TASK_KEY, its output in its step log (where
+    ``servatus logs`` reads it)."""
     env = {**os.environ, "SERVATUS_TASK_KEY": task["key"]}
-    with open(demo / task["stdin_file"], "rb") as stdin:
+    with open(demo / task["stdin_file"], "rb") as stdin, open(log, "wb") as out:
         return subprocess.Popen(
             task["args"],
             cwd=work_root,
             stdin=stdin,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             env=env,
         )
 
@@ -53,8 +57,9 @@ def main() -> None:
     demo = Path.cwd() / "servatus-demo"
     if (demo / "state").exists():
         raise SystemExit(
-            f"demo: {demo}/state exists from an earlier run; `servatus status state` in {demo} "
-            f"shows it. Remove {demo} to run the demo again."
+            f"demo: {demo}/state exists from an earlier run; `cd {demo} && "
+            f"{Path(sys.executable).parent / 'servatus'} status state` shows it. Remove {demo} "
+            "to run the demo again."
         )
     work_root, log_root, slurm_bin = demo / "work", demo / "logs", demo / "slurm"
     for directory in (work_root / "results", log_root, slurm_bin):
@@ -87,7 +92,15 @@ partitions = ["debug"]
     for job in list(fake.jobs):
         fake.start(job.job)
         show(fake, "status", "state")
-        steps = [launch(by_key[key], work_root, demo) for key in keys[job.allocation_id]]
+        steps = [
+            launch(
+                by_key[key],
+                work_root,
+                demo,
+                log_root / step_log_name(job.allocation_id, job.job, slot),
+            )
+            for slot, key in enumerate(keys[job.allocation_id])
+        ]
         fake.finish(job.job, *(step.wait() for step in steps))
     show(fake, "status", "state")
     list_results(work_root / "results", tasks)
@@ -96,9 +109,13 @@ partitions = ["debug"]
     print(
         "\ndemo: done, against FakeScheduler. As root, demo/run does the same on a real Slurm "
         "24.11 over SSH.\n"
+        "demo: RESULT reads UNOBSERVED because the demo names no result probe (a function that "
+        "checks what a Task wrote; see docs/status.md)\n"
         "demo: the fake's jobs have ended and been forgotten, their run markers are in "
         f"{log_root}, so status reads them there.\n"
-        f"demo: go on with: cd {demo} && {servatus_command} status state",
+        f"demo: go on with: cd {demo} && {servatus_command} status state\n"
+        f"demo: and a Task's output: cd {demo} && {servatus_command} logs state --task "
+        f"{tasks[0]['key']}",
         flush=True,
     )
 

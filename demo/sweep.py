@@ -87,8 +87,9 @@ def main() -> None:
     demo = Path.cwd() / "servatus-demo"
     if (demo / "state").exists():
         raise SystemExit(
-            f"demo: {demo}/state exists from an earlier run; `servatus status {demo}/state` "
-            f"shows it. Remove {demo} to run the demo again."
+            f"demo: {demo}/state exists from an earlier run; "
+            f"`{Path(sys.executable).parent / 'servatus'} status {demo}/state` shows it. "
+            f"Remove {demo} to run the demo again."
         )
     demo.mkdir(exist_ok=True)
     worker = work_root / "demo_train.py"
@@ -129,7 +130,13 @@ partitions = ["{env["partition"]}"]
     show("status", "state", cwd=demo)
     list_results(work_root / "results", tasks)
     servatus = Path(sys.executable).parent / "servatus"
-    print(f"\ndemo: done. Go on with: cd {demo} && {servatus} status state", flush=True)
+    print(
+        f"\ndemo: done. Go on with: cd {demo} && {servatus} status state\n"
+        "demo: RESULT reads UNOBSERVED because the demo names no result probe (a function that "
+        "checks what a Task wrote; see docs/status.md)\n"
+        f"demo: and a Task's output: cd {demo} && {servatus} logs state --task {tasks[0]['key']}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,16 @@ def main() -> int:
                 if checkpoint.exists()
                 else {"step": 0, "loss": 1.0}
             )
+            print(f"starting at step {state['step']} of {settings['steps']}", flush=True)
             while state["step"] < settings["steps"]:
                 time.sleep(settings["seconds_per_step"])
                 state["step"] += 1
                 state["loss"] *= 1.0 - settings["lr"]
                 if stopping.is_set() or state["step"] % 5 == 0:
                     save(checkpoint, state)
+                    print(f"step {state['step']}: loss {state['loss']:.4f}, saved", flush=True)
                 if stopping.is_set():
+                    print("told to stop: yielding, to be continued", flush=True)
                     return YIELD_EXIT
             save(checkpoint, state)
             metrics = json.dumps({"steps": state["step"], "loss": state["loss"]}) + "\n"
@@ -56,8 +59,9 @@ def main() -> int:
                 (draft.path / "metrics.json").write_text(metrics)
 
             workspace.publish(assemble)
+            print(f"published {destination}", flush=True)
     except DestinationExists:
-        pass  # an earlier run already published it
+        print(f"{destination} was published by an earlier run", flush=True)
     return 0
 
 

@@ -9,7 +9,8 @@ Each page runs in its own empty launch directory, top to bottom, sharing one nam
 * a ``console`` block runs each ``$ servatus ...`` line through :func:`servatus.cli.main` with
   ``connect=fake`` and compares what it printed (stdout and stderr, as a terminal shows them)
   with the lines below it, ``...`` matching anything; a last line ``[exit N]`` is the exit code
-  (0 without one). ``$ cat FILE`` prints a file of the launch directory, and
+  (0 without one). ``$ cat FILE`` prints a file of the launch directory,
+  ``$ python3 FILE.py`` runs a script of the page in its own process, and
   ``$ servatus ... | jq ARGS`` pipes the command's stdout through the real ``jq``.
 * ``% invisible-code-block: python`` runs Python the reader does not see (moving the fake's
   jobs along, advancing the clock); ``% skip: next`` skips a block that needs a real cluster.
@@ -29,6 +30,7 @@ import random
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -154,9 +156,30 @@ def _run(namespace: dict[str, Any], argv: list[str]) -> tuple[str, int]:
         elif argv[:1] == ["cat"] and len(argv) == 2:
             out.write((launch / argv[1]).read_text())
             code = 0
+        elif argv[:1] == ["python3"] and len(argv) == 2 and argv[1].endswith(".py"):
+            code = _script(launch, argv[1], out)
         else:
-            raise ValueError(f"the guide's console blocks run servatus and cat only: {argv}")
+            raise ValueError(f"the guide's console blocks run servatus, cat, python3: {argv}")
     return out.getvalue(), code
+
+
+def _script(launch: Path, name: str, out: io.StringIO) -> int:
+    """``python3 FILE.py``: a script of the page run as a reader runs it, in its own process
+    with the Python running the tests (the page's clock and ids do not reach it), stdout and
+    stderr in the order written."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(
+        [sys.executable, name],
+        cwd=launch,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out.write(done.stdout)
+    return done.returncode
 
 
 def _pipe_to_jq(namespace: dict[str, Any], first: list[str], jq: list[str]) -> tuple[str, int]:

@@ -36,6 +36,14 @@ def test_the_rootless_demo_runs_every_task_once_and_publishes_each_result(tmp_pa
     )
     assert after.returncode == 0, after.stderr
     assert after.stdout.splitlines()[-1] == "3 Tasks: 3 SUCCEEDED", after.stdout
+    # ... and so does the command it gives for a Task's output, its step log.
+    (logs_command,) = re.findall(r"^demo: and a Task's output: (.*)$", done.stdout, re.MULTILINE)
+    output = subprocess.run(
+        ["sh", "-c", logs_command], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert output.returncode == 0, output.stderr
+    assert output.stdout.splitlines()[0] == "starting at step 0 of 12", output.stdout
+    assert output.stdout.splitlines()[-1] == f"published results/{keys[0]}", output.stdout
     # A second run refuses to reuse the campaign, in one line.
     again = subprocess.run(
         [sys.executable, str(DEMO)], cwd=tmp_path, capture_output=True, text=True, timeout=60

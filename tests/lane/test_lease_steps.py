@@ -4,6 +4,8 @@ written, ``plan --lease``, ``submit`` of its plan and ``start``, with their refu
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from test_cli_budget import L40S
 
 from servatus import Campaign, Profile, Task
 from servatus.engine.status import StopReason
+from servatus.errors import Busy
 from servatus.journal import store
 from servatus.testing import FakeScheduler
 from testkit import run
@@ -320,26 +323,37 @@ def test_the_spec_walk_through_reads_as_the_spec_shows(
     assert executions == {"train-a": "STOPPED", "eval-1": "STOPPED"}
 
 
-def test_start_plans_again_when_another_command_changed_the_campaign_meanwhile(
-    project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two ``start``s into one lease at once: the one whose plan the other made stale plans
-    again (nothing was sent) instead of failing with ``StalePlan``."""
-    fake = FakeScheduler()
+class Meddling(FakeScheduler):
+    """A cluster where, at every ``squeue`` reading, another command tries to append a Task to
+    the campaign (a second ``start`` into the lease, say), as five ``start``s at once do on the
+    real cluster."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.other: Campaign | None = None
+        self.tries: list[str] = []
+
+    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = 30) -> Any:
+        if self.other is not None and os.path.basename(argv[0]) == "squeue":
+            try:
+                self.other.append([Task(f"late-{len(self.tries)}", ["python", "late.py"])])
+                self.tries.append("appended")
+            except Busy:
+                self.tries.append("busy")
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+
+def test_start_reads_slurm_only_under_the_lock_that_sends_its_steps(project: Path) -> None:
+    """No other command can change the campaign between what ``start`` read and what it sends:
+    every change tried meanwhile finds the campaign busy, and ``start`` never answers StalePlan
+    (it did when its plan was made before taking the lock)."""
+    fake = Meddling()
     campaign = Campaign.ensure("gpu", [Task("train-a", ["python", "train.py"])], connect=fake)
     held = campaign.hold(Profile.load("SERVATUS.toml", name="l40s"), slots=2)
     lease = campaign.submit(held).receipts[0].allocation_id
     fake.start()
-    other = Campaign.open("gpu", connect=fake)
-    submit, plans = Campaign.submit, []
-
-    def meanwhile(self: Campaign, plan: Any, **options: Any) -> Any:
-        plans.append(plan)
-        if len(plans) == 1:  # another process appends between this plan and its submit
-            other.append([Task("late", ["python", "late.py"])])
-        return submit(self, plan, **options)
-
-    monkeypatch.setattr(Campaign, "submit", meanwhile)
+    fake.other = Campaign.open("gpu", connect=fake)
     done = campaign.start([Task("eval-1", ["python", "eval.py"])], lease=lease)
-    assert len(plans) == 2 and plans[0].revision != plans[1].revision
     assert [receipt.task_keys for receipt in done.receipts] == [("eval-1",)]
+    assert fake.tries and set(fake.tries) == {"busy"}
+    assert [i.task_keys for i in store.read("gpu").intents if i.within == lease] == [("eval-1",)]

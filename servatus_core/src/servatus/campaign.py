@@ -163,6 +163,37 @@ class _Steps:
     orders: dict[str, str]
 
 
+def _settle_reading(writer: store.Writer, change: store.Settled) -> None:
+    """Record what a Slurm reading under the lock settled, before anything is sent from it."""
+    if change.allocations or change.listed:
+        writer.settle(change)
+
+
+def _send_steps(
+    writer: store.Writer,
+    transport: Transport,
+    steps: _Steps,
+    budget: int | None,
+    progress: Progress | None,
+) -> tuple[SubmittedAllocation, ...]:
+    """Record what the plan's Slurm reading settled, then each step's intent and order."""
+    _settle_reading(writer, steps.change)
+    plan = steps.plan
+    assert plan.within is not None
+    return submit_steps(
+        writer,
+        transport,
+        steps.link,
+        steps.job,
+        orders_path(plan.profile.target.log_root, plan.within),
+        plan.allocations,
+        steps.orders,
+        plan_digest=plan_to_document(plan)["digest"],
+        progress=progress,
+        budget=budget,
+    )
+
+
 @attrs.frozen
 class ShapeCheck:
     """``sbatch --test-only`` of one allocation shape: its number of Tasks and its time limit
@@ -350,10 +381,6 @@ def seal_state(path: str | Path) -> tuple[records.CampaignState, Authoring]:
         if not state.sealed:
             state = writer.commit(records.Sealed())
     return state, _result(state, created=False, added=0, existing=len(state.tasks))
-
-
-_START_PLANS = 3
-"""How many times ``start`` plans again when a concurrent change made its plan stale."""
 
 
 def _check_launches(
@@ -1003,8 +1030,7 @@ class Campaign:
         )
         if not rebuilt.same_as(plan):
             raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
-        if change.allocations or change.listed:  # the listing precedes the intents
-            writer.settle(change)
+        _settle_reading(writer, change)  # the listing precedes the intents
         budget, spent = _chain_arguments(plan)
         return submit_allocations(
             writer,
@@ -1039,22 +1065,7 @@ class Campaign:
             raise StalePlan(
                 "the plan no longer matches the campaign, the lease and Slurm; plan again"
             )
-        if steps.change.allocations or steps.change.listed:
-            writer.settle(steps.change)
-        directory = orders_path(plan.profile.target.log_root, plan.within)
-        receipts = submit_steps(
-            writer,
-            transport,
-            steps.link,
-            steps.job,
-            directory,
-            plan.allocations,
-            steps.orders,
-            plan_digest=plan_to_document(plan)["digest"],
-            progress=progress,
-            budget=budget,
-        )
-        return receipts
+        return _send_steps(writer, transport, steps, budget, progress)
 
     def start(
         self,
@@ -1091,28 +1102,30 @@ class Campaign:
                 )
         self.refresh()
         lease_links(self._state.intents, lease)  # an unknown lease registers nothing
+        seconds = None if budget is None else Continuation(budget=budget).budget
+        request = make_request(retry, retry_failed=retry_failed, only=[t.key for t in batch])
         new, _ = _split(self._state, batch)
         if new:
             self.append(new)
-        continuation = None if budget is None else Continuation(budget=budget)
-
-        def plan_and_submit() -> Submitted:
-            made = self.plan(
-                lease=lease,
-                only=[task.key for task in batch],
-                retry=retry,
-                retry_failed=retry_failed,
-                continuation=continuation,
-            )
-            return self.submit(made, progress=progress)
-
-        # Another command may change the campaign between a plan and its submit (a second
-        # start into the lease, say); nothing was sent then, so plan again. The last try's
-        # StalePlan is the caller's.
-        for _ in range(_START_PLANS - 1):
-            with contextlib.suppress(StalePlan):
-                return plan_and_submit()
-        return plan_and_submit()
+        # One lock holds the plan and its sending: no other start, cancel or Slurm reading can
+        # come between them, so nobody reviewed a plan that could go stale.
+        with store.writing(self.path) as writer:
+            state = writer.state
+            assert state is not None
+            steps = self._make_step_plan(state, lease, request, seconds)
+            plan = steps.plan
+            if not plan.allocations:
+                _settle_reading(writer, steps.change)
+                receipts: tuple[SubmittedAllocation, ...] = ()
+            else:
+                transport = self._connector()(plan.profile.target)
+                try:
+                    ping(transport, plan.profile.target)
+                    receipts = _send_steps(writer, transport, steps, seconds, progress)
+                finally:
+                    transport.close()
+        self.refresh()
+        return Submitted(receipts=receipts, held=plan.decision.held)
 
     def _submit_lease(
         self,

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 GROUP = hookspecs.PROJECT
 BLOCK_VARIABLE = "SERVATUS_DISABLE_PLUGINS"
+# Servatus is installed from a clone, not PyPI: name the directory, not an index package.
+_INSTALL_SLURM = "install servatus-slurm (from a clone: pip install ./servatus_slurm)"
 """Comma-separated plugin names not to load, like ``pytest -p no:NAME``."""
 
 _N = TypeVar("_N")
@@ -141,32 +143,31 @@ class Hooks:
         except KeyError:
             known = ", ".join(sorted(self.transports)) or "none"
             raise PluginError(
-                f"no transport named {name!r} is installed (installed: {known}); "
-                "install servatus[slurm]"
+                f"no transport named {name!r} is installed (installed: {known}); " + _INSTALL_SLURM
             ) from None
 
     def batch_script(self, spec: ScriptSpec) -> str:
         script: str | None = self.pm.hook.servatus_batch_script(spec=spec)
         if script is None:
-            raise PluginError("no plugin renders batch scripts; install servatus[slurm]")
+            raise PluginError("no plugin renders batch scripts; " + _INSTALL_SLURM)
         return script
 
     def lease_script(self, spec: LeaseSpec) -> str:
         script: str | None = self.pm.hook.servatus_lease_script(spec=spec)
         if script is None:
-            raise PluginError("no plugin renders lease scripts; install servatus[slurm]")
+            raise PluginError("no plugin renders lease scripts; " + _INSTALL_SLURM)
         return script
 
     def lease_order(self, order: LeaseOrder, target: Target) -> str:
         text: str | None = self.pm.hook.servatus_lease_order(order=order, target=target)
         if text is None:
-            raise PluginError("no plugin renders lease orders; install servatus[slurm]")
+            raise PluginError("no plugin renders lease orders; " + _INSTALL_SLURM)
         return text
 
     def evidence_reader(self) -> EvidenceReader:
         reader: EvidenceReader | None = self.pm.hook.servatus_evidence_reader()
         if reader is None:
-            raise PluginError("no plugin reads Slurm evidence; install servatus[slurm]")
+            raise PluginError("no plugin reads Slurm evidence; " + _INSTALL_SLURM)
         return reader
 
     def lock_directory(
