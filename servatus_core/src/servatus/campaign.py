@@ -163,7 +163,7 @@ class _Steps:
     orders: dict[str, str]
 
 
-def _settle_reading(writer: store.Writer, change: store.Settled) -> None:
+def _settle_reading(writer: store.Writer, change: records.Settled) -> None:
     """Record what a Slurm reading under the lock settled, before anything is sent from it."""
     if change.allocations or change.listed:
         writer.settle(change)
