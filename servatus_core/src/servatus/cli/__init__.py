@@ -8,25 +8,42 @@ non-printable character, a newline inside a value too (:func:`echo`).
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import functools
-import os
 import sys
-import warnings
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING
 
 import click
 
-from servatus import __version__
+from servatus.cli.app import COMPLETE_VAR, _campaign, cli, console, main
+from servatus.cli.options import (
+    DEFAULT_CONFIG,
+    _not_empty,
+    complete_file,
+    config_options,
+    example,
+    load_profile_option,
+    state_argument,
+)
+from servatus.cli.output import (
+    Context,
+    _context,
+    _fail,
+    check_output,
+    describe,
+    echo,
+    emit_json,
+    emit_json_text,
+    json_option,
+    json_text,
+    paused_gc,
+    with_warnings,
+    write_output,
+)
 from servatus.cli.render import (
     accepted_line,
     authoring_line,
     cancelled_lines,
     check_line,
     doctor_lines,
-    escape_line,
     json_dumps,
     json_fields,
     local_time,
@@ -40,219 +57,15 @@ from servatus.cli.render import (
     shape_words,
     submitted_lease_lines,
     submitted_lines,
-    terminal_text,
-)
-from servatus.errors import (
-    EXIT_CTRL_C,
-    EXIT_ERROR,
-    EXIT_OK,
-    EXIT_USAGE,
-    ServatusError,
-    StateWarning,
-    Unavailable,
-    from_os_error,
 )
 from servatus.files import path_word
-from servatus.transport import Connect
 from servatus.words import plural
 
 if TYPE_CHECKING:
-    from click.shell_completion import CompletionItem
+    from servatus.campaign import Authoring
+    from servatus.engine.plan import Plan
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A path argument or option must not be empty: it would silently mean the current
-    directory (or, for ``--output``, save nothing)."""
-    if value == "":
-        raise click.BadParameter("must not be empty", ctx, param)
-    return value
-
-
-def example(command: str) -> str:
-    """A command's one ``--help`` example, as an epilog: ``\\b`` keeps click from rewrapping
-    the command, so it prints as written and can be pasted (tests/core/test_cli_help.py runs
-    every one)."""
-    return f"Example:\n\n\b\n  {command}"
-
-
-# Shell completion (docs/completion.md): what a parameter's value completes to. For a path only
-# its kind is answered (file or directory); the shell lists the names itself.
-
-
-def complete_file(
-    ctx: click.Context, param: click.Parameter, incomplete: str
-) -> list[CompletionItem]:
-    """A file: the shell completes its name."""
-    from click.shell_completion import CompletionItem  # noqa: PLC0415 - only when completing
-
-    return [CompletionItem(incomplete, type="file")]
-
-
-def complete_directory(
-    ctx: click.Context, param: click.Parameter, incomplete: str
-) -> list[CompletionItem]:
-    """A campaign directory: the shell completes directory names only."""
-    from click.shell_completion import CompletionItem  # noqa: PLC0415 - only when completing
-
-    return [CompletionItem(incomplete, type="dir")]
-
-
-def state_argument(func: F) -> F:
-    """``STATE``, the campaign directory every campaign command takes first."""
-    return click.argument("state", callback=_not_empty, shell_complete=complete_directory)(func)
-
-
-class Context:
-    """What every command receives: the ``connect=`` override, if any; under ``--json``, what
-    it did so far (:func:`describe`) and whether its document was printed; and the warnings
-    (:class:`StateWarning`) issued so far, which a document with ``warnings`` carries too."""
-
-    def __init__(self, connect: Connect | None) -> None:
-        self.connect = connect
-        self.described: Callable[[], dict[str, Any]] | None = None
-        self.emitted = False
-        self.warned: list[str] = []
-
-
-def _context() -> Context | None:
-    ctx = click.get_current_context(silent=True)
-    return ctx.find_object(Context) if ctx is not None else None
-
-
-def echo(*lines: str) -> None:
-    """Print human output, each argument one line, in one write (a line each costs a flush each),
-    each line escaped whole (:func:`servatus.cli.render.terminal_text`)."""
-    click.echo(terminal_text(lines))
-
-
-def json_text(document: Any) -> str:
-    """A JSON document with each top-level field on its own line and every value on one line.
-
-    Python's indenting encoder is pure Python (0.4 s for a plan of 100,000 allocations); this
-    layout uses the C encoder throughout and still reads well in a pager or a diff. It is ASCII:
-    a path with bytes that are not UTF-8 (kept as lone surrogates) is escaped, not written raw,
-    so the output is always valid UTF-8.
-    """
-    if not isinstance(document, dict) or not document:
-        return json_dumps(document)
-    return json_fields({name: json_dumps(value) for name, value in document.items()})
-
-
-def emit_json(document: Any) -> None:
-    """Print one exact JSON document."""
-    emit_json_text(json_text(document))
-
-
-def emit_json_text(text: str) -> None:
-    """Print one JSON document written already (:func:`servatus.cli.render.json_fields`)."""
-    context = _context()
-    if context is not None:
-        context.emitted = True
-    click.echo(text)
-
-
-def describe(document: Callable[[], dict[str, Any]]) -> None:
-    """Under ``--json``: what the command has done so far, built when it is printed. The command
-    prints it when it returns, or with an ``error`` member when it fails (:func:`json_option`),
-    so whatever the exit, the document says what happened."""
-    context = _context()
-    if context is not None:
-        context.described = document
-
-
-INTERRUPTED = "interrupted; recorded intent survives; run status"
-
-
-def paused_gc(func: F) -> F:
-    """Run a short read-only command (``status``, ``plan``) with the cyclic GC paused.
-
-    At 100,000 Tasks they build over a million acyclic values (Tasks, records, the projection,
-    the table); every GC pass would scan them all. They are freed by reference counting when
-    the command returns, before the GC runs again.
-    """
-
-    @functools.wraps(func)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        from servatus.tasks import bulk  # noqa: PLC0415 - loaded per command
-
-        with bulk():
-            return func(*args, **kwargs)
-
-    return cast(F, run)
-
-
-def json_option(func: F) -> F:
-    """The ``--json`` flag every command except ``logs`` takes, and its promise: one document on
-    stdout whatever the exit. A command that fails before printing its own prints the document
-    of what it did (:func:`describe`; none: ``{}``) with ``"error": {"type", "message"}``, the
-    class and message of its one line on stderr. A usage error (exit 2) prints no document."""
-
-    @functools.wraps(func)
-    def run(*args: Any, as_json: bool, **kwargs: Any) -> Any:
-        if not as_json:
-            return func(*args, as_json=as_json, **kwargs)
-        try:
-            returned = func(*args, as_json=as_json, **kwargs)
-        except ServatusError as exc:
-            _emit_failure(type(exc).__name__, str(exc))
-            raise
-        except KeyboardInterrupt:
-            _emit_failure("Interrupted", INTERRUPTED)
-            raise
-        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
-            raise  # a usage error, or an exit code the command chose after its document
-        except BrokenPipeError:
-            raise
-        except OSError as exc:  # the output could not be written: what _run reports it as
-            error = _output_error(exc)
-            _emit_failure(type(error).__name__, str(error))
-            raise
-        except Exception as exc:  # a bug: _run says "unexpected error", the document too
-            _emit_failure(type(exc).__name__, str(exc))
-            raise
-        context = _context()
-        if context is not None and context.described is not None and not context.emitted:
-            emit_json(context.described())
-        return returned
-
-    option = click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")
-    return cast(F, option(run))
-
-
-def _emit_failure(kind: str, message: str) -> None:
-    context = _context()
-    if context is None or context.emitted:
-        return
-    document = context.described() if context.described is not None else {}
-    with contextlib.suppress(OSError):  # the failure the command met is the one to report
-        emit_json({**document, "error": {"type": kind, "message": message}})
-
-
-class _Interrupted(Exception):
-    """Ctrl-C inside a command, carried past click's own handler, which would write a blank
-    line before :func:`_run` reports it."""
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise _Interrupted from None
-
-
-@click.group(
-    cls=_Group,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=example("servatus ensure state tasks.jsonl"),
-)
-@click.version_option(
-    __version__, "--version", prog_name="servatus", message="%(prog)s %(version)s"
-)
-def cli() -> None:
-    """Durable Slurm sweeps with atomic publication of their results."""
+__all__ = ["COMPLETE_VAR", "cli", "console", "echo", "json_text", "main"]
 
 
 @cli.command(epilog=example("servatus plugins --json"))
@@ -279,234 +92,6 @@ def plugins(as_json: bool) -> None:
     echo(*plugins_lines(loaded, launchers, transports))
 
 
-class _ClosedOutput:
-    """What stands for stdout while a program started with it closed runs a command: writing
-    fails as writing to a bad descriptor does, so it is reported as any output that cannot be
-    written is, never dropped in silence (click writes nothing at all to a missing stdout)."""
-
-    def write(self, data: object) -> int:
-        raise OSError(errno.EBADF, "standard output is closed")
-
-    def flush(self) -> None:
-        """Nothing is ever buffered."""
-
-    def isatty(self) -> bool:
-        return False
-
-    @property
-    def buffer(self) -> _ClosedOutput:
-        return self
-
-
-def main(args: Sequence[str] | None = None, *, connect: Connect | None = None) -> int:
-    """Run the CLI and return its exit code; ``connect`` replaces how Slurm is reached.
-
-    :param args: The command line after ``servatus`` (``["status", "state"]``); None reads
-        ``sys.argv``.
-    :param connect: How Slurm is reached, as on :class:`~servatus.Campaign`: a
-        :class:`~servatus.testing.FakeScheduler` in tests.
-    """
-    closed = sys.stdout is None  # the program started with stdout closed
-    if closed:
-        sys.stdout = cast(TextIO, _ClosedOutput())
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always", StateWarning)
-            warnings.showwarning = _warn
-            code = _run(args, connect)
-        try:
-            sys.stdout.flush()  # what is still buffered fails here, not as Python exits
-        except OSError as exc:  # reported once: a failure the command already reported stands
-            if code == EXIT_OK and not isinstance(exc, BrokenPipeError):
-                error = _output_error(exc)
-                _fail(f"{type(error).__name__}: {error}")
-                code = error.exit_code
-            code = code or EXIT_ERROR
-    finally:
-        if closed:
-            sys.stdout = cast(TextIO, None)
-    return code
-
-
-def _warn(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
-    """A warning is one line, like an error: ``servatus: warning: ...``; kept for a ``--json``
-    document's ``warnings`` (:func:`with_warnings`)."""
-    context = _context()
-    if context is not None:
-        context.warned.append(str(message))
-    _fail(f"warning: {message}")
-
-
-def with_warnings(warned: Sequence[str]) -> list[str]:
-    """A document's ``warnings``: those the command warned of on the way (a campaign others
-    can read, say), then its own ``warned``, so a program reading ``--json`` sees them all."""
-    context = _context()
-    return [*(context.warned if context is not None else ()), *warned]
-
-
-def _output_error(exc: OSError) -> ServatusError:
-    """What failing to write the output is: as for any file, except that a closed or unwritable
-    stdout (EBADF) is :class:`Unavailable`, as a full device is: the output is lost either way."""
-    if exc.errno == errno.EBADF:
-        return Unavailable(f"cannot write the output: {exc.strerror or exc}")
-    return from_os_error(exc, "cannot write the output")
-
-
-def console() -> int:
-    """The ``servatus`` program (and ``python -m servatus``): :func:`main`, then, if the output
-    could not be written, stdout pointed at /dev/null so the interpreter's own last flush does
-    not fail again as the process exits (exit 120 and a traceback). Only the program does this:
-    a caller of :func:`main` keeps its stdout."""
-    code = main()
-    try:
-        if sys.stdout is not None:
-            sys.stdout.flush()
-    except OSError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    return code
-
-
-COMPLETE_VAR = "_SERVATUS_COMPLETE"
-"""What a shell's completion script sets to ask for completions (docs/completion.md)."""
-
-
-def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
-    try:
-        instruction = os.environ.get(COMPLETE_VAR)
-        if instruction:
-            return _complete(instruction)
-        # Without standalone mode, click returns the code of a raised Exit instead of raising.
-        returned = cli.main(
-            args=list(args) if args is not None else None,
-            prog_name="servatus",
-            standalone_mode=False,
-            obj=Context(connect),
-        )
-        if isinstance(returned, int) and returned:
-            return returned
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt):
-        click.echo(f"servatus: {INTERRUPTED}", err=True)
-        return EXIT_CTRL_C
-    except _NO_ARGUMENTS as exc:  # click 8.2+: the help, as help, but still a usage error
-        click.echo(exc.format_message(), err=True)
-        return EXIT_USAGE
-    except click.ClickException as exc:
-        _fail(f"{exc.format_message()}" if not isinstance(exc, click.UsageError) else _usage(exc))
-        return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
-    except ServatusError as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
-        return exc.exit_code
-    except BrokenPipeError:
-        return EXIT_ERROR
-    except OSError as exc:  # writing the output: a full disk, an I/O error, a closed stdout
-        error = _output_error(exc)
-        _fail(f"{type(error).__name__}: {error}")
-        return error.exit_code
-    except Exception as exc:  # a bug: still one line, never a traceback
-        _fail(f"unexpected error: {type(exc).__name__}: {exc}")
-        return EXIT_ERROR
-    return EXIT_OK
-
-
-def _complete(instruction: str) -> int:
-    """Answer the shell (``bash_source``, ``zsh_complete``, ...) as click does, but return the
-    exit code instead of click's ``sys.exit``, so :func:`main` returns, as it promises."""
-    from click.shell_completion import shell_complete  # noqa: PLC0415 - only when completing
-
-    return shell_complete(cli, {}, "servatus", COMPLETE_VAR, instruction)
-
-
-_NO_ARGUMENTS: tuple[type[click.UsageError], ...] = tuple(
-    getattr(click.exceptions, name)
-    for name in ["NoArgsIsHelpError"]
-    if hasattr(click.exceptions, name)
-)
-"""``servatus`` alone: click 8.2+ raises this with the whole help as its message."""
-
-
-def _usage(exc: click.UsageError) -> str:
-    command = exc.ctx.command_path if exc.ctx else "servatus"
-    return f"{exc.format_message()} (see '{command} --help')"
-
-
-def _fail(message: str) -> None:
-    """One line on stderr: an error, or a warning, escaped as :func:`echo` escapes a line; none
-    when the program started with stderr closed (cron, a daemon), where the exit code is all
-    that can be told."""
-    if sys.stderr is None:
-        return
-    click.echo(f"servatus: {escape_line(message)}", err=True)
-    sys.stderr.flush()
-
-
-# SERVATUS.toml ---------------------------------------------------------------------------------
-
-if TYPE_CHECKING:
-    from servatus.campaign import Campaign
-    from servatus.config import Profile
-    from servatus.engine.plan import Plan
-
-DEFAULT_CONFIG = "SERVATUS.toml"
-
-
-def config_options(func: F) -> F:
-    """``--config PATH`` and ``--profile NAME``, as ``plan``, ``doctor`` and ``profile`` take them.
-
-    ``--config`` stays ``None`` when not given, so a command can refuse it where it does not
-    apply (``plan --lease``); :func:`load_profile_option` reads ``./SERVATUS.toml`` then.
-    """
-    func = click.option(
-        "--profile",
-        "profile_name",
-        metavar="NAME",
-        default=None,
-        shell_complete=_complete_profile,
-        help="Profile to use [default: default_profile, or the only one].",
-    )(func)
-    return click.option(
-        "--config",
-        "config",
-        callback=_not_empty,
-        metavar="PATH",
-        default=None,
-        shell_complete=complete_file,
-        help=f"Configuration file [default: ./{DEFAULT_CONFIG}].",
-    )(func)
-
-
-def _complete_profile(
-    ctx: click.Context, param: click.Parameter, incomplete: str
-) -> list[CompletionItem]:
-    """The profile names of the ``--config`` file given before it (or ./SERVATUS.toml), read
-    as plain TOML, not validated: a file with a mistake still completes, and one that cannot be
-    read completes to nothing (a completion never prints an error into the command line)."""
-    import tomllib  # noqa: PLC0415 - only when completing
-
-    from click.shell_completion import CompletionItem  # noqa: PLC0415
-
-    from servatus.config import DEFAULT_PROFILE  # noqa: PLC0415
-    from servatus.files import read_regular  # noqa: PLC0415
-
-    try:
-        document = tomllib.loads(read_regular(ctx.params.get("config") or DEFAULT_CONFIG).decode())
-    except (OSError, ValueError, ServatusError):
-        return []
-    profiles = document.get("profiles")
-    names = sorted(profiles) if isinstance(profiles, dict) and profiles else [DEFAULT_PROFILE]
-    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
-
-
-def load_profile_option(config: str | None, profile_name: str | None) -> Profile:
-    """The Profile the ``--config``/``--profile`` pair names; errors are ConfigurationError."""
-    from servatus.config import Profile  # noqa: PLC0415 (keep CLI start-up light)
-
-    return Profile.load(config if config is not None else DEFAULT_CONFIG, name=profile_name)
-
-
 @cli.command("profile", epilog=example("servatus profile --profile cpu"))
 @config_options
 @json_option
@@ -526,12 +111,6 @@ def profile_command(config: str | None, profile_name: str | None, as_json: bool)
         )
         return
     echo(*profile_lines(profile, fits))
-
-
-# authoring: create, ensure, append, seal --------------------------------------------------------
-
-if TYPE_CHECKING:
-    from servatus.campaign import Authoring
 
 
 def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) -> None:
@@ -625,52 +204,6 @@ def seal_command(state: str, as_json: bool) -> None:
 
     _, done = seal_state(state)
     _report_authoring("seal", state, done, as_json)
-
-
-# -- the Slurm lane -----------------------------------------------------------------------------
-
-
-def _campaign(state: str) -> Campaign:
-    from servatus.campaign import Campaign  # noqa: PLC0415 - loaded per command
-
-    context = click.get_current_context().find_object(Context)
-    return Campaign.open(state, connect=context.connect if context else None)
-
-
-def check_output(path: str, *, replace: bool, what: str = "a saved plan") -> None:
-    """Refuse an ``--output FILE`` that :func:`write_output` would refuse, before a command reads
-    Slurm or records anything for it: inside a campaign's directory, or there already when
-    nothing is replaced. ``write_output`` checks again, as the kernel sees it when it writes."""
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
-    from servatus.files import checked_path  # noqa: PLC0415
-    from servatus.journal.store import holds_campaign  # noqa: PLC0415
-
-    directory = os.path.realpath(os.path.dirname(checked_path(path, "path")) or ".")
-    if holds_campaign(directory):
-        raise ConfigurationError(
-            f"{path} is inside the campaign {directory!r}, whose files only servatus writes; "
-            "choose a file outside it"
-        )
-    if not replace and os.path.lexists(path):
-        raise ConfigurationError(f"{path} exists; {what} is never overwritten")
-
-
-def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved plan") -> None:
-    """What every ``--output FILE`` writes goes through here: owner-only, created (or, with
-    ``replace``, replaced by a rename), and never into a campaign's directory, whose journal,
-    lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
-    directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
-    elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
-    from servatus.files import create_private, replace_private  # noqa: PLC0415
-
-    check_output(path, replace=True, what=what)  # the name is O_EXCL's to refuse, race-free
-    try:
-        (replace_private if replace else create_private)(path, data)
-    except OSError as exc:
-        if isinstance(exc, FileExistsError) and not replace:
-            raise ConfigurationError(f"{path} exists; {what} is never overwritten") from None
-        raise from_os_error(exc, f"cannot write {path}") from None
 
 
 def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
