@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from servatus.cli import authoring  # noqa: F401 - each adds its commands to cli
 from servatus.cli.app import COMPLETE_VAR, _campaign, cli, console, main
 from servatus.cli.options import (
     DEFAULT_CONFIG,
@@ -40,7 +41,6 @@ from servatus.cli.output import (
 )
 from servatus.cli.render import (
     accepted_line,
-    authoring_line,
     cancelled_lines,
     check_line,
     doctor_lines,
@@ -62,7 +62,6 @@ from servatus.files import path_word
 from servatus.words import plural
 
 if TYPE_CHECKING:
-    from servatus.campaign import Authoring
     from servatus.engine.plan import Plan
 
 __all__ = ["COMPLETE_VAR", "cli", "console", "echo", "json_text", "main"]
@@ -111,99 +110,6 @@ def profile_command(config: str | None, profile_name: str | None, as_json: bool)
         )
         return
     echo(*profile_lines(profile, fits))
-
-
-def _report_authoring(command: str, state: str, done: Authoring, as_json: bool) -> None:
-    """One short line, or the result document ``{"command", "state", "created", "added", ...}``."""
-    if as_json:
-        emit_json({"command": command, "state": state, **done.to_document()})
-        return
-    echo(authoring_line(command, state, done))
-
-
-@cli.command("create", epilog=example("servatus create state tasks.jsonl --appendable"))
-@state_argument
-@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
-@click.option("--appendable", is_flag=True, help="Allow appending Tasks later (default: sealed).")
-@json_option
-def create_command(state: str, tasks_file: str, appendable: bool, as_json: bool) -> None:
-    """Create a campaign; fails if it exists. Sealed unless --appendable.
-
-    STATE is the campaign directory, made (owner-only) if it is missing. TASKS.jsonl holds one
-    Task per line: a JSON object with "key" and "args", and optionally "env" and "stdin_file" (a
-    path relative to the file's directory).
-    """
-    from servatus.campaign import create_state  # noqa: PLC0415
-    from servatus.tasks import read_jsonl  # noqa: PLC0415
-
-    _, done = create_state(state, read_jsonl(tasks_file), appendable=appendable)
-    _report_authoring("create", state, done, as_json)
-
-
-@cli.command("ensure", epilog=example("servatus ensure state tasks.jsonl --sealed"))
-@state_argument
-@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
-@click.option(
-    "--sealed",
-    is_flag=True,
-    help="Create the campaign sealed, or seal it after appending (default: appendable).",
-)
-@config_options
-@json_option
-def ensure_command(
-    state: str,
-    tasks_file: str,
-    sealed: bool,
-    config: str | None,
-    profile_name: str | None,
-    as_json: bool,
-) -> None:
-    """Create a campaign, or append unseen Tasks; existing keys must match. --sealed seals it.
-
-    STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create. Run again with
-    the same file, it adds nothing. With --config or --profile, a Task whose batch script could
-    never fit that profile's max_script_bytes is refused first.
-    """
-    from servatus.campaign import ensure_state  # noqa: PLC0415
-    from servatus.tasks import read_jsonl  # noqa: PLC0415
-
-    bound = None
-    if config is not None or profile_name is not None:
-        bound = load_profile_option(config, profile_name).target.max_script_bytes
-    tasks = read_jsonl(tasks_file)
-    _, done = ensure_state(state, tasks, sealed=sealed, max_script_bytes=bound)
-    _report_authoring("ensure", state, done, as_json)
-
-
-@cli.command("append", epilog=example("servatus append state more-tasks.jsonl"))
-@state_argument
-@click.argument("tasks_file", metavar="TASKS.jsonl", shell_complete=complete_file)
-@json_option
-def append_command(state: str, tasks_file: str, as_json: bool) -> None:
-    """Append new Tasks to an appendable campaign; identical existing Tasks are skipped.
-
-    STATE is the campaign directory; TASKS.jsonl is a Tasks file, as for create.
-    """
-    from servatus.campaign import append_state  # noqa: PLC0415
-    from servatus.tasks import read_jsonl  # noqa: PLC0415
-
-    _, done = append_state(state, read_jsonl(tasks_file))
-    _report_authoring("append", state, done, as_json)
-
-
-@cli.command("seal", epilog=example("servatus seal state"))
-@state_argument
-@json_option
-def seal_command(state: str, as_json: bool) -> None:
-    """End authoring irreversibly.
-
-    STATE is the campaign directory. A sealed campaign takes no new Task: append, and ensure with
-    a key it lacks, are refused.
-    """
-    from servatus.campaign import seal_state  # noqa: PLC0415
-
-    _, done = seal_state(state)
-    _report_authoring("seal", state, done, as_json)
 
 
 def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
