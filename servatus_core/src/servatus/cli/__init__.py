@@ -7,7 +7,9 @@ escapes every non-printable character, a newline inside a value too
 (:func:`~servatus.cli.output.echo`).
 
 The click group and the program around it are in :mod:`servatus.cli.app`; each command group is
-in a module of its own, which adds its commands to the group when this package is imported.
+in a module of its own, which adds its commands to the group when this package is imported. A
+command imports the campaign, the engine or the configuration when it runs, not at the top of its
+module: every command line, ``--version`` and each shell completion too, loads them all.
 """
 
 from servatus.cli import authoring, environment, observing, planning, repair  # noqa: F401

@@ -19,6 +19,7 @@ from servatus.cli.output import (
     write_output,
 )
 from servatus.cli.render import json_dumps, json_fields
+from servatus.errors import ConfigurationError
 
 
 @cli.command("status", epilog=example("servatus status state"))
@@ -67,7 +68,6 @@ def report_command(state: str, output: str | None, offline: bool, as_json: bool)
     """
     from servatus.cli.report_html import render  # noqa: PLC0415
     from servatus.engine.report import report_document  # noqa: PLC0415
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
 
     if output is None and not as_json and sys.stdout.isatty():
         raise ConfigurationError(
@@ -132,8 +132,6 @@ def logs_command(
     STATE is the campaign directory. Name at least one --task or --allocation; each may be given
     more than once. When there are several logs, each follows a line that names its path.
     """
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
-
     if not tasks and not allocations:
         raise click.UsageError("name at least one --task or --allocation whose log to read")
     if output is None and sys.stdout.isatty():

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from servatus.errors import ServatusError
+from servatus.files import read_regular
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -99,7 +100,6 @@ def _complete_profile(
     from click.shell_completion import CompletionItem  # noqa: PLC0415
 
     from servatus.config import DEFAULT_PROFILE  # noqa: PLC0415
-    from servatus.files import read_regular  # noqa: PLC0415
 
     try:
         document = tomllib.loads(read_regular(ctx.params.get("config") or DEFAULT_CONFIG).decode())

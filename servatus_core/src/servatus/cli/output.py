@@ -16,7 +16,8 @@ import click
 
 from servatus.cli.options import F
 from servatus.cli.render import escape_line, json_dumps, json_fields, terminal_text
-from servatus.errors import ServatusError, Unavailable, from_os_error
+from servatus.errors import ConfigurationError, ServatusError, Unavailable, from_os_error
+from servatus.files import checked_path, create_private, replace_private
 from servatus.transport import Connect
 
 
@@ -175,8 +176,6 @@ def check_output(path: str, *, replace: bool, what: str = "a saved plan") -> Non
     """Refuse an ``--output FILE`` that :func:`write_output` would refuse, before a command reads
     Slurm or records anything for it: inside a campaign's directory, or there already when
     nothing is replaced. ``write_output`` checks again, as the kernel sees it when it writes."""
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
-    from servatus.files import checked_path  # noqa: PLC0415
     from servatus.journal.store import holds_campaign  # noqa: PLC0415
 
     directory = os.path.realpath(os.path.dirname(checked_path(path, "path")) or ".")
@@ -195,9 +194,6 @@ def write_output(path: str, data: bytes, *, replace: bool, what: str = "a saved 
     lock or journal.tmp it could replace (the record lost, or two writers let in at once). The
     directory is checked as the kernel resolves it, through symlinks and ``..``; a hard link
     elsewhere to a campaign's file is safe, as neither way of writing writes through a name."""
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
-    from servatus.files import create_private, replace_private  # noqa: PLC0415
-
     check_output(path, replace=True, what=what)  # the name is O_EXCL's to refuse, race-free
     try:
         (replace_private if replace else create_private)(path, data)

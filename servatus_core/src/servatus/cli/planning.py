@@ -41,6 +41,7 @@ from servatus.cli.render import (
     submitted_lease_lines,
     submitted_lines,
 )
+from servatus.errors import ConfigurationError, ShapeRejected
 
 if TYPE_CHECKING:
     from servatus.engine.plan import Plan
@@ -52,7 +53,6 @@ def _budget(ctx: click.Context, param: click.Parameter, value: str | None) -> in
     if value is None:
         return None
     from servatus.continuation import Continuation  # noqa: PLC0415 (keep CLI start-up light)
-    from servatus.errors import ConfigurationError  # noqa: PLC0415
 
     try:
         return Continuation(budget=value).budget
@@ -270,7 +270,6 @@ def validate_command(state: str, plan_file: str, as_json: bool) -> None:
     submitted.
     """
     from servatus.campaign import ShapeCheck, to_document  # noqa: PLC0415
-    from servatus.errors import ShapeRejected  # noqa: PLC0415
 
     made: list[ShapeCheck] = []  # the checks made, also if Slurm stops answering
     if as_json:

@@ -9,6 +9,7 @@ from servatus.cli.app import _campaign, cli
 from servatus.cli.options import example, state_argument
 from servatus.cli.output import describe, echo, emit_json, json_option, with_warnings
 from servatus.cli.render import cancelled_lines, local_time, reconcile_lines
+from servatus.errors import StillWaiting
 from servatus.files import path_word
 from servatus.words import plural
 
@@ -22,7 +23,6 @@ def reconcile_command(state: str, as_json: bool) -> None:
     STATE is the campaign directory. Running it again is always safe.
     """
     from servatus.campaign import to_document  # noqa: PLC0415
-    from servatus.errors import StillWaiting  # noqa: PLC0415
     from servatus.operations.reconcile import Resolution  # noqa: PLC0415
 
     recorded: list[Resolution] = []  # what was decided, also if recording the rest fails
