@@ -1,16 +1,15 @@
-"""Campaigns: an ordered roster of Tasks in a durable store, and how it is authored.
+"""Campaigns: an ordered roster of Tasks in a durable store, and what can be done with it.
 
-Authoring is create, ensure, append and seal. Each is one locked change of the store
-(:mod:`servatus.journal.store`): the roster on disk is the old one or the new one, never a mix.
-Keys are immutable: a Task under an existing key must be identical, so a launcher that builds
-its Tasks deterministically can rerun ``ensure`` at will.
+:class:`Campaign` is the public face of each command; each command's body lives in the module
+of :mod:`servatus.operations` named after it (authoring in :mod:`.operations.authoring`, saved
+plans in :mod:`.operations.saved_plan`). The values those return are re-exported here, where
+the API page documents them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import shlex
 import time
@@ -38,15 +37,12 @@ from servatus.engine.plan import (
     Plan,
     Request,
     Work,
-    check_seal,
     consults,
     make_lease_plan,
     make_plan,
     make_request,
     make_step_plan,
-    plan_from_document,
     plan_to_document,
-    seal_document,
     shape_indexes,
     work_from_report,
 )
@@ -70,13 +66,10 @@ from servatus.errors import (
     ServatusError,
     StalePlan,
     StateWarning,
-    TaskConflict,
     Unavailable,
     UnsafeFilesystem,
-    from_os_error,
 )
 from servatus.evidence import Evidence, MarkerQuery
-from servatus.files import read_own
 from servatus.journal import records, store
 from servatus.lease import (
     Verdict,
@@ -91,6 +84,15 @@ from servatus.lease import (
     withdraw,
     withdraw_orders,
 )
+from servatus.operations.authoring import (
+    Authoring,
+    append_state,
+    check_fits,
+    create_state,
+    ensure_state,
+    seal_state,
+    split,
+)
 from servatus.operations.cancel import LeaseStep, check_names, plan_cancel, scancel
 from servatus.operations.reconcile import (
     Resolution,
@@ -99,6 +101,7 @@ from servatus.operations.reconcile import (
     resolve,
     resolve_step,
 )
+from servatus.operations.saved_plan import read_saved_plan, saved_plan_document
 from servatus.operations.submission import (
     Progress,
     SubmittedAllocation,
@@ -115,7 +118,7 @@ from servatus.operations.submission import (
     unanswered,
 )
 from servatus.plugins import Hooks, hooks
-from servatus.tasks import Roster, Task, bulk, check_unique, content_size
+from servatus.tasks import Roster, Task, bulk, check_unique
 from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
@@ -126,7 +129,8 @@ if TYPE_CHECKING:
 Probe = Callable[[tuple[Task, ...]], Collection[str]]
 """The result probe: given Tasks, the keys whose result is valid."""
 
-_SHOWN_CONFLICTS = 5
+_SHOWN_PROBLEMS = 5
+"""How many script problems a refusal names."""
 
 NOT_OWN = 77
 """The exit of :data:`TAIL_OWN` for a log that is a link or not a regular file of the user's."""
@@ -220,167 +224,6 @@ class Cancelled:
     """Lease steps taken back before their lease started them: they never run."""
     stopping: tuple[str, ...] = ()
     """Lease steps already running, asked to stop; their lease runs on."""
-
-
-@attrs.frozen
-class Authoring:
-    """What one authoring command did: Tasks added, Tasks already present, and the result."""
-
-    created: bool
-    """Whether this command created the campaign."""
-    added: int
-    """Tasks new to the campaign, appended in the order given."""
-    existing: int
-    """Tasks given that the campaign already held, identical (they are skipped)."""
-    total: int
-    """Tasks the campaign holds now."""
-    sealed: bool
-    """Whether the campaign is sealed now."""
-
-    def to_document(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
-def _split(state: records.CampaignState, batch: tuple[Task, ...]) -> tuple[tuple[Task, ...], int]:
-    """New Tasks in order, and how many are already present identically; refuse changed ones."""
-    present = state.tasks.by_key()
-    new: list[Task] = []
-    changed: list[str] = []
-    for task in batch:
-        old = present.get(task.key)
-        if old is None:
-            new.append(task)
-        elif old != task:
-            changed.append(task.key)
-    if changed:
-        shown = ", ".join(changed[:_SHOWN_CONFLICTS])
-        more = (
-            f" and {len(changed) - _SHOWN_CONFLICTS} more"
-            if len(changed) > _SHOWN_CONFLICTS
-            else ""
-        )
-        raise TaskConflict(
-            f"{len(changed)} Task(s) differ from the Task already under the same key: {shown}{more}"
-            "; keys are immutable, so give changed work a new key"
-        )
-    return tuple(new), len(batch) - len(new)
-
-
-def _result(state: records.CampaignState, *, created: bool, added: int, existing: int) -> Authoring:
-    return Authoring(created, added, existing, len(state.tasks), state.sealed)
-
-
-def create_state(
-    path: str | Path, tasks: Iterable[Task], *, appendable: bool = False
-) -> tuple[records.CampaignState, Authoring]:
-    """Create a campaign holding ``tasks``; refuse if one exists there (``TaskConflict``)."""
-    batch = check_unique(tasks)
-    with store.writing(path, create=True) as writer:
-        if writer.state is not None:
-            raise TaskConflict(f"a campaign already exists at {str(path)!r}")
-        state = writer.initialize(store.new_campaign(batch, sealed=not appendable))
-    return state, _result(state, created=True, added=len(batch), existing=0)
-
-
-def check_fits(tasks: Iterable[Task], max_script_bytes: int) -> None:
-    """Refuse a Task whose batch script could never fit ``max_script_bytes``: a script carries
-    every byte of its Task's content (stdin, args, env), so content over the bound never fits."""
-    for task in tasks:
-        size = content_size(task)
-        if size > max_script_bytes:
-            raise ConfigurationError(
-                f"Task {task.key!r} carries {size} bytes of stdin, args and env: its batch "
-                f"script could never fit max_script_bytes ({max_script_bytes}); nothing was "
-                "recorded"
-            )
-
-
-def ensure_state(
-    path: str | Path,
-    tasks: Iterable[Task],
-    *,
-    sealed: bool = False,
-    max_script_bytes: int | None = None,
-) -> tuple[records.CampaignState, Authoring]:
-    """Create the campaign (appendable unless ``sealed``), or append the Tasks it has not seen.
-
-    With ``sealed``, an existing appendable campaign is sealed after the append: asking for a
-    sealed campaign and getting an appendable one would leave it open to later appends. The
-    result's ``sealed`` says what the campaign is now. With ``max_script_bytes``, a Task whose
-    script could never fit it is refused before anything is recorded (:func:`check_fits`).
-    """
-    batch = check_unique(tasks)
-    if max_script_bytes is not None:
-        check_fits(batch, max_script_bytes)
-    with store.writing(path, create=True) as writer:
-        state = writer.state
-        if state is None:
-            state = writer.initialize(store.new_campaign(batch, sealed=sealed))
-            return state, _result(state, created=True, added=len(batch), existing=0)
-        new, existing = _split(state, batch)
-        if new:
-            if state.sealed:
-                raise TaskConflict(
-                    f"campaign {str(path)!r} is sealed; {len(new)} new Task(s) cannot be added"
-                )
-            state = writer.commit(records.Appended(new))
-        if sealed and not state.sealed:
-            state = writer.commit(records.Sealed())
-    return state, _result(state, created=False, added=len(new), existing=existing)
-
-
-def append_state(
-    path: str | Path, tasks: Iterable[Task]
-) -> tuple[records.CampaignState, Authoring]:
-    """Append the new ones of ``tasks`` to an appendable campaign; identical ones are skipped."""
-    batch = check_unique(tasks)
-    with store.writing(path) as writer:
-        state = writer.state
-        assert state is not None
-        if state.sealed:
-            raise TaskConflict(f"campaign {str(path)!r} is sealed; no Task can be appended")
-        new, existing = _split(state, batch)
-        if new:
-            state = writer.commit(records.Appended(new))
-    return state, _result(state, created=False, added=len(new), existing=existing)
-
-
-def saved_plan_document(state: str | Path, plan: Plan) -> dict[str, Any]:
-    """The document ``plan --output`` saves: the plan's, sealed with the campaign's plan key,
-    which the first saved plan creates (ADR 0011)."""
-    key = store.plan_key(state, create=True)
-    assert key is not None
-    return seal_document(plan_to_document(plan), key)
-
-
-def read_saved_plan(state: str | Path, path: str | os.PathLike[str]) -> Plan:
-    """A plan saved for campaign ``state``, to validate or submit (ADR 0011): the file must be
-    the user's own and writable by no one else, checked on the descriptor it is read from, and
-    its seal the one the campaign's plan key makes; anything else is refused in one line
-    (:class:`~servatus.errors.UnsafeFilesystem` or :class:`~servatus.errors.StalePlan`)."""
-    name = os.fspath(path)
-    try:
-        text = read_own(name, "a plan")
-    except FileNotFoundError:
-        raise ConfigurationError(f"no plan file {name}") from None
-    except OSError as exc:
-        raise from_os_error(exc, f"cannot read {name}") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        raise StalePlan(f"{name}: not a JSON plan document (altered?)") from None
-    check_seal(data, where=name, key=store.plan_key(state, create=False))
-    return plan_from_document(data, where=name)
-
-
-def seal_state(path: str | Path) -> tuple[records.CampaignState, Authoring]:
-    """End authoring irreversibly; sealing a sealed campaign changes nothing."""
-    with store.writing(path) as writer:
-        state = writer.state
-        assert state is not None
-        if not state.sealed:
-            state = writer.commit(records.Sealed())
-    return state, _result(state, created=False, added=0, existing=len(state.tasks))
 
 
 def _check_launches(
@@ -768,7 +611,7 @@ class Campaign:
             problem = script_problem(registry, profile, allocation, index, launcher)
             if problem is not None:
                 problems.append(problem)
-                if len(problems) == _SHOWN_CONFLICTS:
+                if len(problems) == _SHOWN_PROBLEMS:
                     problems.append("(further allocations not checked)")
                     break
         if problems:
@@ -1104,7 +947,7 @@ class Campaign:
         lease_links(self._state.intents, lease)  # an unknown lease registers nothing
         seconds = None if budget is None else Continuation(budget=budget).budget
         request = make_request(retry, retry_failed=retry_failed, only=[t.key for t in batch])
-        new, _ = _split(self._state, batch)
+        new, _ = split(self._state, batch)
         if new:
             self.append(new)
         # One lock holds the plan and its sending: no other start, cancel or Slurm reading can
@@ -1760,4 +1603,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'servatus.campaign' has no attribute {name!r}")
 
 
-__all__ = ["Authoring", "Campaign", "Probe", "append_state", "create_state", "ensure_state"]
+__all__ = [
+    "Authoring",
+    "Campaign",
+    "Probe",
+    "append_state",
+    "check_fits",
+    "create_state",
+    "ensure_state",
+    "read_saved_plan",
+    "saved_plan_document",
+    "seal_state",
+]
