@@ -9,7 +9,6 @@ the API page documents them.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shlex
 import time
@@ -23,10 +22,7 @@ from cattrs.preconf.json import make_converter
 
 from servatus.config import (
     Profile,
-    Resources,
-    Target,
     format_duration,
-    profile_problems,
     target_from_identity,
     target_identity,
 )
@@ -35,16 +31,10 @@ from servatus.engine.plan import (
     Hold,
     LeaseHold,
     Plan,
-    Request,
-    Work,
-    consults,
     make_lease_plan,
-    make_plan,
     make_request,
-    make_step_plan,
     plan_to_document,
     shape_indexes,
-    work_from_report,
 )
 from servatus.engine.settlement import listed, queries, settle
 from servatus.engine.status import (
@@ -53,14 +43,10 @@ from servatus.engine.status import (
     Report,
     StopReason,
     Submission,
-    clock_warnings,
     cut_chain_warnings,
-    gather,
-    project,
     submissions,
 )
 from servatus.errors import (
-    Busy,
     ConfigurationError,
     PlanRefused,
     ServatusError,
@@ -69,21 +55,20 @@ from servatus.errors import (
     Unavailable,
     UnsafeFilesystem,
 )
-from servatus.evidence import Evidence, MarkerQuery
+from servatus.evidence import Evidence
 from servatus.journal import records, store
 from servatus.lease import (
     Verdict,
     Withdrawal,
-    current_link,
     lease_link_ids,
     lease_links,
-    no_current_link,
     orders_path,
     steps_within,
     stop,
     withdraw,
     withdraw_orders,
 )
+from servatus.operations import context
 from servatus.operations.authoring import (
     Authoring,
     append_state,
@@ -94,6 +79,10 @@ from servatus.operations.authoring import (
     split,
 )
 from servatus.operations.cancel import LeaseStep, check_names, plan_cancel, scancel
+from servatus.operations.held import HeldState
+from servatus.operations.observation import gather, observe, projection, record
+from servatus.operations.observation import report as observed_report
+from servatus.operations.planning import Steps, plan_steps, plan_tasks, usable, valid_keys
 from servatus.operations.reconcile import (
     Resolution,
     claim_handoffs,
@@ -109,24 +98,19 @@ from servatus.operations.submission import (
     command,
     lease_scripts,
     ping,
-    script_may_exceed,
-    script_problem,
-    script_room,
-    step_orders,
     submit_allocations,
     submit_steps,
     unanswered,
 )
 from servatus.plugins import Hooks, hooks
-from servatus.tasks import Roster, Task, bulk, check_unique
+from servatus.tasks import Roster, Task, check_unique
 from servatus.transport import Connect, Transport
 
 if TYPE_CHECKING:
     from servatus.engine.report import ReportData
-    from servatus.launcher import Launcher
     from servatus.operations.doctor import Diagnosis
 
-Probe = Callable[[tuple[Task, ...]], Collection[str]]
+Probe = context.Probe
 """The result probe: given Tasks, the keys whose result is valid."""
 
 _SHOWN_PROBLEMS = 5
@@ -155,18 +139,6 @@ class Submitted:
     names when it starts nothing."""
 
 
-@attrs.frozen
-class _Steps:
-    """A plan of steps into a lease link, with what submitting it needs: what the reading
-    settled, the link's intent and job, and each step's order."""
-
-    plan: Plan
-    change: records.Settled
-    link: records.Intent
-    job: int
-    orders: dict[str, str]
-
-
 def _settle_reading(writer: store.Writer, change: records.Settled) -> None:
     """Record what a Slurm reading under the lock settled, before anything is sent from it."""
     if change.allocations or change.listed:
@@ -176,7 +148,7 @@ def _settle_reading(writer: store.Writer, change: records.Settled) -> None:
 def _send_steps(
     writer: store.Writer,
     transport: Transport,
-    steps: _Steps,
+    steps: Steps,
     budget: int | None,
     progress: Progress | None,
 ) -> tuple[SubmittedAllocation, ...]:
@@ -224,27 +196,6 @@ class Cancelled:
     """Lease steps taken back before their lease started them: they never run."""
     stopping: tuple[str, ...] = ()
     """Lease steps already running, asked to stop; their lease runs on."""
-
-
-def _check_launches(
-    state: records.CampaignState, target: Target, launcher: Launcher, keys: Sequence[str]
-) -> None:
-    """Refuse a plan whose launcher would refuse any of its Tasks' args, naming every such
-    Task; a sweep repeats its args, so each distinct argv is checked once."""
-    problems = []
-    checked: set[tuple[str, ...]] = set()
-    for key in keys:
-        args = state.tasks.args(key)
-        if args in checked:
-            continue
-        try:
-            launcher.check(target, args)
-        except ConfigurationError as exc:
-            problems.append(f"{key}: {exc}")
-        else:
-            checked.add(args)
-    if problems:
-        raise ConfigurationError("; ".join(problems))
 
 
 class Campaign:
@@ -404,104 +355,20 @@ class Campaign:
         return hooks()
 
     def _connector(self) -> Connect:
-        if self.connect is not None:
-            return self.connect
+        return context.connector(self._hooks(), self.connect)
+
+    def _context(self) -> context.Context:
         registry = self._hooks()
-
-        def connect(target: Target) -> Transport:
-            return registry.transport("ssh" if target.host else "local").connect(target)
-
-        return connect
-
-    def _gather(
-        self,
-        recorded: Iterable[Submission],
-        asked: Mapping[str, MarkerQuery] | None = None,
-        targets: Iterable[str] = (),
-    ) -> dict[str, Evidence]:
-        """One ``squeue`` and one run-marker listing per Target of ``targets`` and of
-        ``recorded``; ``asked`` bounds the marker listings
-        (:func:`servatus.engine.settlement.queries`)."""
-        return gather(
-            itertools.chain(targets, (item.target for item in recorded)),
-            self._connector(),
-            self._hooks().evidence_reader(),
-            asked,
+        return context.Context(
+            self.path, context.connector(registry, self.connect), registry, self.probe
         )
-
-    def _report(
-        self,
-        state: records.CampaignState,
-        *,
-        offline: bool,
-        evidence: Mapping[str, Evidence] | None = None,
-    ) -> Report:
-        if evidence is None:
-            return self._observe(state, offline=offline)[0]
-        with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
-            recorded = submissions(state)
-            return self._project(state, recorded, evidence, offline=offline)
-
-    def _project(
-        self,
-        state: records.CampaignState,
-        recorded: Sequence[Submission],
-        evidence: Mapping[str, Evidence],
-        *,
-        offline: bool = False,
-        now: float | None = None,
-    ) -> Report:
-        report = project(
-            state.tasks.keys,
-            recorded,
-            evidence,
-            now=time.time() if now is None else now,
-            offline=offline,
-            state=str(self.path),
-        )
-        unclocked = clock_warnings(evidence)  # per Target: cheap, and almost always empty
-        running = (Execution.RUNNING, Execution.ENDING)
-        if unclocked and any(task.execution in running for task in report.tasks):
-            report = attrs.evolve(report, warnings=(*report.warnings, *unclocked))
-        return report
-
-    def _observe(
-        self,
-        state: records.CampaignState,
-        *,
-        offline: bool,
-        targets: Sequence[str] = (),
-        evidence: Mapping[str, Evidence] | None = None,
-    ) -> tuple[Report, records.Settled, dict[str, Evidence]]:
-        """The projection, what it shows settled (with the listings it read), and the evidence.
-        The marker listing asks only for the markers of allocations not settled yet. ``targets``
-        are listed first, also those none of ``state``'s intents name; ``evidence``, read
-        already for the same state (or a part of it with the same targets), is used instead."""
-        with bulk():  # hundreds of thousands of acyclic values: no full GC passes over them
-            recorded = submissions(state)
-            if offline:
-                return self._project(state, recorded, {}, offline=True), records.Settled(()), {}
-            if evidence is None:
-                evidence = self._gather(recorded, queries(state, recorded, targets), targets)
-            report = self._project(state, recorded, evidence)
-            change = records.Settled(settle(report, recorded), listed(evidence))
-            return report, change, dict(evidence)
 
     def _record(self, change: records.Settled, *, partial: bool = False) -> None:
-        """Record what a read-only command found settled, only if the lock is free at once: a
-        busy campaign is left for the next command, and a failed write costs a warning, never
-        the answer. ``partial``: the state held is the status cache's remainder."""
-        self.record_warning = None
-        if not change.allocations:
-            return
-        known = (self._version, self._state)
-        try:
-            with store.writing(self.path, known=known, partial=partial) as writer:
-                writer.settle(change)
-        except Busy:
-            return
-        except ServatusError as exc:
-            self.record_warning = f"what settled was not recorded ({exc}); the next command retries"
+        """Record what a read-only command found settled, if the lock is free at once
+        (:func:`~servatus.operations.observation.record`)."""
+        self.record_warning = record(
+            self.path, change, known=(self._version, self._state), partial=partial
+        )
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
@@ -512,7 +379,7 @@ class Campaign:
             (accepted work reads ``ACCEPTED``, run times are unknown).
         """
         self.refresh()
-        report, change, _ = self._observe(self._state, offline=offline)
+        report, change, _ = observe(self._context(), self._state, offline=offline)
         self._record(change)
         return report
 
@@ -533,89 +400,7 @@ class Campaign:
 
         :param tasks: The Tasks to ask about; None asks about the whole roster.
         """
-        if self.probe is None:
-            return frozenset()
-        return frozenset(self.probe(tuple(self._state.tasks if tasks is None else tasks)))
-
-    def _make_plan(
-        self,
-        state: records.CampaignState,
-        profile: Profile,
-        request: Request,
-        continuation: Continuation | None = None,
-    ) -> tuple[Plan, records.Settled]:
-        launcher = self._launcher(profile)
-        consult = consults(request, continuation, resolved=bool(state.resolutions))
-        report, change, _ = self._observe(state, offline=not consult)
-        made = self._decide(
-            state, profile, request, continuation, work_from_report(report), report.warnings
-        )
-        self._check(state, profile, made, launcher)
-        return made, change
-
-    def _launcher(self, profile: Profile) -> Launcher:
-        """The profile's launcher, the profile held to SERVATUS.toml's rules: both refused
-        before Slurm is read."""
-        _usable(profile)
-        return self._hooks().launcher(profile.target.launcher)
-
-    def _decide(
-        self,
-        state: records.CampaignState,
-        profile: Profile,
-        request: Request,
-        continuation: Continuation | None,
-        work: Mapping[str, Work],
-        warnings: Sequence[str],
-        keys: Sequence[str] | None = None,
-    ) -> Plan:
-        """The plan of ``state``'s Tasks (or of ``keys``, the whole roster's order, when
-        ``state`` holds only some of them: the status cache's) given their earlier ``work``."""
-        valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
-        return make_plan(
-            campaign_id=state.campaign_id,
-            revision=state.revision,
-            keys=state.tasks.keys if keys is None else keys,
-            profile=profile,
-            request=request,
-            work=work,
-            warnings=warnings,
-            valid=valid,
-            probe=self.probe is not None,
-            now=time.time(),
-            continuation=continuation,
-        )
-
-    def _check(
-        self, state: records.CampaignState, profile: Profile, made: Plan, launcher: Launcher
-    ) -> None:
-        """Refuse a plan whose launcher or batch scripts ``submit`` would refuse; ``state``
-        holds (at least) the selected Tasks."""
-        _check_launches(state, profile.target, launcher, made.decision.selected)
-        self._check_scripts(state, profile, made, launcher)
-
-    def _check_scripts(
-        self, state: records.CampaignState, profile: Profile, made: Plan, launcher: Launcher
-    ) -> None:
-        """Refuse a plan whose batch script ``submit`` would refuse, in its Tasks' terms; only
-        the allocations whose content could reach ``max_script_bytes`` are rendered."""
-        roster, index, registry = state.tasks, state.tasks.by_key(), self._hooks()
-        problems: list[str] = []
-        size, target = roster.size, profile.target
-        room = script_room(registry, profile, launcher) if made.allocations else None
-        for allocation in made.allocations:
-            if allocation.after is not None:  # a chain's later links hold its first's Tasks
-                continue
-            if not script_may_exceed(target, list(map(size, allocation.task_keys)), room):
-                continue
-            problem = script_problem(registry, profile, allocation, index, launcher)
-            if problem is not None:
-                problems.append(problem)
-                if len(problems) == _SHOWN_PROBLEMS:
-                    problems.append("(further allocations not checked)")
-                    break
-        if problems:
-            raise ConfigurationError("; ".join(problems))
+        return valid_keys(self.probe, self._state.tasks if tasks is None else tasks)
 
     def plan(
         self,
@@ -669,85 +454,14 @@ class Campaign:
             if continuation is not None and continuation.max_links is not None:
                 raise ConfigurationError("a step runs in the lease link it was started in")
             budget = None if continuation is None else continuation.budget
-            steps = self._make_step_plan(self._state, lease, request, budget)
+            steps = plan_steps(self._context(), self._state, lease, request, budget)
             self._record(steps.change)
             return steps.plan
         if profile is None:
             raise ConfigurationError("plan needs a profile, or a lease to start steps in")
-        made, change = self._make_plan(self._state, profile, request, continuation)
+        made, change = plan_tasks(self._context(), self._state, profile, request, continuation)
         self._record(change)
         return made
-
-    def _make_step_plan(
-        self, state: records.CampaignState, lease_id: str, request: Request, budget: int | None
-    ) -> _Steps:
-        """A plan of steps into the current link of the lease ``lease_id`` names, from one
-        Slurm reading, with each step's order rendered (an order ``submit`` could not send is
-        refused here)."""
-        links = lease_links(state.intents, lease_id)
-        recorded = submissions(state)
-        jobs = {item.allocation_id: item.job for item in recorded if item.job is not None}
-        identity = state.target_identities()[links[0].target]
-        report, change, evidence = self._observe(state, offline=False)
-        reading = evidence.get(identity, Evidence(None, None))
-        current = current_link(
-            [(i.allocation_id, jobs.get(i.allocation_id)) for i in links], reading
-        )
-        if current is None:
-            pending = {item.allocation_id for item in recorded if item.outcome is Outcome.PENDING}
-            if any(intent.allocation_id in pending for intent in links):
-                raise ConfigurationError(
-                    f"lease {lease_id}: its submission is unresolved; run servatus reconcile "
-                    "first, then start steps in it"
-                )
-            raise ConfigurationError(no_current_link(lease_id))
-        link = next(intent for intent in links if intent.allocation_id == current)
-        terms = link.lease
-        assert terms is not None
-        target = target_from_identity(identity)
-        profile = Profile(
-            terms.profile,
-            target,
-            Resources(
-                cpus=terms.cpus,
-                memory_mib=terms.memory_mib,
-                time_limit=link.time_limit,
-                gpus=terms.gpus,
-                signal_before_end=terms.signal_before_end,
-            ),
-        )
-        steps = {intent.allocation_id for intent in state.intents if intent.within is not None}
-        stepped = {task.key for task in report.tasks if task.allocation_id in steps}
-        valid = self.valid_keys(state.tasks) if self.probe is not None else frozenset()
-        made = make_step_plan(
-            campaign_id=state.campaign_id,
-            revision=state.revision,
-            salt=str(len(state.intents)),
-            within=current,
-            keys=state.tasks.keys,
-            profile=profile,
-            request=request,
-            report=report,
-            stepped=stepped,
-            valid=valid,
-            probe=self.probe is not None,
-            now=time.time(),
-            budget=budget,
-        )
-        launcher = self._hooks().launcher(target.launcher)
-        _check_launches(state, target, launcher, made.decision.selected)
-        measured = {task.key: task.run_time.total for task in report.tasks if task.run_time}
-        orders = step_orders(
-            self._hooks(),
-            profile,
-            current,
-            made.allocations,
-            state.tasks.by_key(),
-            launcher,
-            run_times={**measured, **made.decision.spent},
-            budget=budget,
-        )
-        return _Steps(made, change, link, jobs[current], orders)
 
     def hold(self, profile: Profile, *, slots: int, max_links: int | None = None) -> Plan:
         """Plan a lease (ADR 0009): ``slots`` copies of the profile's per-Task resources, in
@@ -760,7 +474,7 @@ class Campaign:
         :param max_links: How many leases to queue one after the other (``--max-links``); None
             queues one.
         """
-        _usable(profile)
+        usable(profile)
         self.refresh()
         return make_lease_plan(
             campaign_id=self._state.campaign_id,
@@ -868,8 +582,8 @@ class Campaign:
         progress: Progress | None,
     ) -> tuple[SubmittedAllocation, ...]:
         """A plan of Tasks, once a rebuild from this state and Slurm's view gives the same."""
-        rebuilt, change = self._make_plan(
-            state, plan.profile, plan.request, plan.decision.continuation
+        rebuilt, change = plan_tasks(
+            self._context(), state, plan.profile, plan.request, plan.decision.continuation
         )
         if not rebuilt.same_as(plan):
             raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
@@ -903,7 +617,7 @@ class Campaign:
         the same plan (the same current link among them)."""
         assert plan.within is not None
         budget = None if plan.decision.continuation is None else plan.decision.continuation.budget
-        steps = self._make_step_plan(state, plan.within, plan.request, budget)
+        steps = plan_steps(self._context(), state, plan.within, plan.request, budget)
         if not steps.plan.same_as(plan):
             raise StalePlan(
                 "the plan no longer matches the campaign, the lease and Slurm; plan again"
@@ -955,7 +669,7 @@ class Campaign:
         with store.writing(self.path) as writer:
             state = writer.state
             assert state is not None
-            steps = self._make_step_plan(state, lease, request, seconds)
+            steps = plan_steps(self._context(), state, lease, request, seconds)
             plan = steps.plan
             if not plan.allocations:
                 _settle_reading(writer, steps.change)
@@ -1071,7 +785,7 @@ class Campaign:
                 self._state = state
                 return ()
             now = time.time()
-            evidence = self._gather(pending, queries(state, recorded))
+            evidence = gather(self._context(), pending, queries(state, recorded))
             within = steps_within(state.intents)
             decisions = resolve(
                 [s for s in pending if s.allocation_id not in within], evidence, now=now
@@ -1105,7 +819,7 @@ class Campaign:
             state = writer.state
             assert state is not None
             recorded = submissions(state)
-            report = self._project(state, recorded, evidence, now=now)
+            report = projection(self._context(), state, recorded, evidence, now=now)
             found = settle(report, recorded)
             if found:
                 writer.settle(records.Settled(found, listed(evidence)))
@@ -1229,7 +943,7 @@ class Campaign:
         state = self._state
         recorded = submissions(state)
         check_names(recorded, state.tasks.by_key(), tasks=tasks, allocations=allocations)
-        report, change, evidence = self._observe(state, offline=False)
+        report, change, evidence = observe(self._context(), state, offline=False)
         self._record(change)
         chosen = plan_cancel(
             report,
@@ -1349,7 +1063,7 @@ class Campaign:
                 item.chain is not None and named.intersection(item.task_keys)
                 for item in recorded.values()
             )
-            report = self._report(self._state, offline=not chained)
+            report = observed_report(self._context(), self._state, offline=not chained)
             current = {t.key: t.allocation_id for t in report.tasks}
             for key in tasks:
                 if current.get(key) is None:
@@ -1401,7 +1115,7 @@ class Campaign:
         its Task (or allocation) has not started, or has ended; None when they do not (then
         the log should be there, and the failure to read it is what to report)."""
         try:
-            report = self._report(self._state, offline=False)
+            report = observed_report(self._context(), self._state, offline=False)
         except Unavailable:
             return None
         return why_no_log(report, allocation_id, key, path=path, message=message)
@@ -1409,77 +1123,6 @@ class Campaign:
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
-
-
-class HeldState:
-    """A campaign held at a state read elsewhere (the status cache's remainder, or its whole
-    journal read once), and the steps ``status`` and ``plan`` take over it: what the status
-    cache runs, without reaching into :class:`Campaign`'s own members."""
-
-    def __init__(
-        self,
-        directory: Path,
-        state: records.CampaignState,
-        version: tuple[int, ...],
-        connect: Connect | None,
-    ) -> None:
-        self._campaign = Campaign(directory, connect=connect, _state=state)
-        self._campaign._version = version
-
-    @property
-    def record_warning(self) -> str | None:
-        """Why what settled was not recorded by the last :meth:`record`, if it was not."""
-        return self._campaign.record_warning
-
-    def observe(
-        self,
-        state: records.CampaignState,
-        *,
-        offline: bool,
-        targets: Sequence[str] = (),
-        evidence: Mapping[str, Evidence] | None = None,
-    ) -> tuple[Report, records.Settled, dict[str, Evidence]]:
-        """The projection, what settled, and the evidence read (see ``Campaign._observe``)."""
-        return self._campaign._observe(state, offline=offline, targets=targets, evidence=evidence)
-
-    def record(self, change: records.Settled, *, partial: bool = False) -> None:
-        """Record what settled if the lock is free at once (see ``Campaign._record``)."""
-        self._campaign._record(change, partial=partial)
-
-    def make_plan(
-        self,
-        state: records.CampaignState,
-        profile: Profile,
-        request: Request,
-        continuation: Continuation | None,
-    ) -> tuple[Plan, records.Settled]:
-        """The plan of the whole state, checked, and what its listings showed settled."""
-        return self._campaign._make_plan(state, profile, request, continuation)
-
-    def launcher(self, profile: Profile) -> Launcher:
-        """The profile's launcher, the profile refused first if SERVATUS.toml's rules do."""
-        return self._campaign._launcher(profile)
-
-    def decide(
-        self,
-        state: records.CampaignState,
-        profile: Profile,
-        request: Request,
-        continuation: Continuation | None,
-        work: Mapping[str, Work],
-        warnings: Sequence[str],
-        keys: Sequence[str],
-    ) -> Plan:
-        """The plan of the roster ``keys`` when ``state`` holds only some of its Tasks."""
-        return self._campaign._decide(
-            state, profile, request, continuation, work, warnings, keys=keys
-        )
-
-    def check(
-        self, state: records.CampaignState, profile: Profile, made: Plan, launcher: Launcher
-    ) -> None:
-        """Refuse a plan ``submit`` would refuse; ``state`` holds the selected Tasks."""
-        self._campaign._check(state, profile, made, launcher)
 
 
 def _by_lease(steps: Iterable[LeaseStep]) -> dict[tuple[str, str, int], list[LeaseStep]]:
@@ -1572,15 +1215,6 @@ def to_document(value: object) -> Any:
     return _documents.unstructure(value)
 
 
-def _usable(profile: Profile) -> None:
-    """A Profile built or changed in Python (``attrs.evolve``) is held to SERVATUS.toml's rules
-    before anything is planned with it: one Task over a ceiling is refused in one line, not
-    packed into nothing or submitted past the cluster's limits."""
-    problems = profile_problems(profile)
-    if problems:
-        raise ConfigurationError(f"profile {profile.name!r}: {'; '.join(problems)}")
-
-
 def diagnose(profile: Profile, *, connect: Connect | None = None) -> Diagnosis:
     """What ``servatus doctor`` prints for ``profile``, as a :class:`~servatus.doctor.Diagnosis`.
 
@@ -1606,6 +1240,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Authoring",
     "Campaign",
+    "HeldState",
     "Probe",
     "append_state",
     "check_fits",
