@@ -24,16 +24,13 @@ from servatus.config import (
     Profile,
     format_duration,
     target_from_identity,
-    target_identity,
 )
-from servatus.continuation import Continuation, limits_for, stops_short
+from servatus.continuation import Continuation
 from servatus.engine.plan import (
-    Hold,
     LeaseHold,
     Plan,
     make_lease_plan,
     make_request,
-    plan_to_document,
     shape_indexes,
 )
 from servatus.engine.settlement import listed, queries, settle
@@ -48,7 +45,6 @@ from servatus.engine.status import (
 )
 from servatus.errors import (
     ConfigurationError,
-    PlanRefused,
     ServatusError,
     StalePlan,
     StateWarning,
@@ -82,7 +78,7 @@ from servatus.operations.cancel import LeaseStep, check_names, plan_cancel, scan
 from servatus.operations.held import HeldState
 from servatus.operations.observation import gather, observe, projection, record
 from servatus.operations.observation import report as observed_report
-from servatus.operations.planning import Steps, plan_steps, plan_tasks, usable, valid_keys
+from servatus.operations.planning import plan_steps, plan_tasks, usable, valid_keys
 from servatus.operations.reconcile import (
     Resolution,
     claim_handoffs,
@@ -93,18 +89,16 @@ from servatus.operations.reconcile import (
 from servatus.operations.saved_plan import read_saved_plan, saved_plan_document
 from servatus.operations.submission import (
     Progress,
-    SubmittedAllocation,
     batch_scripts,
     command,
     lease_scripts,
     ping,
-    submit_allocations,
-    submit_steps,
     unanswered,
 )
+from servatus.operations.submit import Submitted, chain_arguments, start_steps, submit
 from servatus.plugins import Hooks, hooks
 from servatus.tasks import Roster, Task, check_unique
-from servatus.transport import Connect, Transport
+from servatus.transport import Connect
 
 if TYPE_CHECKING:
     from servatus.engine.report import ReportData
@@ -126,48 +120,6 @@ TAIL_OWN = (
 of the user's, never what a link someone planted at its name points to (issue #30). A name
 swapped between the test and ``tail``'s open, where others can rename entries in ``log_root``,
 is not caught; the log is only shown to the user, never used."""
-
-
-@attrs.frozen
-class Submitted:
-    """What ``submit`` did: one receipt per accepted allocation, in submission order."""
-
-    receipts: tuple[SubmittedAllocation, ...]
-    """Each allocation Slurm accepted, with its job number; empty for a plan of nothing."""
-    held: tuple[tuple[str, Hold], ...] = ()
-    """The plan's held Tasks with their holds, in roster order: what ``Campaign.start``
-    names when it starts nothing."""
-
-
-def _settle_reading(writer: store.Writer, change: records.Settled) -> None:
-    """Record what a Slurm reading under the lock settled, before anything is sent from it."""
-    if change.allocations or change.listed:
-        writer.settle(change)
-
-
-def _send_steps(
-    writer: store.Writer,
-    transport: Transport,
-    steps: Steps,
-    budget: int | None,
-    progress: Progress | None,
-) -> tuple[SubmittedAllocation, ...]:
-    """Record what the plan's Slurm reading settled, then each step's intent and order."""
-    _settle_reading(writer, steps.change)
-    plan = steps.plan
-    assert plan.within is not None
-    return submit_steps(
-        writer,
-        transport,
-        steps.link,
-        steps.job,
-        orders_path(plan.profile.target.log_root, plan.within),
-        plan.allocations,
-        steps.orders,
-        plan_digest=plan_to_document(plan)["digest"],
-        progress=progress,
-        budget=budget,
-    )
 
 
 @attrs.frozen
@@ -506,7 +458,7 @@ class Campaign:
         if plan.hold is not None:  # a lease's allocations name no Task
             return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
         launcher = registry.launcher(plan.profile.target.launcher)
-        budget, spent = _chain_arguments(plan)
+        budget, spent = chain_arguments(plan)
         return batch_scripts(
             registry, plan.profile, plan.allocations, index, launcher, budget=budget, spent=spent
         )
@@ -540,89 +492,10 @@ class Campaign:
         :param progress: Called after each accepted allocation, to show progress as the
             command line does.
         """
-        if plan.probe and self.probe is None:
-            raise PlanRefused(
-                "this plan was made with a result probe; submit it from a Campaign with the probe"
-            )
-        with store.writing(self.path) as writer:
-            state = writer.state
-            assert state is not None
-            if plan.campaign_id != state.campaign_id:
-                raise StalePlan("the plan was made for another campaign")
-            if plan.revision != state.revision:
-                raise StalePlan(
-                    f"the campaign changed since the plan was made (revision {plan.revision}, "
-                    f"now {state.revision}); plan again"
-                )
-            if not plan.allocations:
-                return Submitted(receipts=(), held=plan.decision.held)
-            connect = self._connector()
-            transport = connect(plan.profile.target)
-            try:
-                ping(transport, plan.profile.target)
-                submitting = (
-                    self._submit_lease
-                    if plan.hold is not None
-                    else self._submit_steps
-                    if plan.within is not None
-                    else self._submit_tasks
-                )
-                receipts = submitting(writer, transport, state, plan, progress)
-            finally:
-                transport.close()
-        self.refresh()
-        return Submitted(receipts=receipts, held=plan.decision.held)
-
-    def _submit_tasks(
-        self,
-        writer: store.Writer,
-        transport: Transport,
-        state: records.CampaignState,
-        plan: Plan,
-        progress: Progress | None,
-    ) -> tuple[SubmittedAllocation, ...]:
-        """A plan of Tasks, once a rebuild from this state and Slurm's view gives the same."""
-        rebuilt, change = plan_tasks(
-            self._context(), state, plan.profile, plan.request, plan.decision.continuation
-        )
-        if not rebuilt.same_as(plan):
-            raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
-        _settle_reading(writer, change)  # the listing precedes the intents
-        budget, spent = _chain_arguments(plan)
-        return submit_allocations(
-            writer,
-            transport,
-            self._hooks(),
-            plan.profile,
-            plan.allocations,
-            state.tasks.by_key(),
-            self._hooks().launcher(plan.profile.target.launcher),
-            plan_digest=plan_to_document(plan)["digest"],
-            target_identity=target_identity(plan.profile.target),
-            progress=progress,
-            budget=budget,
-            spent=spent,
-            short=_stopping_short(plan),
-        )
-
-    def _submit_steps(
-        self,
-        writer: store.Writer,
-        transport: Transport,
-        state: records.CampaignState,
-        plan: Plan,
-        progress: Progress | None,
-    ) -> tuple[SubmittedAllocation, ...]:
-        """Steps into a lease link, once a rebuild from this state and one Slurm reading gives
-        the same plan (the same current link among them)."""
-        assert plan.within is not None
-        budget = None if plan.decision.continuation is None else plan.decision.continuation.budget
-        steps = plan_steps(self._context(), state, plan.within, plan.request, budget)
-        if not steps.plan.same_as(plan):
-            raise StalePlan(
-                "the plan no longer matches the campaign, the lease and Slurm; plan again"
-            )
-        return _send_steps(writer, transport, steps, budget, progress)
+        done = submit(self._context(), plan, progress)
+        if plan.allocations:
+            self.refresh()
+        return done
 
     def start(
         self,
@@ -664,59 +537,9 @@ class Campaign:
         new, _ = split(self._state, batch)
         if new:
             self.append(new)
-        # One lock holds the plan and its sending: no other start, cancel or Slurm reading can
-        # come between them, so nobody reviewed a plan that could go stale.
-        with store.writing(self.path) as writer:
-            state = writer.state
-            assert state is not None
-            steps = plan_steps(self._context(), state, lease, request, seconds)
-            plan = steps.plan
-            if not plan.allocations:
-                _settle_reading(writer, steps.change)
-                receipts: tuple[SubmittedAllocation, ...] = ()
-            else:
-                transport = self._connector()(plan.profile.target)
-                try:
-                    ping(transport, plan.profile.target)
-                    receipts = _send_steps(writer, transport, steps, seconds, progress)
-                finally:
-                    transport.close()
+        done = start_steps(self._context(), lease, request, seconds, progress)
         self.refresh()
-        return Submitted(receipts=receipts, held=plan.decision.held)
-
-    def _submit_lease(
-        self,
-        writer: store.Writer,
-        transport: Transport,
-        state: records.CampaignState,
-        plan: Plan,
-        progress: Progress | None,
-    ) -> tuple[SubmittedAllocation, ...]:
-        """A lease's links, in order, once the plan rebuilds the same from this state."""
-        assert plan.hold is not None
-        rebuilt = make_lease_plan(
-            campaign_id=state.campaign_id,
-            revision=state.revision,
-            profile=plan.profile,
-            hold=plan.hold,
-            probe=plan.probe,
-            now=plan.created_at,
-        )
-        if not rebuilt.same_as(plan):
-            raise StalePlan("the plan no longer matches the campaign; plan again")
-        return submit_allocations(
-            writer,
-            transport,
-            self._hooks(),
-            plan.profile,
-            plan.allocations,
-            {},
-            self._hooks().launcher(plan.profile.target.launcher),
-            plan_digest=plan_to_document(plan)["digest"],
-            target_identity=target_identity(plan.profile.target),
-            progress=progress,
-            lease=plan.hold.slots,
-        )
+        return done
 
     def validate(
         self, plan: Plan, *, progress: Callable[[ShapeCheck], None] | None = None
@@ -1133,28 +956,6 @@ def _by_lease(steps: Iterable[LeaseStep]) -> dict[tuple[str, str, int], list[Lea
     return grouped
 
 
-def _chain_arguments(plan: Plan) -> tuple[int | None, dict[str, int] | None]:
-    """What a plan's chain scripts carry beyond its allocations: the lifetime budget (None
-    for ``--max-links`` alone, or without a continuation) and each Task's run time so far."""
-    continuation = plan.decision.continuation
-    if continuation is None:
-        return None, None
-    return continuation.budget, plan.decision.spent
-
-
-def _stopping_short(plan: Plan) -> frozenset[str]:
-    """The plan's Tasks whose links end before their budget does (capped at K or 32 links):
-    pure arithmetic over the plan, as planning did it."""
-    continuation = plan.decision.continuation
-    if continuation is None or continuation.budget is None:
-        return frozenset()
-    limits = limits_for(continuation, plan.profile)
-    spent = plan.decision.spent
-    return frozenset(
-        key for key, seconds in spent.items() if stops_short(seconds, continuation, limits)
-    )
-
-
 _ENDED = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED, Execution.LOST})
 """Executions after which nothing writes the log again: one unreadable then stays so."""
 
@@ -1242,6 +1043,7 @@ __all__ = [
     "Campaign",
     "HeldState",
     "Probe",
+    "Submitted",
     "append_state",
     "check_fits",
     "create_state",
