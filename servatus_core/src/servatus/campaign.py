@@ -8,12 +8,10 @@ the API page documents them.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shlex
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +21,6 @@ from cattrs.preconf.json import make_converter
 from servatus.config import (
     Profile,
     format_duration,
-    target_from_identity,
 )
 from servatus.continuation import Continuation
 from servatus.engine.plan import (
@@ -33,36 +30,18 @@ from servatus.engine.plan import (
     make_request,
     shape_indexes,
 )
-from servatus.engine.settlement import listed, queries, settle
 from servatus.engine.status import (
-    Execution,
-    Outcome,
     Report,
-    StopReason,
-    Submission,
-    cut_chain_warnings,
-    submissions,
 )
 from servatus.errors import (
     ConfigurationError,
-    ServatusError,
     StalePlan,
     StateWarning,
     Unavailable,
-    UnsafeFilesystem,
 )
-from servatus.evidence import Evidence
 from servatus.journal import records, store
 from servatus.lease import (
-    Verdict,
-    Withdrawal,
-    lease_link_ids,
     lease_links,
-    orders_path,
-    steps_within,
-    stop,
-    withdraw,
-    withdraw_orders,
 )
 from servatus.operations import context
 from servatus.operations.authoring import (
@@ -74,17 +53,17 @@ from servatus.operations.authoring import (
     seal_state,
     split,
 )
-from servatus.operations.cancel import LeaseStep, check_names, plan_cancel, scancel
+from servatus.operations.cancel import (
+    Cancelled,
+    cancel,
+)
 from servatus.operations.held import HeldState
-from servatus.operations.observation import gather, observe, projection, record
-from servatus.operations.observation import report as observed_report
+from servatus.operations.logs import NOT_OWN, TAIL_OWN, logs, why_no_log
+from servatus.operations.observation import observe, record
 from servatus.operations.planning import plan_steps, plan_tasks, usable, valid_keys
 from servatus.operations.reconcile import (
     Resolution,
-    claim_handoffs,
-    decide_link,
-    resolve,
-    resolve_step,
+    reconcile,
 )
 from servatus.operations.saved_plan import read_saved_plan, saved_plan_document
 from servatus.operations.submission import (
@@ -110,17 +89,6 @@ Probe = context.Probe
 _SHOWN_PROBLEMS = 5
 """How many script problems a refusal names."""
 
-NOT_OWN = 77
-"""The exit of :data:`TAIL_OWN` for a log that is a link or not a regular file of the user's."""
-TAIL_OWN = (
-    'p=$4; if [ -h "$p" ] || { [ -e "$p" ] && { [ ! -f "$p" ] || [ ! -O "$p" ]; }; }; then '
-    f'exit {NOT_OWN}; fi; exec /usr/bin/tail "$@"'
-)
-"""``sh -c TAIL_OWN tail -c N -- PATH``: the last N bytes of a log only if it is a regular file
-of the user's, never what a link someone planted at its name points to (issue #30). A name
-swapped between the test and ``tail``'s open, where others can rename entries in ``log_root``,
-is not caught; the log is only shown to the user, never used."""
-
 
 @attrs.frozen
 class ShapeCheck:
@@ -135,19 +103,6 @@ class ShapeCheck:
     """The last line Slurm printed about it, or ``exit N`` when it printed nothing."""
     time_limit: int
     """The shape's time limit in seconds, whole minutes."""
-
-
-@attrs.frozen
-class Cancelled:
-    """What ``cancel`` did: the allocations it asked Slurm to cancel, newest first; the lease
-    steps whose orders it withdrew (they never start); the steps it asked their lease to stop."""
-
-    allocations: tuple[str, ...]
-    """The allocation ids ``scancel`` was run for, newest first."""
-    withdrawn: tuple[str, ...] = ()
-    """Lease steps taken back before their lease started them: they never run."""
-    stopping: tuple[str, ...] = ()
-    """Lease steps already running, asked to stop; their lease runs on."""
 
 
 class Campaign:
@@ -599,140 +554,14 @@ class Campaign:
         :param progress: Called with each :class:`~servatus.reconcile.Resolution` as it is
             decided.
         """
-        with store.writing(self.path) as writer:
-            state = writer.state
-            assert state is not None
-            recorded = submissions(state)
-            pending = [s for s in recorded if s.outcome is Outcome.PENDING]
-            if not pending:
-                self._state = state
-                return ()
-            now = time.time()
-            evidence = gather(self._context(), pending, queries(state, recorded))
-            within = steps_within(state.intents)
-            decisions = resolve(
-                [s for s in pending if s.allocation_id not in within], evidence, now=now
-            )
-            decisions = self._withhold_handoffs(decisions, recorded, now=now)
-            for decision in decisions:
-                if decision.outcome != "waiting":
-                    writer.add(records.Resolved(decision.allocation_id, decision.job))
-                if progress is not None:
-                    progress(decision)
-            # A lease link just decided gives its steps their job in the same run.
-            jobs = {s.allocation_id: s.job for s in recorded if s.job is not None}
-            jobs.update((d.allocation_id, d.job) for d in decisions if d.job is not None)
-            never = {s.allocation_id for s in recorded if s.outcome is Outcome.NOT_SUBMITTED}
-            never.update(d.allocation_id for d in decisions if d.outcome == "not_submitted")
-            for decision in self._resolve_steps(
-                [s for s in pending if s.allocation_id in within],
-                within,
-                jobs,
-                never,
-                evidence,
-                now=now,
-            ):
-                if decision.outcome != "waiting":
-                    writer.add(records.Resolved(decision.allocation_id, decision.job))
-                decisions.append(decision)
-                if progress is not None:
-                    progress(decision)
-            # The same listings settle what they show final, the allocations just decided
-            # included; a Target not listed here projects offline and settles nothing.
-            state = writer.state
-            assert state is not None
-            recorded = submissions(state)
-            report = projection(self._context(), state, recorded, evidence, now=now)
-            found = settle(report, recorded)
-            if found:
-                writer.settle(records.Settled(found, listed(evidence)))
+        done = reconcile(self._context(), progress)
+        if done.unchanged is not None:
+            self._state = done.unchanged
+            return ()
         self.refresh()
-        for cut in cut_chain_warnings(recorded, report.tasks, str(self.path)):
+        for cut in done.cut:
             warnings.warn(StateWarning(cut), stacklevel=2)
-        return tuple(decisions)
-
-    def _withhold_handoffs(
-        self, decisions: Sequence[Resolution], recorded: Sequence[Submission], *, now: float
-    ) -> list[Resolution]:
-        """Before a later chain link is recorded as never submitted, claim the handoffs it
-        would take (ADR 0005): a late ``sbatch`` of it then runs nothing, and a claim it made
-        first shows it was accepted after all
-        (:func:`~servatus.operations.reconcile.decide_link`)."""
-        by_id = {s.allocation_id: s for s in recorded}
-        decided: list[Resolution] = []
-        connect = self._connector()
-        for decision in decisions:
-            link = by_id[decision.allocation_id]
-            chain = link.chain
-            before = by_id.get(chain.after) if chain is not None and chain.after else None
-            if decision.outcome != "not_submitted" or link.slots is not None or before is None:
-                decided.append(decision)
-                continue
-            if before.job is None:  # its predecessor never ran: nothing to hand on
-                decided.append(decision)
-                continue
-            target = target_from_identity(link.target)
-            claims = None
-            with contextlib.suppress(Unavailable):
-                transport = connect(target)
-                try:
-                    claims = claim_handoffs(
-                        transport,
-                        target.log_root,
-                        before.allocation_id,
-                        before.job,
-                        range(len(link.task_keys)),
-                    )
-                finally:
-                    transport.close()
-            decided.append(decide_link(decision, claims, now=now))
-        return decided
-
-    def _resolve_steps(
-        self,
-        steps: Sequence[Submission],
-        within: Mapping[str, str],
-        jobs: Mapping[str, int],
-        never: Collection[str],
-        evidence: Mapping[str, Evidence],
-        *,
-        now: float,
-    ) -> list[Resolution]:
-        """Withdraw each unresolved step by its claim, one command per lease link, and decide it
-        by the verdict (:func:`~servatus.operations.reconcile.resolve_step`). A step of a lease link
-        recorded as never submitted was never offered; one of a link still unresolved waits."""
-        grouped: dict[str, list[Submission]] = {}
-        for step in steps:
-            grouped.setdefault(within[step.allocation_id], []).append(step)
-        decisions: list[Resolution] = []
-        connect = self._connector()
-        for lease_id, group in grouped.items():
-            job = jobs.get(lease_id)
-            if job is None:
-                outcome = "not_submitted" if lease_id in never else "waiting"
-                retry = None if lease_id in never else now
-                decisions += [Resolution(s.allocation_id, outcome, retry_at=retry) for s in group]
-                continue
-            target = target_from_identity(group[0].target)
-            withdrawal: Withdrawal | None
-            try:
-                transport = connect(target)
-                try:
-                    withdrawal = withdraw_orders(
-                        transport,
-                        orders_path(target.log_root, lease_id),
-                        job,
-                        [s.allocation_id for s in group],
-                    )
-                finally:
-                    transport.close()
-            except Unavailable:
-                withdrawal = None
-            item = evidence.get(group[0].target)
-            decisions += [
-                resolve_step(step, lease_id, job, withdrawal, item, now=now) for step in group
-            ]
-        return decisions
+        return done.decisions
 
     def cancel(
         self,
@@ -760,87 +589,15 @@ class Campaign:
             step in a lease.
         """
         self.refresh()
-        tasks, allocations = tuple(tasks), tuple(allocations)
-        if not tasks and not allocations:
-            raise ConfigurationError("name at least one --task or --allocation to cancel")
-        state = self._state
-        recorded = submissions(state)
-        check_names(recorded, state.tasks.by_key(), tasks=tasks, allocations=allocations)
-        report, change, evidence = observe(self._context(), state, offline=False)
-        self._record(change)
-        chosen = plan_cancel(
-            report,
-            recorded,
-            evidence,
-            tasks=tasks,
-            allocations=allocations,
-            within=steps_within(state.intents),
-            leases=lease_link_ids(state.intents),
+        return cancel(
+            self._context(),
+            self._state,
+            tasks=tuple(tasks),
+            allocations=tuple(allocations),
+            record=self._record,
+            progress=progress,
+            steps=steps,
         )
-        done: list[str] = []
-        withdrawn: list[str] = []
-        stopping: list[str] = []
-        failed: list[str] = []
-        connect = self._connector()
-
-        def stepped(word: str, step: LeaseStep, into: list[str]) -> None:
-            into.append(step.step_id)
-            if steps is not None:
-                steps(word, step.step_id)
-
-        for (identity, lease_id, job), group in _by_lease((*chosen.stop, *chosen.withdraw)).items():
-            target = target_from_identity(identity)
-            directory = orders_path(target.log_root, lease_id)
-            to_stop = {step.step_id for step in chosen.stop}
-            try:
-                transport = connect(target)
-                try:
-                    verdicts = withdraw(transport, directory, job, [s.step_id for s in group])
-                    taken = [
-                        s
-                        for s in group
-                        if verdicts[s.step_id] is Verdict.TAKEN and s.step_id in to_stop
-                    ]
-                    requested = stop(transport, directory, [s.step_id for s in taken])
-                finally:
-                    transport.close()
-            except Unavailable as exc:
-                failed.extend(f"step {s.step_id} ({exc})" for s in group)
-                continue
-            for step in group:
-                verdict = verdicts[step.step_id]
-                if verdict is Verdict.WITHDRAWN:
-                    stepped("withdrawn", step, withdrawn)
-                elif verdict is Verdict.UNDECIDED:
-                    failed.append(f"step {step.step_id} (its claim could not be read)")
-                elif requested.get(step.step_id):
-                    stepped("stopping", step, stopping)
-                elif step.step_id in requested:
-                    failed.append(f"step {step.step_id} (its stop request was not written)")
-        for submission in chosen.scancel:
-            target = target_from_identity(submission.target)
-            try:
-                transport = connect(target)
-                try:
-                    scancel(transport, target, submission.allocation_id)
-                finally:
-                    transport.close()
-            except Unavailable as exc:
-                failed.append(f"{submission.allocation_id} ({exc})")
-            else:
-                done.append(submission.allocation_id)
-                if progress is not None:
-                    progress(submission.allocation_id)
-        if failed:
-            did = [
-                *done,
-                *(f"withdrew {s}" for s in withdrawn),
-                *(f"stopping {s}" for s in stopping),
-            ]
-            raise Unavailable(
-                f"cancelled {', '.join(did) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"
-            )
-        return Cancelled(tuple(done), tuple(withdrawn), tuple(stopping))
 
     def logs(
         self,
@@ -859,150 +616,11 @@ class Campaign:
         :param size: How many bytes, at most, from the end of each log.
         """
         self.refresh()
-        if not tasks and not allocations:
-            raise ConfigurationError("name at least one --task or --allocation")
-        recorded = {item.allocation_id: item for item in submissions(self._state)}
-        wanted: list[tuple[str, str | None]] = []
-        for allocation_id in allocations:
-            if allocation_id not in recorded:
-                raise ConfigurationError(
-                    f"no allocation {shlex.quote(allocation_id)} in this campaign"
-                )
-        keys = self._state.tasks.by_key()
-        for key in tasks:
-            if key not in keys:
-                raise ConfigurationError(f"no Task {shlex.quote(key)} in this campaign")
-        if tasks and allocations:
-            wanted = [(a, key) for a in allocations for key in tasks]
-        elif allocations:
-            # A step has no allocation log: its one log is its Task's step log.
-            steps = {i.allocation_id for i in self._state.intents if i.within is not None}
-            wanted = [(a, recorded[a].task_keys[0] if a in steps else None) for a in allocations]
-        else:
-            # A chain's current link is known only from its markers (ADR 0006): offline, every
-            # chain reads its link 1. A plain Task's current allocation needs no Slurm.
-            named = set(tasks)
-            chained = any(
-                item.chain is not None and named.intersection(item.task_keys)
-                for item in recorded.values()
-            )
-            report = observed_report(self._context(), self._state, offline=not chained)
-            current = {t.key: t.allocation_id for t in report.tasks}
-            for key in tasks:
-                if current.get(key) is None:
-                    raise ConfigurationError(f"Task {key} has no accepted allocation yet")
-                wanted.append((str(current[key]), key))
-        reader = self._hooks().evidence_reader()
-        connect = self._connector()
-        chunks = []
-        for allocation_id, wanted_key in wanted:
-            submission = recorded[allocation_id]
-            if submission.job is None:
-                raise ConfigurationError(f"allocation {allocation_id} has no job number")
-            slot = None
-            if wanted_key is not None:
-                if wanted_key not in submission.task_keys:
-                    raise ConfigurationError(
-                        f"Task {wanted_key} did not run in allocation {allocation_id}"
-                    )
-                slot = submission.task_keys.index(wanted_key)
-            target = target_from_identity(submission.target)
-            path = reader.log_path(target, allocation_id, submission.job, slot)
-            transport = connect(target)
-            try:
-                result = transport.run(
-                    ["/bin/sh", "-c", TAIL_OWN, "tail", "-c", str(size), "--", path]
-                )
-            finally:
-                transport.close()
-            if result.returncode == NOT_OWN:
-                raise UnsafeFilesystem(
-                    f"{path} is a link or not a file of this user's (planted by another user who "
-                    "can write log_root?); not read"
-                )
-            if result.returncode != 0:
-                message = result.stderr.decode("utf-8", "replace").strip()[:200]
-                why = self._why_no_log(allocation_id, wanted_key, path, message)
-                if why is not None:
-                    raise why
-                raise Unavailable(f"cannot read {path}: {message or 'tail failed'}")
-            if len(wanted) > 1:
-                chunks.append(f"==> {path} <==\n".encode())
-            chunks.append(result.stdout)
-        return b"".join(chunks)
-
-    def _why_no_log(
-        self, allocation_id: str, key: str | None, path: str, message: str
-    ) -> ServatusError | None:
-        """Why a log that could not be read does not exist, if Slurm and the run markers say
-        its Task (or allocation) has not started, or has ended; None when they do not (then
-        the log should be there, and the failure to read it is what to report)."""
-        try:
-            report = observed_report(self._context(), self._state, offline=False)
-        except Unavailable:
-            return None
-        return why_no_log(report, allocation_id, key, path=path, message=message)
+        return logs(self._context(), self._state, tasks=tasks, allocations=allocations, size=size)
 
     def __repr__(self) -> str:
         kind = "sealed" if self.sealed else "appendable"
         return f"Campaign({str(self.path)!r}, {len(self.tasks)} Tasks, {kind})"
-
-
-def _by_lease(steps: Iterable[LeaseStep]) -> dict[tuple[str, str, int], list[LeaseStep]]:
-    """Steps by the lease link whose claims decide them: one command per link, not per step."""
-    grouped: dict[tuple[str, str, int], list[LeaseStep]] = {}
-    for step in steps:
-        grouped.setdefault((step.target, step.lease_id, step.job), []).append(step)
-    return grouped
-
-
-_ENDED = frozenset({Execution.SUCCEEDED, Execution.FAILED, Execution.STOPPED, Execution.LOST})
-"""Executions after which nothing writes the log again: one unreadable then stays so."""
-
-
-def why_no_log(
-    report: Report, allocation_id: str, key: str | None, *, path: str = "", message: str = ""
-) -> ServatusError | None:
-    """Why the log ``path`` of ``key``'s step (``key`` None: of the allocation) in
-    ``allocation_id`` could not be read (``message``: what ``tail`` said), or None if the report
-    shows it should be there. A queued job, or a running one whose batch script has not written
-    its start marker, has written no log yet: :class:`Unavailable`, as the spec's exit 75 says,
-    "retry later". A Task whose allocation ended before it started never will have one; one
-    whose allocation ended has had its log removed since (a scratch purge), and retrying
-    cannot bring it back: both are :class:`ConfigurationError`."""
-    attempts = [
-        attempt
-        for attempt in report.attempts
-        if attempt.allocation_id == allocation_id and (key is None or attempt.task_key == key)
-    ]
-    if not attempts:
-        return None
-    whose = f"allocation {allocation_id}" if key is None else f"Task {key}"
-    attempt = attempts[0]
-    where = f"allocation {allocation_id} (job {attempt.job})"
-    if attempt.execution is Execution.QUEUED:
-        return Unavailable(f"{whose} has no log yet: {where} is still queued; retry once it runs")
-    started = attempt.observation is not None and attempt.observation.start is not None
-    if attempt.execution is Execution.RUNNING and not started:
-        return Unavailable(f"{whose} has no log yet: {where} has not started it; retry shortly")
-    if key is not None and attempt.detail is StopReason.NEVER_STARTED:
-        return ConfigurationError(f"{whose} has no log: {where} ended before it started")
-    if attempt.execution in _ENDED:
-        reason = _tail_reason(message)
-        return ConfigurationError(
-            f"{whose} has no log to read: {where} has ended and {path or 'its log'} cannot be "
-            f"read{f' ({reason})' if reason else ''}; nothing writes it again, so retrying "
-            "cannot help (was it removed, by a scratch purge say?)"
-        )
-    return None
-
-
-def _tail_reason(message: str) -> str:
-    """The operating system's reason in what ``tail`` said (``tail: cannot open 'P' for reading:
-    No such file or directory``), without the program's words and the path said already."""
-    if not message.startswith("tail: ") or message.count(": ") < 2:
-        return ""
-    return message.rsplit(": ", 1)[1]
 
 
 _documents = make_converter()
@@ -1039,8 +657,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "NOT_OWN",
+    "TAIL_OWN",
     "Authoring",
     "Campaign",
+    "Cancelled",
     "HeldState",
     "Probe",
     "Submitted",
@@ -1051,4 +672,5 @@ __all__ = [
     "read_saved_plan",
     "saved_plan_document",
     "seal_state",
+    "why_no_log",
 ]
