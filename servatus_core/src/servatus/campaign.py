@@ -1,9 +1,10 @@
 """Campaigns: an ordered roster of Tasks in a durable store, and what can be done with it.
 
-:class:`Campaign` is the public face of each command; each command's body lives in the module
-of :mod:`servatus.operations` named after it (authoring in :mod:`.operations.authoring`, saved
-plans in :mod:`.operations.saved_plan`). The values those return are re-exported here, where
-the API page documents them.
+:class:`Campaign` is the public face of the commands; each command's body lives in the module of
+:mod:`servatus.operations` named after it (authoring, saved plans, observation, planning,
+submit, validate, reconcile, cancel, logs), which a Campaign calls with one
+:class:`~servatus.operations.context.Context`. The values those return are re-exported here,
+where the API page documents them.
 """
 
 from __future__ import annotations
@@ -18,31 +19,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-from servatus.config import (
-    Profile,
-    format_duration,
-)
+from servatus.config import Profile
 from servatus.continuation import Continuation
-from servatus.engine.plan import (
-    LeaseHold,
-    Plan,
-    make_lease_plan,
-    make_request,
-    shape_indexes,
-)
-from servatus.engine.status import (
-    Report,
-)
-from servatus.errors import (
-    ConfigurationError,
-    StalePlan,
-    StateWarning,
-    Unavailable,
-)
+from servatus.engine.plan import LeaseHold, Plan, make_lease_plan, make_request
+from servatus.engine.status import Report
+from servatus.errors import ConfigurationError, StateWarning
 from servatus.journal import records, store
-from servatus.lease import (
-    lease_links,
-)
+from servatus.lease import lease_links
 from servatus.operations import context
 from servatus.operations.authoring import (
     Authoring,
@@ -53,28 +36,16 @@ from servatus.operations.authoring import (
     seal_state,
     split,
 )
-from servatus.operations.cancel import (
-    Cancelled,
-    cancel,
-)
+from servatus.operations.cancel import Cancelled, cancel
 from servatus.operations.held import HeldState
 from servatus.operations.logs import NOT_OWN, TAIL_OWN, logs, why_no_log
 from servatus.operations.observation import observe, record
 from servatus.operations.planning import plan_steps, plan_tasks, usable, valid_keys
-from servatus.operations.reconcile import (
-    Resolution,
-    reconcile,
-)
+from servatus.operations.reconcile import Resolution, reconcile
 from servatus.operations.saved_plan import read_saved_plan, saved_plan_document
-from servatus.operations.submission import (
-    Progress,
-    batch_scripts,
-    command,
-    lease_scripts,
-    ping,
-    unanswered,
-)
-from servatus.operations.submit import Submitted, chain_arguments, start_steps, submit
+from servatus.operations.submission import Progress
+from servatus.operations.submit import Submitted, scripts, start_steps, submit
+from servatus.operations.validate import ShapeCheck, validate
 from servatus.plugins import Hooks, hooks
 from servatus.tasks import Roster, Task, check_unique
 from servatus.transport import Connect
@@ -85,24 +56,6 @@ if TYPE_CHECKING:
 
 Probe = context.Probe
 """The result probe: given Tasks, the keys whose result is valid."""
-
-_SHOWN_PROBLEMS = 5
-"""How many script problems a refusal names."""
-
-
-@attrs.frozen
-class ShapeCheck:
-    """``sbatch --test-only`` of one allocation shape: its number of Tasks and its time limit
-    (a chain's shorter last link is a shape of its own)."""
-
-    tasks: int
-    """How many Tasks the shape holds (a lease: its slots)."""
-    accepted: bool
-    """Whether Slurm accepted the request; a rejection is not an error here, the CLI exits 1."""
-    message: str
-    """The last line Slurm printed about it, or ``exit N`` when it printed nothing."""
-    time_limit: int
-    """The shape's time limit in seconds, whole minutes."""
 
 
 class Campaign:
@@ -398,25 +351,7 @@ class Campaign:
 
         :param plan: A plan this campaign made (not one of steps in a lease, which has none).
         """
-        registry = self._hooks()
-        if plan.within is not None:
-            raise ConfigurationError(
-                "a plan of steps in a lease has no batch scripts: its steps are orders to the "
-                "lease's own"
-            )
-        index = self._state.tasks.by_key()
-        unknown = [key for a in plan.allocations for key in a.task_keys if key not in index]
-        if plan.campaign_id != self._state.campaign_id or unknown:
-            raise StalePlan(
-                "the plan is not of this campaign (or names Tasks it lacks); plan again"
-            )
-        if plan.hold is not None:  # a lease's allocations name no Task
-            return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
-        launcher = registry.launcher(plan.profile.target.launcher)
-        budget, spent = chain_arguments(plan)
-        return batch_scripts(
-            registry, plan.profile, plan.allocations, index, launcher, budget=budget, spent=spent
-        )
+        return scripts(self._hooks(), self._state, plan)
 
     def plan_document(self, plan: Plan) -> dict[str, Any]:
         """The document ``plan --output`` saves for ``plan``, sealed with this campaign's plan
@@ -506,39 +441,8 @@ class Campaign:
         :param plan: A plan this campaign made; its batch scripts are what Slurm judges.
         :param progress: Called with each :class:`~servatus.campaign.ShapeCheck` as it is made.
         """
-        scripts = self.scripts(plan)
-        shapes: dict[tuple[int, int], str] = {}
-        for (tasks, limit), index in shape_indexes(plan).items():
-            shapes[tasks, limit] = scripts[index]
-        transport = self._connector()(plan.profile.target)
-        checks = []
-        try:
-            if shapes:  # as submit does: Slurm that does not answer rejects no shape
-                ping(transport, plan.profile.target)
-            for (tasks, limit), script in sorted(shapes.items()):
-                result = transport.run(
-                    [command(plan.profile.target, "sbatch"), "--test-only"],
-                    stdin=script.encode("utf-8", "surrogateescape"),
-                )
-                said = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
-                if unanswered(result):
-                    raise Unavailable(
-                        f"sbatch --test-only of the {tasks}-Task shape for "
-                        f"{format_duration(limit)} got no answer from Slurm "
-                        f"({said.splitlines()[-1]}); the shape was not judged"
-                    )
-                check = ShapeCheck(
-                    tasks=tasks,
-                    accepted=result.returncode == 0,
-                    message=said.splitlines()[-1] if said else f"exit {result.returncode}",
-                    time_limit=limit,
-                )
-                checks.append(check)
-                if progress is not None:
-                    progress(check)
-        finally:
-            transport.close()
-        return tuple(checks)
+        made = self.scripts(plan)
+        return validate(self._connector(), plan, made, progress)
 
     def reconcile(
         self, *, progress: Callable[[Resolution], None] | None = None
@@ -664,6 +568,7 @@ __all__ = [
     "Cancelled",
     "HeldState",
     "Probe",
+    "ShapeCheck",
     "Submitted",
     "append_state",
     "check_fits",

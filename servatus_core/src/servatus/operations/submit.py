@@ -9,7 +9,7 @@ import attrs
 from servatus.config import target_identity
 from servatus.continuation import limits_for, stops_short
 from servatus.engine.plan import Hold, Plan, Request, make_lease_plan, plan_to_document
-from servatus.errors import PlanRefused, StalePlan
+from servatus.errors import ConfigurationError, PlanRefused, StalePlan
 from servatus.journal import records, store
 from servatus.lease import orders_path
 from servatus.operations.context import Context
@@ -17,10 +17,13 @@ from servatus.operations.planning import Steps, plan_steps, plan_tasks
 from servatus.operations.submission import (
     Progress,
     SubmittedAllocation,
+    batch_scripts,
+    lease_scripts,
     ping,
     submit_allocations,
     submit_steps,
 )
+from servatus.plugins import Hooks
 from servatus.transport import Transport
 
 
@@ -234,4 +237,25 @@ def _stopping_short(plan: Plan) -> frozenset[str]:
     spent = plan.decision.spent
     return frozenset(
         key for key, seconds in spent.items() if stops_short(seconds, continuation, limits)
+    )
+
+
+def scripts(registry: Hooks, state: records.CampaignState, plan: Plan) -> list[str]:
+    """The batch script of each allocation of ``plan`` (made for ``state``), exactly as
+    :func:`submit` sends it (a lease's: each link's lease script)."""
+    if plan.within is not None:
+        raise ConfigurationError(
+            "a plan of steps in a lease has no batch scripts: its steps are orders to the "
+            "lease's own"
+        )
+    index = state.tasks.by_key()
+    unknown = [key for a in plan.allocations for key in a.task_keys if key not in index]
+    if plan.campaign_id != state.campaign_id or unknown:
+        raise StalePlan("the plan is not of this campaign (or names Tasks it lacks); plan again")
+    if plan.hold is not None:  # a lease's allocations name no Task
+        return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
+    launcher = registry.launcher(plan.profile.target.launcher)
+    budget, spent = chain_arguments(plan)
+    return batch_scripts(
+        registry, plan.profile, plan.allocations, index, launcher, budget=budget, spent=spent
     )
