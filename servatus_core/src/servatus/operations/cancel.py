@@ -13,15 +13,26 @@ orders of it and its later links that nobody took yet are withdrawn.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import attrs
 
-from servatus.config import Target
-from servatus.engine.status import Execution, Outcome, Report, Submission, queued_or_running
+from servatus.config import Target, target_from_identity
+from servatus.engine.status import (
+    Execution,
+    Outcome,
+    Report,
+    Submission,
+    queued_or_running,
+    submissions,
+)
 from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import job_name
+from servatus.journal import records
+from servatus.lease import Verdict, lease_link_ids, orders_path, steps_within, stop, withdraw
+from servatus.operations.context import Context
+from servatus.operations.observation import observe
 from servatus.operations.submission import command
 from servatus.transport import Transport
 
@@ -179,3 +190,119 @@ def scancel(transport: Transport, target: Target, allocation_id: str) -> None:
     if result.returncode != 0:
         message = result.stderr.decode("utf-8", "replace").strip()[:200]
         raise Unavailable(f"scancel exited {result.returncode}: {message or 'no message'}")
+
+
+@attrs.frozen
+class Cancelled:
+    """What ``cancel`` did: the allocations it asked Slurm to cancel, newest first; the lease
+    steps whose orders it withdrew (they never start); the steps it asked their lease to stop."""
+
+    allocations: tuple[str, ...]
+    """The allocation ids ``scancel`` was run for, newest first."""
+    withdrawn: tuple[str, ...] = ()
+    """Lease steps taken back before their lease started them: they never run."""
+    stopping: tuple[str, ...] = ()
+    """Lease steps already running, asked to stop; their lease runs on."""
+
+
+def cancel(
+    context: Context,
+    state: records.CampaignState,
+    *,
+    tasks: Sequence[str],
+    allocations: Sequence[str],
+    record: Callable[[records.Settled], None],
+    progress: Callable[[str], None] | None = None,
+    steps: Callable[[str, str], None] | None = None,
+) -> Cancelled:
+    """Cancel what ``tasks`` and ``allocations`` name in ``state`` from one Slurm reading
+    (what it shows settled goes to ``record``): withdraw or stop each lease step by its
+    claim, one command per lease link, then ``scancel`` each allocation; everything is tried,
+    and :class:`~servatus.errors.Unavailable` names what was and was not done."""
+    if not tasks and not allocations:
+        raise ConfigurationError("name at least one --task or --allocation to cancel")
+    recorded = submissions(state)
+    check_names(recorded, state.tasks.by_key(), tasks=tasks, allocations=allocations)
+    report, change, evidence = observe(context, state, offline=False)
+    record(change)
+    chosen = plan_cancel(
+        report,
+        recorded,
+        evidence,
+        tasks=tasks,
+        allocations=allocations,
+        within=steps_within(state.intents),
+        leases=lease_link_ids(state.intents),
+    )
+    done: list[str] = []
+    withdrawn: list[str] = []
+    stopping: list[str] = []
+    failed: list[str] = []
+    connect = context.connect
+
+    def stepped(word: str, step: LeaseStep, into: list[str]) -> None:
+        into.append(step.step_id)
+        if steps is not None:
+            steps(word, step.step_id)
+
+    for (identity, lease_id, job), group in _by_lease((*chosen.stop, *chosen.withdraw)).items():
+        target = target_from_identity(identity)
+        directory = orders_path(target.log_root, lease_id)
+        to_stop = {step.step_id for step in chosen.stop}
+        try:
+            transport = connect(target)
+            try:
+                verdicts = withdraw(transport, directory, job, [s.step_id for s in group])
+                taken = [
+                    s
+                    for s in group
+                    if verdicts[s.step_id] is Verdict.TAKEN and s.step_id in to_stop
+                ]
+                requested = stop(transport, directory, [s.step_id for s in taken])
+            finally:
+                transport.close()
+        except Unavailable as exc:
+            failed.extend(f"step {s.step_id} ({exc})" for s in group)
+            continue
+        for step in group:
+            verdict = verdicts[step.step_id]
+            if verdict is Verdict.WITHDRAWN:
+                stepped("withdrawn", step, withdrawn)
+            elif verdict is Verdict.UNDECIDED:
+                failed.append(f"step {step.step_id} (its claim could not be read)")
+            elif requested.get(step.step_id):
+                stepped("stopping", step, stopping)
+            elif step.step_id in requested:
+                failed.append(f"step {step.step_id} (its stop request was not written)")
+    for submission in chosen.scancel:
+        target = target_from_identity(submission.target)
+        try:
+            transport = connect(target)
+            try:
+                scancel(transport, target, submission.allocation_id)
+            finally:
+                transport.close()
+        except Unavailable as exc:
+            failed.append(f"{submission.allocation_id} ({exc})")
+        else:
+            done.append(submission.allocation_id)
+            if progress is not None:
+                progress(submission.allocation_id)
+    if failed:
+        did = [
+            *done,
+            *(f"withdrew {s}" for s in withdrawn),
+            *(f"stopping {s}" for s in stopping),
+        ]
+        raise Unavailable(
+            f"cancelled {', '.join(did) or 'nothing'}; NOT cancelled: {'; '.join(failed)}"
+        )
+    return Cancelled(tuple(done), tuple(withdrawn), tuple(stopping))
+
+
+def _by_lease(steps: Iterable[LeaseStep]) -> dict[tuple[str, str, int], list[LeaseStep]]:
+    """Steps by the lease link whose claims decide them: one command per link, not per step."""
+    grouped: dict[tuple[str, str, int], list[LeaseStep]] = {}
+    for step in steps:
+        grouped.setdefault((step.target, step.lease_id, step.job), []).append(step)
+    return grouped

@@ -17,15 +17,30 @@ any other intent; a step in a lease is decided at once by its order's claim inst
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
 
-from servatus.engine.status import Submission
-from servatus.errors import ConfigurationError
+from servatus.config import target_from_identity
+from servatus.engine.settlement import listed, queries, settle
+from servatus.engine.status import Outcome, Submission, cut_chain_warnings, submissions
+from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence
 from servatus.ids import ALLOCATION_ID, job_name
-from servatus.lease import LINK_EMPTY, Verdict, Withdrawal, nonce
+from servatus.journal import records, store
+from servatus.lease import (
+    LINK_EMPTY,
+    Verdict,
+    Withdrawal,
+    nonce,
+    orders_path,
+    steps_within,
+    withdraw_orders,
+)
+from servatus.operations.context import Context
+from servatus.operations.observation import gather, projection
 from servatus.transport import Transport
 
 RECONCILE_AFTER = 15 * 60
@@ -207,3 +222,152 @@ def decide_link(
     if all(value is False for value in claims.values()):
         return decision
     return Resolution(decision.allocation_id, "waiting", retry_at=now)
+
+
+@attrs.frozen
+class Reconciled:
+    """What one ``reconcile`` decided, and the warnings of the chains its decisions left cut
+    short; ``unchanged``: the state read, when nothing was unresolved (nothing was recorded)."""
+
+    decisions: tuple[Resolution, ...]
+    cut: tuple[str, ...] = ()
+    unchanged: records.CampaignState | None = None
+
+
+def reconcile(context: Context, progress: Callable[[Resolution], None] | None = None) -> Reconciled:
+    """Decide every unresolved allocation from Slurm's evidence, under the campaign's lock,
+    recording each decision (and what the same listings show settled) as it is made."""
+    with store.writing(context.path) as writer:
+        state = writer.state
+        assert state is not None
+        recorded = submissions(state)
+        pending = [s for s in recorded if s.outcome is Outcome.PENDING]
+        if not pending:
+            return Reconciled((), unchanged=state)
+        now = time.time()
+        evidence = gather(context, pending, queries(state, recorded))
+        within = steps_within(state.intents)
+        decisions = resolve(
+            [s for s in pending if s.allocation_id not in within], evidence, now=now
+        )
+        decisions = _withhold_handoffs(context, decisions, recorded, now=now)
+        for decision in decisions:
+            if decision.outcome != "waiting":
+                writer.add(records.Resolved(decision.allocation_id, decision.job))
+            if progress is not None:
+                progress(decision)
+        # A lease link just decided gives its steps their job in the same run.
+        jobs = {s.allocation_id: s.job for s in recorded if s.job is not None}
+        jobs.update((d.allocation_id, d.job) for d in decisions if d.job is not None)
+        never = {s.allocation_id for s in recorded if s.outcome is Outcome.NOT_SUBMITTED}
+        never.update(d.allocation_id for d in decisions if d.outcome == "not_submitted")
+        for decision in _resolve_steps(
+            context,
+            [s for s in pending if s.allocation_id in within],
+            within,
+            jobs,
+            never,
+            evidence,
+            now=now,
+        ):
+            if decision.outcome != "waiting":
+                writer.add(records.Resolved(decision.allocation_id, decision.job))
+            decisions.append(decision)
+            if progress is not None:
+                progress(decision)
+        # The same listings settle what they show final, the allocations just decided
+        # included; a Target not listed here projects offline and settles nothing.
+        state = writer.state
+        assert state is not None
+        recorded = submissions(state)
+        report = projection(context, state, recorded, evidence, now=now)
+        found = settle(report, recorded)
+        if found:
+            writer.settle(records.Settled(found, listed(evidence)))
+    cut = cut_chain_warnings(recorded, report.tasks, str(context.path))
+    return Reconciled(tuple(decisions), cut=tuple(cut))
+
+
+def _withhold_handoffs(
+    context: Context, decisions: Sequence[Resolution], recorded: Sequence[Submission], *, now: float
+) -> list[Resolution]:
+    """Before a later chain link is recorded as never submitted, claim the handoffs it
+    would take (ADR 0005): a late ``sbatch`` of it then runs nothing, and a claim it made
+    first shows it was accepted after all
+    (:func:`~servatus.operations.reconcile.decide_link`)."""
+    by_id = {s.allocation_id: s for s in recorded}
+    decided: list[Resolution] = []
+    connect = context.connect
+    for decision in decisions:
+        link = by_id[decision.allocation_id]
+        chain = link.chain
+        before = by_id.get(chain.after) if chain is not None and chain.after else None
+        if decision.outcome != "not_submitted" or link.slots is not None or before is None:
+            decided.append(decision)
+            continue
+        if before.job is None:  # its predecessor never ran: nothing to hand on
+            decided.append(decision)
+            continue
+        target = target_from_identity(link.target)
+        claims = None
+        with contextlib.suppress(Unavailable):
+            transport = connect(target)
+            try:
+                claims = claim_handoffs(
+                    transport,
+                    target.log_root,
+                    before.allocation_id,
+                    before.job,
+                    range(len(link.task_keys)),
+                )
+            finally:
+                transport.close()
+        decided.append(decide_link(decision, claims, now=now))
+    return decided
+
+
+def _resolve_steps(
+    context: Context,
+    steps: Sequence[Submission],
+    within: Mapping[str, str],
+    jobs: Mapping[str, int],
+    never: Collection[str],
+    evidence: Mapping[str, Evidence],
+    *,
+    now: float,
+) -> list[Resolution]:
+    """Withdraw each unresolved step by its claim, one command per lease link, and decide it
+    by the verdict (:func:`~servatus.operations.reconcile.resolve_step`). A step of a lease link
+    recorded as never submitted was never offered; one of a link still unresolved waits."""
+    grouped: dict[str, list[Submission]] = {}
+    for step in steps:
+        grouped.setdefault(within[step.allocation_id], []).append(step)
+    decisions: list[Resolution] = []
+    connect = context.connect
+    for lease_id, group in grouped.items():
+        job = jobs.get(lease_id)
+        if job is None:
+            outcome = "not_submitted" if lease_id in never else "waiting"
+            retry = None if lease_id in never else now
+            decisions += [Resolution(s.allocation_id, outcome, retry_at=retry) for s in group]
+            continue
+        target = target_from_identity(group[0].target)
+        withdrawal: Withdrawal | None
+        try:
+            transport = connect(target)
+            try:
+                withdrawal = withdraw_orders(
+                    transport,
+                    orders_path(target.log_root, lease_id),
+                    job,
+                    [s.allocation_id for s in group],
+                )
+            finally:
+                transport.close()
+        except Unavailable:
+            withdrawal = None
+        item = evidence.get(group[0].target)
+        decisions += [
+            resolve_step(step, lease_id, job, withdrawal, item, now=now) for step in group
+        ]
+    return decisions

@@ -1,0 +1,261 @@
+"""Submit and start: a reviewed plan sent under the campaign's lock, only if a rebuild from the
+current state (and Slurm's view) gives the same plan and Slurm answers a ping; each allocation
+or step then goes out with its intent first (:mod:`.submission`)."""
+
+from __future__ import annotations
+
+import attrs
+
+from servatus.config import target_identity
+from servatus.continuation import limits_for, stops_short
+from servatus.engine.plan import Hold, Plan, Request, make_lease_plan, plan_to_document
+from servatus.errors import ConfigurationError, PlanRefused, StalePlan
+from servatus.journal import records, store
+from servatus.lease import orders_path
+from servatus.operations.context import Context
+from servatus.operations.planning import Steps, plan_steps, plan_tasks
+from servatus.operations.submission import (
+    Progress,
+    SubmittedAllocation,
+    batch_scripts,
+    lease_scripts,
+    ping,
+    submit_allocations,
+    submit_steps,
+)
+from servatus.plugins import Hooks
+from servatus.transport import Transport
+
+
+@attrs.frozen
+class Submitted:
+    """What ``submit`` did: one receipt per accepted allocation, in submission order."""
+
+    receipts: tuple[SubmittedAllocation, ...]
+    """Each allocation Slurm accepted, with its job number; empty for a plan of nothing."""
+    held: tuple[tuple[str, Hold], ...] = ()
+    """The plan's held Tasks with their holds, in roster order: what ``Campaign.start``
+    names when it starts nothing."""
+
+
+def submit(context: Context, plan: Plan, progress: Progress | None) -> Submitted:
+    """Under the campaign's lock: refuse a plan of another campaign or an older revision,
+    ping Slurm, then send the plan by its kind (Tasks, a lease, steps into a lease)."""
+    if plan.probe and context.probe is None:
+        raise PlanRefused(
+            "this plan was made with a result probe; submit it from a Campaign with the probe"
+        )
+    with store.writing(context.path) as writer:
+        state = writer.state
+        assert state is not None
+        if plan.campaign_id != state.campaign_id:
+            raise StalePlan("the plan was made for another campaign")
+        if plan.revision != state.revision:
+            raise StalePlan(
+                f"the campaign changed since the plan was made (revision {plan.revision}, "
+                f"now {state.revision}); plan again"
+            )
+        if not plan.allocations:
+            return Submitted(receipts=(), held=plan.decision.held)
+        transport = context.connect(plan.profile.target)
+        try:
+            ping(transport, plan.profile.target)
+            submitting = (
+                _submit_lease
+                if plan.hold is not None
+                else _submit_steps
+                if plan.within is not None
+                else _submit_tasks
+            )
+            receipts = submitting(context, writer, transport, state, plan, progress)
+        finally:
+            transport.close()
+    return Submitted(receipts=receipts, held=plan.decision.held)
+
+
+def _submit_tasks(
+    context: Context,
+    writer: store.Writer,
+    transport: Transport,
+    state: records.CampaignState,
+    plan: Plan,
+    progress: Progress | None,
+) -> tuple[SubmittedAllocation, ...]:
+    """A plan of Tasks, once a rebuild from this state and Slurm's view gives the same."""
+    rebuilt, change = plan_tasks(
+        context, state, plan.profile, plan.request, plan.decision.continuation
+    )
+    if not rebuilt.same_as(plan):
+        raise StalePlan("the plan no longer matches the campaign and Slurm; plan again")
+    _settle_reading(writer, change)  # the listing precedes the intents
+    budget, spent = chain_arguments(plan)
+    return submit_allocations(
+        writer,
+        transport,
+        context.hooks,
+        plan.profile,
+        plan.allocations,
+        state.tasks.by_key(),
+        context.hooks.launcher(plan.profile.target.launcher),
+        plan_digest=plan_to_document(plan)["digest"],
+        target_identity=target_identity(plan.profile.target),
+        progress=progress,
+        budget=budget,
+        spent=spent,
+        short=_stopping_short(plan),
+    )
+
+
+def _submit_steps(
+    context: Context,
+    writer: store.Writer,
+    transport: Transport,
+    state: records.CampaignState,
+    plan: Plan,
+    progress: Progress | None,
+) -> tuple[SubmittedAllocation, ...]:
+    """Steps into a lease link, once a rebuild from this state and one Slurm reading gives
+    the same plan (the same current link among them)."""
+    assert plan.within is not None
+    budget = None if plan.decision.continuation is None else plan.decision.continuation.budget
+    steps = plan_steps(context, state, plan.within, plan.request, budget)
+    if not steps.plan.same_as(plan):
+        raise StalePlan("the plan no longer matches the campaign, the lease and Slurm; plan again")
+    return _send_steps(writer, transport, steps, budget, progress)
+
+
+def _submit_lease(
+    context: Context,
+    writer: store.Writer,
+    transport: Transport,
+    state: records.CampaignState,
+    plan: Plan,
+    progress: Progress | None,
+) -> tuple[SubmittedAllocation, ...]:
+    """A lease's links, in order, once the plan rebuilds the same from this state."""
+    assert plan.hold is not None
+    rebuilt = make_lease_plan(
+        campaign_id=state.campaign_id,
+        revision=state.revision,
+        profile=plan.profile,
+        hold=plan.hold,
+        probe=plan.probe,
+        now=plan.created_at,
+    )
+    if not rebuilt.same_as(plan):
+        raise StalePlan("the plan no longer matches the campaign; plan again")
+    return submit_allocations(
+        writer,
+        transport,
+        context.hooks,
+        plan.profile,
+        plan.allocations,
+        {},
+        context.hooks.launcher(plan.profile.target.launcher),
+        plan_digest=plan_to_document(plan)["digest"],
+        target_identity=target_identity(plan.profile.target),
+        progress=progress,
+        lease=plan.hold.slots,
+    )
+
+
+def start_steps(
+    context: Context,
+    lease: str,
+    request: Request,
+    budget: int | None,
+    progress: Progress | None,
+) -> Submitted:
+    """Plan the request's Tasks into the lease and send them, under one lock: no other start,
+    cancel or Slurm reading can come between the plan and its sending, so nobody reviewed a
+    plan that could go stale."""
+    with store.writing(context.path) as writer:
+        state = writer.state
+        assert state is not None
+        steps = plan_steps(context, state, lease, request, budget)
+        plan = steps.plan
+        if not plan.allocations:
+            _settle_reading(writer, steps.change)
+            receipts: tuple[SubmittedAllocation, ...] = ()
+        else:
+            transport = context.connect(plan.profile.target)
+            try:
+                ping(transport, plan.profile.target)
+                receipts = _send_steps(writer, transport, steps, budget, progress)
+            finally:
+                transport.close()
+    return Submitted(receipts=receipts, held=plan.decision.held)
+
+
+def _settle_reading(writer: store.Writer, change: records.Settled) -> None:
+    """Record what a Slurm reading under the lock settled, before anything is sent from it."""
+    if change.allocations or change.listed:
+        writer.settle(change)
+
+
+def _send_steps(
+    writer: store.Writer,
+    transport: Transport,
+    steps: Steps,
+    budget: int | None,
+    progress: Progress | None,
+) -> tuple[SubmittedAllocation, ...]:
+    """Record what the plan's Slurm reading settled, then each step's intent and order."""
+    _settle_reading(writer, steps.change)
+    plan = steps.plan
+    assert plan.within is not None
+    return submit_steps(
+        writer,
+        transport,
+        steps.link,
+        steps.job,
+        orders_path(plan.profile.target.log_root, plan.within),
+        plan.allocations,
+        steps.orders,
+        plan_digest=plan_to_document(plan)["digest"],
+        progress=progress,
+        budget=budget,
+    )
+
+
+def chain_arguments(plan: Plan) -> tuple[int | None, dict[str, int] | None]:
+    """What a plan's chain scripts carry beyond its allocations: the lifetime budget (None
+    for ``--max-links`` alone, or without a continuation) and each Task's run time so far."""
+    continuation = plan.decision.continuation
+    if continuation is None:
+        return None, None
+    return continuation.budget, plan.decision.spent
+
+
+def _stopping_short(plan: Plan) -> frozenset[str]:
+    """The plan's Tasks whose links end before their budget does (capped at K or 32 links):
+    pure arithmetic over the plan, as planning did it."""
+    continuation = plan.decision.continuation
+    if continuation is None or continuation.budget is None:
+        return frozenset()
+    limits = limits_for(continuation, plan.profile)
+    spent = plan.decision.spent
+    return frozenset(
+        key for key, seconds in spent.items() if stops_short(seconds, continuation, limits)
+    )
+
+
+def scripts(registry: Hooks, state: records.CampaignState, plan: Plan) -> list[str]:
+    """The batch script of each allocation of ``plan`` (made for ``state``), exactly as
+    :func:`submit` sends it (a lease's: each link's lease script)."""
+    if plan.within is not None:
+        raise ConfigurationError(
+            "a plan of steps in a lease has no batch scripts: its steps are orders to the "
+            "lease's own"
+        )
+    index = state.tasks.by_key()
+    unknown = [key for a in plan.allocations for key in a.task_keys if key not in index]
+    if plan.campaign_id != state.campaign_id or unknown:
+        raise StalePlan("the plan is not of this campaign (or names Tasks it lacks); plan again")
+    if plan.hold is not None:  # a lease's allocations name no Task
+        return lease_scripts(registry, plan.profile, plan.allocations, plan.hold.slots)
+    launcher = registry.launcher(plan.profile.target.launcher)
+    budget, spent = chain_arguments(plan)
+    return batch_scripts(
+        registry, plan.profile, plan.allocations, index, launcher, budget=budget, spent=spent
+    )
