@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-from servatus.config import Profile
+from servatus.config import Profile, Target  # noqa: F401 (Connect's Target, for the API page's signatures)
 from servatus.continuation import Continuation
 from servatus.engine.plan import LeaseHold, Plan, make_lease_plan, make_request
 from servatus.engine.status import Report
