@@ -38,18 +38,18 @@ from servatus.engine.plan import (
     Plan,
     Request,
     Work,
-    check_seal,
     consults,
-    make_lease_plan,
-    make_plan,
     make_request,
-    make_step_plan,
-    plan_from_document,
-    plan_to_document,
-    seal_document,
     shape_indexes,
     work_from_report,
 )
+from servatus.engine.plan_document import (
+    check_seal,
+    plan_from_document,
+    plan_to_document,
+    seal_document,
+)
+from servatus.engine.planning import make_lease_plan, make_plan, make_step_plan
 from servatus.engine.settlement import listed, queries, settle
 from servatus.engine.status import (
     Execution,
