@@ -468,39 +468,23 @@ def project(
     attempts aside, to sum their run times.
     """
     contexts: dict[str, _Context | None] = {}
-    jobs = {  # the job Slurm accepted for each allocation whose markers are still read
-        submission[0]: submission[6]
-        for submission in submissions
-        if submission[5] is _ACCEPTED and submission[7] is None
-    }
+    jobs = _marker_jobs(submissions)
     online = not offline
     attempts: list[Attempt] = []
-    append = attempts.append
     warnings: list[str] = []
     latest: dict[str, Attempt] = {}
-    remember = latest.setdefault
     history: dict[str, list[Attempt]] = {}
     listed_unsubmitted: set[str] = set()
+    append = attempts.append
+    tally: _Tally = (append, latest, history, listed_unsubmitted)
     links: dict[str, Observation | None] = {}  # chain links seen so far, for their successors
     budgeted: dict[str, TaskLink] = {}  # steps given a budget: shown as a chain's one link
     last_target: str | None = None
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, MarkerRecord] | None = None
     server_now = now
-    for (
-        allocation_id,
-        task_keys,
-        target,
-        _,
-        time_limit,
-        outcome,
-        recorded,
-        settled,
-        chain,
-        slots,
-        within,
-        budget,
-    ) in submissions:
+    for (allocation_id, task_keys, target, _, time_limit, outcome, recorded, settled, chain,
+         slots, within, budget) in submissions:  # fmt: skip
         if target is not last_target:
             last_target = target
             if target in contexts:
@@ -513,107 +497,227 @@ def project(
             else:
                 queue, folded, clock = context
                 server_now = now if clock is None else clock
-        unsent = within is not None and outcome is not _ACCEPTED
-        if queue is None or settled is not None or unsent:
-            # A settled job is one Slurm no longer lists; a step not accepted never reached its
-            # lease, so the lease being listed is no sign of it.
-            entry = None
-        else:  # a step's job is its lease's: the lease link's entry is its liveness
-            entry = queue.get(JOB_NAME_PREFIX + (allocation_id if within is None else within))
-        job = recorded
-        if entry is not None:
-            if recorded is None:
-                job = entry.job
-            elif entry.job != recorded:
-                entry = None  # same name, another job number: not this submission's job
-            if entry is not None and outcome is Outcome.NOT_SUBMITTED:
-                stops = (  # an ended job stays listed until MinJobAge: cancel finds nothing
-                    f"servatus cancel {path_word(state)} --allocation {allocation_id} stops it"
-                    if queued_or_running(entry.state)
-                    else f"it has ended, {entry.state}: nothing to cancel"
-                )
-                warnings.append(
-                    f"allocation {allocation_id} was recorded as not submitted, but Slurm "
-                    f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
-                    f"the queue ({stops})"
-                )
+        entry, job = _queue_entry(
+            queue, allocation_id, outcome, recorded, settled, within, state, warnings
+        )
         listed = None if queue is None else entry is not None
         if slots is not None or within is not None:
-            observation = settled
-            if outcome is not _ACCEPTED or folded is None:
-                observation = None
-            elif observation is None:
-                record = folded.get(allocation_id)
-                observation = (
-                    plain_observation(record, 0) if within is None else step_observation(record)
-                )
+            observation = _held_observation(allocation_id, outcome, settled, folded, within)
             if within is None:
                 append(_lease_attempt(allocation_id, job, outcome, entry, listed, observation,
                                       chain, slots, time_limit, server_now))  # fmt: skip
             else:
-                attempt = _step_attempt(allocation_id, task_keys[0], job, time_limit, outcome,
-                                        entry, listed, observation, within, server_now)  # fmt: skip
-                append(attempt)
-                if budget is not None:  # its SERVATUS_LINK and SERVATUS_LINKS are 1
-                    budgeted[allocation_id] = _new(TaskLink, (1, 1, budget))
-                if attempt.execution is _NOT_SUBMITTED:
-                    if listed:
-                        listed_unsubmitted.add(task_keys[0])
-                    continue
-                earlier = remember(task_keys[0], attempt)
-                if earlier is not attempt:
-                    _again(latest, history, task_keys[0], earlier, attempt)
-            continue
-        if chain is not None:
-            observation = settled
-            if outcome is not _ACCEPTED or folded is None:
-                observation = None  # offline reads no settled record either, as a plain one
-            elif observation is None:
-                observation = link_observation(folded.get(allocation_id), len(task_keys))
-            links[allocation_id] = observation
+                _step_attempts(allocation_id, task_keys[0], job, time_limit, outcome, entry,
+                               listed, observation, within, budget, server_now, budgeted,
+                               tally)  # fmt: skip
+        elif chain is not None:
+            observation = links[allocation_id] = _link_observation(
+                allocation_id, len(task_keys), outcome, settled, folded
+            )
             _link_attempts(
                 allocation_id, task_keys, time_limit, outcome, job, chain, observation,
-                links.get(chain.after), entry, listed, server_now,
-                (append, latest, history, listed_unsubmitted),
+                links.get(chain.after), entry, listed, server_now, tally,
             )  # fmt: skip
-            continue
-        if outcome is not _ACCEPTED or folded is None:
-            execution = _UNOBSERVED[outcome]
-            for slot, key in enumerate(task_keys):
-                attempt = _new(
-                    Attempt,
-                    (allocation_id, key, slot, job, execution, None, None, None, listed, None,
-                     None, None, None),
-                )  # fmt: skip
-                append(attempt)
-                if execution is _NOT_SUBMITTED:
-                    if listed:
-                        listed_unsubmitted.add(key)
-                    continue
-                earlier = remember(key, attempt)
-                if earlier is not attempt:
-                    _again(latest, history, key, earlier, attempt)
-            continue
-        if settled is None:
-            observation = plain_observation(folded.get(allocation_id), len(task_keys))
+        elif outcome is not _ACCEPTED or folded is None:
+            _unobserved_attempts(allocation_id, task_keys, job, outcome, listed, tally)
         else:
-            observation = settled
-        start, stop, limit, ends, _, _, _ = observation
-        for slot, key in enumerate(task_keys):
-            end = ends[slot]
-            execution, exit_code, detail = _execution(entry, start, stop, limit, end)
-            run_time = _run_time(execution, start, stop, ends, slot, time_limit, server_now)
-            attempt = _new(
-                Attempt,
-                (
-                    allocation_id, key, slot, job, execution, exit_code, detail, run_time,
-                    listed, observation, None, None, None,
-                ),
-            )  # fmt: skip
-            append(attempt)
-            earlier = remember(key, attempt)
-            if earlier is not attempt:
-                _again(latest, history, key, earlier, attempt)
+            observation = (
+                plain_observation(folded.get(allocation_id), len(task_keys))
+                if settled is None
+                else settled
+            )
+            _plain_attempts(allocation_id, task_keys, job, time_limit, entry, listed,
+                            observation, server_now, tally)  # fmt: skip
+    tasks = _task_statuses(keys, latest, history, listed_unsubmitted, budgeted, online=online)
+    warnings += cut_chain_warnings(submissions, tasks, state)
+    return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
+
+
+def _marker_jobs(submissions: Iterable[Submission]) -> dict[str, int | None]:
+    """The job Slurm accepted for each allocation whose markers are still read (not settled)."""
+    return {
+        submission[0]: submission[6]
+        for submission in submissions
+        if submission[5] is _ACCEPTED and submission[7] is None
+    }
+
+
+def _queue_entry(
+    queue: Mapping[str, QueueEntry] | None,
+    allocation_id: str,
+    outcome: Outcome,
+    recorded: int | None,
+    settled: Observation | None,
+    within: str | None,
+    state: str,
+    warnings: list[str],
+) -> tuple[QueueEntry | None, int | None]:
+    """The submission's queue entry (None when not listed) and its job number: the recorded one,
+    else the listed job's. A step's job is its lease's, so the lease link's entry is its
+    liveness. A listed job of a submission recorded as not submitted is named in ``warnings``."""
+    if queue is None or settled is not None or (within is not None and outcome is not _ACCEPTED):
+        # A settled job is one Slurm no longer lists; a step not accepted never reached its
+        # lease, so the lease being listed is no sign of it.
+        return None, recorded
+    entry = queue.get(JOB_NAME_PREFIX + (allocation_id if within is None else within))
+    if entry is None:
+        return None, recorded
+    if recorded is None:
+        job = entry.job
+    elif entry.job != recorded:
+        return None, recorded  # same name, another job number: not this submission's job
+    else:
+        job = recorded
+    if outcome is Outcome.NOT_SUBMITTED:
+        stops = (  # an ended job stays listed until MinJobAge: cancel finds nothing
+            f"servatus cancel {path_word(state)} --allocation {allocation_id} stops it"
+            if queued_or_running(entry.state)
+            else f"it has ended, {entry.state}: nothing to cancel"
+        )
+        warnings.append(
+            f"allocation {allocation_id} was recorded as not submitted, but Slurm "
+            f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
+            f"the queue ({stops})"
+        )
+    return entry, job
+
+
+def _held_observation(
+    allocation_id: str,
+    outcome: Outcome,
+    settled: Observation | None,
+    folded: Mapping[str, MarkerRecord] | None,
+    within: str | None,
+) -> Observation | None:
+    """A lease link's or a step's observation: its settled one, else its markers read; None
+    when it was not accepted or there is no marker listing to read."""
+    if outcome is not _ACCEPTED or folded is None:
+        return None
+    if settled is not None:
+        return settled
+    record = folded.get(allocation_id)
+    return plain_observation(record, 0) if within is None else step_observation(record)
+
+
+def _link_observation(
+    allocation_id: str,
+    slots: int,
+    outcome: Outcome,
+    settled: Observation | None,
+    folded: Mapping[str, MarkerRecord] | None,
+) -> Observation | None:
+    """A chain link's observation: its settled one, else its markers read; None when it was not
+    accepted or there is no marker listing (offline reads no settled record either, as for a
+    plain allocation)."""
+    if outcome is not _ACCEPTED or folded is None:
+        return None
+    if settled is not None:
+        return settled
+    return link_observation(folded.get(allocation_id), slots)
+
+
+def _step_attempts(
+    allocation_id: str,
+    key: str,
+    job: int | None,
+    time_limit: int,
+    outcome: Outcome,
+    entry: QueueEntry | None,
+    listed: bool | None,
+    observation: Observation | None,
+    within: str,
+    budget: int | None,
+    now: float,
+    budgeted: dict[str, TaskLink],
+    tally: _Tally,
+) -> None:
+    """A lease step's Attempt (:func:`_step_attempt`), which becomes its Task's current work
+    unless it was never submitted; a step given a ``budget`` is recorded in ``budgeted``."""
+    append, latest, history, listed_unsubmitted = tally
+    attempt = _step_attempt(allocation_id, key, job, time_limit, outcome, entry, listed,
+                            observation, within, now)  # fmt: skip
+    append(attempt)
+    if budget is not None:  # its SERVATUS_LINK and SERVATUS_LINKS are 1
+        budgeted[allocation_id] = _new(TaskLink, (1, 1, budget))
+    if attempt.execution is _NOT_SUBMITTED:
+        if listed:
+            listed_unsubmitted.add(key)
+        return
+    _take(latest, history, key, attempt)
+
+
+def _unobserved_attempts(
+    allocation_id: str,
+    task_keys: tuple[str, ...],
+    job: int | None,
+    outcome: Outcome,
+    listed: bool | None,
+    tally: _Tally,
+) -> None:
+    """The attempts of a plain allocation without markers to read (not accepted, or offline):
+    each slot as its recorded outcome says. One never submitted is not its Task's work."""
+    append, latest, history, listed_unsubmitted = tally
+    execution = _UNOBSERVED[outcome]
+    for slot, key in enumerate(task_keys):
+        attempt = _new(
+            Attempt,
+            (allocation_id, key, slot, job, execution, None, None, None, listed, None,
+             None, None, None),
+        )  # fmt: skip
+        append(attempt)
+        if execution is _NOT_SUBMITTED:
+            if listed:
+                listed_unsubmitted.add(key)
+            continue
+        earlier = latest.setdefault(key, attempt)
+        if earlier is not attempt:
+            _again(latest, history, key, earlier, attempt)
+
+
+def _plain_attempts(
+    allocation_id: str,
+    task_keys: tuple[str, ...],
+    job: int | None,
+    time_limit: int,
+    entry: QueueEntry | None,
+    listed: bool | None,
+    observation: Observation,
+    now: float,
+    tally: _Tally,
+) -> None:
+    """The attempts of a plain allocation read from its ``observation``, each its Task's
+    current work."""
+    append, latest, history, _ = tally
+    remember = latest.setdefault
+    start, stop, limit, ends, _, _, _ = observation
+    for slot, key in enumerate(task_keys):
+        end = ends[slot]
+        execution, exit_code, detail = _execution(entry, start, stop, limit, end)
+        run_time = _run_time(execution, start, stop, ends, slot, time_limit, now)
+        attempt = _new(
+            Attempt,
+            (
+                allocation_id, key, slot, job, execution, exit_code, detail, run_time,
+                listed, observation, None, None, None,
+            ),
+        )  # fmt: skip
+        append(attempt)
+        earlier = remember(key, attempt)
+        if earlier is not attempt:
+            _again(latest, history, key, earlier, attempt)
+
+
+def _task_statuses(
+    keys: Sequence[str],
+    latest: Mapping[str, Attempt],
+    history: Mapping[str, list[Attempt]],
+    listed_unsubmitted: Collection[str],
+    budgeted: Mapping[str, TaskLink],
+    *,
+    online: bool,
+) -> list[TaskStatus]:
+    """Each Task's status in roster order, read off its current attempt; a Task submitted again
+    sums its attempts' run times and flags (:func:`_summary`)."""
     tasks: list[TaskStatus] = []
     add = tasks.append
     zero = _ZERO if online else None
@@ -629,21 +733,8 @@ def project(
                 )
             )  # fmt: skip
             continue
-        (
-            allocation_id,
-            _,
-            place,
-            job,
-            execution,
-            exit_code,
-            detail,
-            total,
-            listed,
-            _,
-            link,
-            _,
-            within,
-        ) = current
+        (allocation_id, _, place, job, execution, exit_code, detail, total, listed, _, link, _,
+         within) = current  # fmt: skip
         if history and key in history:
             total, accepted, unresolved, listed = _summary(history[key])
         else:
@@ -667,8 +758,7 @@ def project(
                  unresolved, listed or key in listed_unsubmitted, task_link, within),
             )
         )  # fmt: skip
-    warnings += cut_chain_warnings(submissions, tasks, state)
-    return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
+    return tasks
 
 
 def cut_chains(submissions: Iterable[Submission]) -> list[tuple[Submission, frozenset[str]]]:
