@@ -57,12 +57,10 @@ from servatus.engine.status import (
     Report,
     StopReason,
     Submission,
-    clock_warnings,
     cut_chain_warnings,
-    gather,
     project,
-    submissions,
 )
+from servatus.engine.status_inputs import clock_warnings, gather, submissions
 from servatus.errors import (
     Busy,
     ConfigurationError,

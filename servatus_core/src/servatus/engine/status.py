@@ -1,9 +1,10 @@
 """Status projection: from what the campaign recorded and what Slurm shows, each Task's state.
 
 Pure functions over values. The campaign turns its records into :class:`Submission` values and
-fetches one ``squeue`` listing and one run-marker listing per Target; :func:`project` does the
-rest. A missing marker means something only once Slurm no longer lists the job, because only then
-is every marker the job wrote visible on the login node.
+fetches one ``squeue`` listing and one run-marker listing per Target
+(:mod:`servatus.engine.status_inputs`); :func:`project` does the rest. A missing marker means
+something only once Slurm no longer lists the job, because only then is every marker the job
+wrote visible on the login node.
 """
 
 from __future__ import annotations
@@ -15,17 +16,14 @@ from typing import NamedTuple
 
 import attrs
 
-from servatus.config import Target, format_duration, target_from_identity
+from servatus.config import format_duration
 from servatus.evidence import (
     Evidence,
-    EvidenceReader,
     Marker,
-    MarkerQuery,
     MarkerRecord,
     Observation,
     QueueEntry,
     SlotEnd,
-    fetch,
     fold_markers,
     link_observation,
     own_job,
@@ -34,8 +32,7 @@ from servatus.evidence import (
 )
 from servatus.files import path_word
 from servatus.ids import ALLOCATION_ID_HEX, JOB_NAME_PREFIX
-from servatus.journal.records import CampaignState, ChainLink
-from servatus.transport import Transport
+from servatus.journal.records import ChainLink
 
 YIELD_EXIT = 75
 """A step that exits 75 says "stopped cleanly, continue me"."""
@@ -1119,79 +1116,6 @@ def format_run_time(value: RunTime | None) -> str:
         return "-"
     text = format_duration(value.total)
     return text if value.complete else f"~{text}"
-
-
-def submissions(state: CampaignState) -> list[Submission]:
-    """The campaign's submissions in recording order, each with its recorded outcome."""
-    receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
-    resolved = {item.allocation_id: item.job for item in state.resolutions}
-    steps = {intent.allocation_id for intent in state.intents if intent.within is not None}
-    settled = {
-        item.allocation_id: _new(
-            Observation,
-            (item.start, item.stop, item.limit, item.ends, item.handed,
-             item.allocation_id in steps, item.claim),
-        )
-        for item in state.settlements
-    }  # fmt: skip
-    observed = settled.get
-    identities = state.target_identities()  # an intent names its Target by key
-    result: list[Submission] = []
-    append = result.append
-    for intent in state.intents:
-        allocation_id = intent.allocation_id
-        job = receipts.get(allocation_id)
-        if job is not None:
-            outcome = _ACCEPTED
-        elif allocation_id in resolved:
-            job = resolved[allocation_id]
-            outcome = Outcome.NOT_SUBMITTED if job is None else _ACCEPTED
-        else:
-            outcome = Outcome.PENDING
-        append(
-            _new(
-                Submission,
-                (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
-                 intent.time_limit, outcome, job, observed(allocation_id), intent.chain,
-                 None if intent.lease is None else intent.lease.slots, intent.within,
-                 intent.budget),
-            )
-        )  # fmt: skip
-    return result
-
-
-def gather(
-    targets: Iterable[str],
-    connect: Callable[[Target], Transport],
-    reader: EvidenceReader,
-    queries: Mapping[str, MarkerQuery] | None = None,
-) -> dict[str, Evidence]:
-    """Fetch each distinct Target's two listings once: the I/O edge of ``status``. ``queries``
-    (by Target identity) bounds the marker listing to what can still change an answer."""
-    evidence = {}
-    for identity in dict.fromkeys(targets):
-        target = target_from_identity(identity)
-        transport = connect(target)
-        query = None if queries is None else queries.get(identity, MarkerQuery.of(()))
-        try:
-            evidence[identity] = fetch(transport, reader, target, query)
-        finally:
-            transport.close()
-    return evidence
-
-
-def clock_warnings(evidence: Mapping[str, Evidence]) -> list[str]:
-    """One line per Target whose listing read no file-server clock (its ``log_root`` cannot be
-    written from here) but found markers: a running Task's run time then runs to this machine's
-    clock. A Target with no marker to list is not listed at all, so it has no clock to read, and
-    none of its Tasks has a start to count from."""
-    return [
-        f"the file server's clock was not read (cannot create a file in "
-        f"{target_from_identity(identity).log_root}); a running Task's run time is counted on "
-        "this machine's clock"
-        for identity, listed in evidence.items()
-        if listed.queue is not None and listed.markers and listed.clock is None
-    ]
 
 
 RESULT_VALID, RESULT_MISSING, RESULT_UNOBSERVED = "VALID", "MISSING", "UNOBSERVED"
