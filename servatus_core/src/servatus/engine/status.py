@@ -462,7 +462,8 @@ def project(
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
     reads its flags and run time off its one attempt; only a Task submitted again keeps its
-    attempts aside, to sum their run times.
+    attempts aside, to sum their run times. A plain allocation's slots are built here, inline:
+    they are the hot path, and a call per allocation would cost more than the slot itself.
     """
     contexts: dict[str, _Context | None] = {}
     jobs = _marker_jobs(submissions)
@@ -473,6 +474,7 @@ def project(
     history: dict[str, list[Attempt]] = {}
     listed_unsubmitted: set[str] = set()
     append = attempts.append
+    remember = latest.setdefault
     tally: _Tally = (append, latest, history, listed_unsubmitted)
     links: dict[str, Observation | None] = {}  # chain links seen so far, for their successors
     budgeted: dict[str, TaskLink] = {}  # steps given a budget: shown as a chain's one link
@@ -494,9 +496,16 @@ def project(
             else:
                 queue, folded, clock = context
                 server_now = now if clock is None else clock
-        entry, job = _queue_entry(
-            queue, allocation_id, outcome, recorded, settled, within, state, warnings
-        )
+        unsent = within is not None and outcome is not _ACCEPTED
+        if queue is None or settled is not None or unsent:
+            # A settled job is one Slurm no longer lists; a step not accepted never reached its
+            # lease, so the lease being listed is no sign of it.
+            entry = None
+        else:  # a step's job is its lease's: the lease link's entry is its liveness
+            entry = queue.get(JOB_NAME_PREFIX + (allocation_id if within is None else within))
+        job = recorded
+        if entry is not None and (entry.job != recorded or outcome is Outcome.NOT_SUBMITTED):
+            entry, job = _unexpected_entry(entry, allocation_id, outcome, recorded, state, warnings)
         listed = None if queue is None else entry is not None
         if slots is not None or within is not None:
             observation = _held_observation(allocation_id, outcome, settled, folded, within)
@@ -515,16 +524,41 @@ def project(
                 allocation_id, task_keys, time_limit, outcome, job, chain, observation,
                 links.get(chain.after), entry, listed, server_now, tally,
             )  # fmt: skip
-        elif outcome is not _ACCEPTED or folded is None:
-            _unobserved_attempts(allocation_id, task_keys, job, outcome, listed, tally)
-        else:
-            observation = (
-                plain_observation(folded.get(allocation_id), len(task_keys))
-                if settled is None
-                else settled
-            )
-            _plain_attempts(allocation_id, task_keys, job, time_limit, entry, listed,
-                            observation, server_now, tally)  # fmt: skip
+        elif outcome is not _ACCEPTED or folded is None:  # no markers to read: by its outcome
+            execution = _UNOBSERVED[outcome]
+            for slot, key in enumerate(task_keys):
+                attempt = _new(
+                    Attempt,
+                    (allocation_id, key, slot, job, execution, None, None, None, listed, None,
+                     None, None, None),
+                )  # fmt: skip
+                append(attempt)
+                if execution is _NOT_SUBMITTED:
+                    if listed:
+                        listed_unsubmitted.add(key)
+                    continue
+                earlier = remember(key, attempt)
+                if earlier is not attempt:
+                    _again(latest, history, key, earlier, attempt)
+        else:  # a plain allocation read from its markers
+            if settled is None:
+                observation = plain_observation(folded.get(allocation_id), len(task_keys))
+            else:
+                observation = settled
+            start, stop, limit, ends, _, _, _ = observation
+            for slot, key in enumerate(task_keys):
+                end = ends[slot]
+                execution, exit_code, detail = _execution(entry, start, stop, limit, end)
+                run_time = _run_time(execution, start, stop, ends, slot, time_limit, server_now)
+                attempt = _new(
+                    Attempt,
+                    (allocation_id, key, slot, job, execution, exit_code, detail, run_time,
+                     listed, observation, None, None, None),
+                )  # fmt: skip
+                append(attempt)
+                earlier = remember(key, attempt)
+                if earlier is not attempt:
+                    _again(latest, history, key, earlier, attempt)
     tasks = _task_statuses(keys, latest, history, listed_unsubmitted, budgeted, online=online)
     warnings += cut_chain_warnings(submissions, tasks, state)
     return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
@@ -539,32 +573,19 @@ def _marker_jobs(submissions: Iterable[Submission]) -> dict[str, int | None]:
     }
 
 
-def _queue_entry(
-    queue: Mapping[str, QueueEntry] | None,
+def _unexpected_entry(
+    entry: QueueEntry,
     allocation_id: str,
     outcome: Outcome,
     recorded: int | None,
-    settled: Observation | None,
-    within: str | None,
     state: str,
     warnings: list[str],
 ) -> tuple[QueueEntry | None, int | None]:
-    """The submission's queue entry (None when not listed) and its job number: the recorded one,
-    else the listed job's. A step's job is its lease's, so the lease link's entry is its
-    liveness. A listed job of a submission recorded as not submitted is named in ``warnings``."""
-    if queue is None or settled is not None or (within is not None and outcome is not _ACCEPTED):
-        # A settled job is one Slurm no longer lists; a step not accepted never reached its
-        # lease, so the lease being listed is no sign of it.
-        return None, recorded
-    entry = queue.get(JOB_NAME_PREFIX + (allocation_id if within is None else within))
-    if entry is None:
-        return None, recorded
-    if recorded is None:
-        job = entry.job
-    elif entry.job != recorded:
+    """A listed job under the submission's name that is not simply its recorded job: with no
+    job recorded, the listed one is its job; another job number is not this submission's. A job
+    listed for a submission recorded as not submitted is named in ``warnings``."""
+    if recorded is not None and entry.job != recorded:
         return None, recorded  # same name, another job number: not this submission's job
-    else:
-        job = recorded
     if outcome is Outcome.NOT_SUBMITTED:
         stops = (  # an ended job stays listed until MinJobAge: cancel finds nothing
             f"servatus cancel {path_word(state)} --allocation {allocation_id} stops it"
@@ -576,7 +597,7 @@ def _queue_entry(
             f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
             f"the queue ({stops})"
         )
-    return entry, job
+    return entry, entry.job
 
 
 def _held_observation(
@@ -641,67 +662,6 @@ def _step_attempts(
             listed_unsubmitted.add(key)
         return
     _take(latest, history, key, attempt)
-
-
-def _unobserved_attempts(
-    allocation_id: str,
-    task_keys: tuple[str, ...],
-    job: int | None,
-    outcome: Outcome,
-    listed: bool | None,
-    tally: _Tally,
-) -> None:
-    """The attempts of a plain allocation without markers to read (not accepted, or offline):
-    each slot as its recorded outcome says. One never submitted is not its Task's work."""
-    append, latest, history, listed_unsubmitted = tally
-    execution = _UNOBSERVED[outcome]
-    for slot, key in enumerate(task_keys):
-        attempt = _new(
-            Attempt,
-            (allocation_id, key, slot, job, execution, None, None, None, listed, None,
-             None, None, None),
-        )  # fmt: skip
-        append(attempt)
-        if execution is _NOT_SUBMITTED:
-            if listed:
-                listed_unsubmitted.add(key)
-            continue
-        earlier = latest.setdefault(key, attempt)
-        if earlier is not attempt:
-            _again(latest, history, key, earlier, attempt)
-
-
-def _plain_attempts(
-    allocation_id: str,
-    task_keys: tuple[str, ...],
-    job: int | None,
-    time_limit: int,
-    entry: QueueEntry | None,
-    listed: bool | None,
-    observation: Observation,
-    now: float,
-    tally: _Tally,
-) -> None:
-    """The attempts of a plain allocation read from its ``observation``, each its Task's
-    current work."""
-    append, latest, history, _ = tally
-    remember = latest.setdefault
-    start, stop, limit, ends, _, _, _ = observation
-    for slot, key in enumerate(task_keys):
-        end = ends[slot]
-        execution, exit_code, detail = _execution(entry, start, stop, limit, end)
-        run_time = _run_time(execution, start, stop, ends, slot, time_limit, now)
-        attempt = _new(
-            Attempt,
-            (
-                allocation_id, key, slot, job, execution, exit_code, detail, run_time,
-                listed, observation, None, None, None,
-            ),
-        )  # fmt: skip
-        append(attempt)
-        earlier = remember(key, attempt)
-        if earlier is not attempt:
-            _again(latest, history, key, earlier, attempt)
 
 
 def _task_statuses(
