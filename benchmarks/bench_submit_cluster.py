@@ -41,7 +41,7 @@ from tests.cluster import harness  # noqa: E402 - importable once the checkout i
 from servatus.campaign import Campaign  # noqa: E402
 from servatus.cli import main as servatus  # noqa: E402
 from servatus.config import Profile  # noqa: E402
-from servatus.engine.plan import plan_to_document  # noqa: E402
+from servatus.engine.plan_document import plan_to_document  # noqa: E402
 from servatus.ids import job_name  # noqa: E402
 from servatus.tasks import Task  # noqa: E402
 

@@ -22,8 +22,8 @@ from servatus.engine.status import (
     TaskStatus,
     project,
     slot_run_time,
-    status_document,
 )
+from servatus.engine.status_document import status_document
 from servatus.evidence import (
     Evidence,
     Marker,

@@ -19,8 +19,8 @@ from servatus.engine.status import (
     StopReason,
     Submission,
     project,
-    status_document,
 )
+from servatus.engine.status_document import status_document
 from servatus.errors import ConfigurationError, PlanRefused
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX

@@ -5,16 +5,8 @@ from __future__ import annotations
 import pytest
 
 from servatus.config import Profile, Resources, Target
-from servatus.engine.plan import (
-    Hold,
-    Request,
-    TaskWork,
-    allocation_id,
-    decide,
-    format_totals,
-    pack,
-    totals,
-)
+from servatus.engine.packing import allocation_id, pack
+from servatus.engine.plan import Hold, Request, TaskWork, decide, format_totals, totals
 from servatus.engine.status import Execution
 from servatus.errors import PlanRefused
 

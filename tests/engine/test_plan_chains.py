@@ -23,20 +23,11 @@ from servatus.continuation import (
     has_room,
 )
 from servatus.continuation import links as continuation_links
-from servatus.engine.plan import (
-    Allocation,
-    Hold,
-    Plan,
-    Request,
-    TaskWork,
-    allocation_id,
-    chain_problem,
-    decide,
-    make_plan,
-    pack,
-    plan_from_document,
-    plan_to_document,
-)
+from servatus.engine.packing import allocation_id, pack
+from servatus.engine.plan import Allocation, Hold, Plan, Request, TaskWork, decide
+from servatus.engine.plan_checks import chain_problem
+from servatus.engine.plan_document import plan_from_document, plan_to_document
+from servatus.engine.planning import make_plan
 from servatus.engine.status import Execution, RunTime, StopReason, TaskLink
 from servatus.errors import ConfigurationError, PlanRefused
 

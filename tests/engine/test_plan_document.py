@@ -14,15 +14,14 @@ import pytest
 from servatus.cli import json_text, main
 from servatus.config import Profile, Resources, Target
 from servatus.continuation import Continuation
-from servatus.engine.plan import (
+from servatus.engine.plan import Hold, Request
+from servatus.engine.plan_document import (
     PLAN_SCHEMA,
-    Hold,
-    Request,
     _digest,
-    make_plan,
     plan_from_document,
     plan_to_document,
 )
+from servatus.engine.planning import make_plan
 from servatus.errors import StalePlan
 from servatus.journal import store
 from servatus.testing import FakeScheduler

@@ -16,8 +16,8 @@ from servatus.engine.status import (
     Report,
     Submission,
     project,
-    status_document,
 )
+from servatus.engine.status_document import status_document
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX
 from servatus.journal.records import Settlement

@@ -10,7 +10,7 @@ import pytest
 
 from servatus.cli.status_cache import join, join_texts, partition, run_texts, runs, widen
 from servatus.engine.settlement import queries
-from servatus.engine.status import submissions
+from servatus.engine.status_inputs import submissions
 from servatus.evidence import SlotEnd
 from servatus.ids import target_key
 from servatus.journal import codec, folding, records, store

@@ -1,10 +1,11 @@
-"""Planning steps into a lease, by values (``servatus.engine.plan.make_step_plan``) and the
+"""Planning steps into a lease, by values (``servatus.engine.planning.make_step_plan``) and the
 current-link rule (``servatus.lease.current_link``): no Slurm, no campaign."""
 
 from __future__ import annotations
 
 from servatus.config import Profile, Resources, Target
-from servatus.engine.plan import Hold, Plan, Request, make_step_plan
+from servatus.engine.plan import Hold, Plan, Request
+from servatus.engine.planning import make_step_plan
 from servatus.engine.status import Execution, Report, RunTime, TaskStatus
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.lease import current_link

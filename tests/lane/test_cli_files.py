@@ -17,7 +17,7 @@ import pytest
 
 from servatus import Campaign, Task
 from servatus.cli import main
-from servatus.engine.plan import _digest
+from servatus.engine.plan_document import _digest
 from servatus.errors import ConfigurationError
 from servatus.tasks import read_jsonl
 from servatus.testing import FakeScheduler

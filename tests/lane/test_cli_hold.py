@@ -11,7 +11,7 @@ import pytest
 from test_cli_budget import L40S, create
 
 from servatus import Campaign, Task
-from servatus.engine.plan import _digest, plan_from_document
+from servatus.engine.plan_document import _digest, plan_from_document
 from servatus.errors import StalePlan
 from servatus.testing import FakeScheduler
 from testkit import run

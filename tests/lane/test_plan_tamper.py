@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from servatus.cli import main
-from servatus.engine.plan import _digest
+from servatus.engine.plan_document import _digest
 from servatus.testing import FakeScheduler
 
 OTHER_ID = "0123456789abcdef01234567"

@@ -24,7 +24,7 @@ _EXPORTS = {
     "RunTime": "servatus.status",
     "StopReason": "servatus.status",
     "Task": "servatus.tasks",
-    "YIELD_EXIT": "servatus.status",
+    "YIELD_EXIT": "servatus.engine.status",
     "Workspace": "servatus_publish.workspace",
     "publish": "servatus_publish.publication",
     "publish_file": "servatus_publish.publication",

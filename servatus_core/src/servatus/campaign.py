@@ -21,7 +21,8 @@ from cattrs.preconf.json import make_converter
 
 from servatus.config import Profile, Target  # noqa: F401 (Connect's Target, for the API page's signatures)
 from servatus.continuation import Continuation
-from servatus.engine.plan import LeaseHold, Plan, make_lease_plan, make_request
+from servatus.engine.plan import LeaseHold, Plan, make_request
+from servatus.engine.planning import make_lease_plan
 from servatus.engine.status import Report
 from servatus.errors import ConfigurationError, StateWarning
 from servatus.journal import records, store

@@ -1,5 +1,5 @@
 """The path ``docs/api.md`` documents the plan's values under; the plan itself is
-:mod:`servatus.engine.plan`."""
+:mod:`servatus.engine.plan`, its saved document :mod:`servatus.engine.plan_document`."""
 
 from servatus.engine.plan import (
     Allocation,
@@ -9,9 +9,8 @@ from servatus.engine.plan import (
     Plan,
     Request,
     Totals,
-    plan_from_document,
-    seal_document,
 )
+from servatus.engine.plan_document import plan_from_document, seal_document
 
 __all__ = [
     "Allocation",

@@ -1,5 +1,6 @@
 """The path ``docs/api.md`` documents the status projection's values under, with the ones the
-package root re-exports from it; the projection itself is :mod:`servatus.engine.status`."""
+package root re-exports from it; the projection itself is :mod:`servatus.engine.status`, its
+document :mod:`servatus.engine.status_document`."""
 
 from servatus.engine.status import (
     YIELD_EXIT,
@@ -11,7 +12,7 @@ from servatus.engine.status import (
     TaskLink,
     TaskStatus,
 )
-from servatus.engine.status import status_document as report_to_document
+from servatus.engine.status_document import status_document as report_to_document
 
 __all__ = [
     "YIELD_EXIT",

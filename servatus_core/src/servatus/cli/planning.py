@@ -202,7 +202,7 @@ def plan_command(
 def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> None:
     """What ``plan`` prints and saves, whatever it planned."""
     from servatus.campaign import saved_plan_document, to_document  # noqa: PLC0415
-    from servatus.engine.plan import plan_to_document  # noqa: PLC0415
+    from servatus.engine.plan_document import plan_to_document  # noqa: PLC0415
 
     warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program

@@ -60,8 +60,8 @@ from servatus.engine.status import (
     RunTime,
     TaskLink,
     TaskStatus,
-    status_document,
 )
+from servatus.engine.status_document import status_document
 from servatus.files import read_all, write_all
 from servatus.ids import ALLOCATION_ID_HEX
 from servatus.journal import codec, folding, records, store

@@ -1,9 +1,10 @@
 """Status projection: from what the campaign recorded and what Slurm shows, each Task's state.
 
 Pure functions over values. The campaign turns its records into :class:`Submission` values and
-fetches one ``squeue`` listing and one run-marker listing per Target; :func:`project` does the
-rest. A missing marker means something only once Slurm no longer lists the job, because only then
-is every marker the job wrote visible on the login node.
+fetches one ``squeue`` listing and one run-marker listing per Target
+(:mod:`servatus.engine.status_inputs`); :func:`project` does the rest. A missing marker means
+something only once Slurm no longer lists the job, because only then is every marker the job
+wrote visible on the login node.
 """
 
 from __future__ import annotations
@@ -11,21 +12,18 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import attrs
 
-from servatus.config import Target, format_duration, target_from_identity
+from servatus.config import format_duration
 from servatus.evidence import (
     Evidence,
-    EvidenceReader,
     Marker,
-    MarkerQuery,
     MarkerRecord,
     Observation,
     QueueEntry,
     SlotEnd,
-    fetch,
     fold_markers,
     link_observation,
     own_job,
@@ -34,8 +32,7 @@ from servatus.evidence import (
 )
 from servatus.files import path_word
 from servatus.ids import ALLOCATION_ID_HEX, JOB_NAME_PREFIX
-from servatus.journal.records import CampaignState, ChainLink
-from servatus.transport import Transport
+from servatus.journal.records import ChainLink
 
 YIELD_EXIT = 75
 """A step that exits 75 says "stopped cleanly, continue me"."""
@@ -465,42 +462,28 @@ def project(
     One pass over the submissions and one over the Tasks: a status of 100,000 Tasks builds an
     attempt per slot and a status per Task, and nothing else per Task. A Task submitted once
     reads its flags and run time off its one attempt; only a Task submitted again keeps its
-    attempts aside, to sum their run times.
+    attempts aside, to sum their run times. A plain allocation's slots are built here, inline:
+    they are the hot path, and a call per allocation would cost more than the slot itself.
     """
     contexts: dict[str, _Context | None] = {}
-    jobs = {  # the job Slurm accepted for each allocation whose markers are still read
-        submission[0]: submission[6]
-        for submission in submissions
-        if submission[5] is _ACCEPTED and submission[7] is None
-    }
+    jobs = _marker_jobs(submissions)
     online = not offline
     attempts: list[Attempt] = []
-    append = attempts.append
     warnings: list[str] = []
     latest: dict[str, Attempt] = {}
-    remember = latest.setdefault
     history: dict[str, list[Attempt]] = {}
     listed_unsubmitted: set[str] = set()
+    append = attempts.append
+    remember = latest.setdefault
+    tally: _Tally = (append, latest, history, listed_unsubmitted)
     links: dict[str, Observation | None] = {}  # chain links seen so far, for their successors
     budgeted: dict[str, TaskLink] = {}  # steps given a budget: shown as a chain's one link
     last_target: str | None = None
     queue: dict[str, QueueEntry] | None = None
     folded: dict[str, MarkerRecord] | None = None
     server_now = now
-    for (
-        allocation_id,
-        task_keys,
-        target,
-        _,
-        time_limit,
-        outcome,
-        recorded,
-        settled,
-        chain,
-        slots,
-        within,
-        budget,
-    ) in submissions:
+    for (allocation_id, task_keys, target, _, time_limit, outcome, recorded, settled, chain,
+         slots, within, budget) in submissions:  # fmt: skip
         if target is not last_target:
             last_target = target
             if target in contexts:
@@ -521,63 +504,27 @@ def project(
         else:  # a step's job is its lease's: the lease link's entry is its liveness
             entry = queue.get(JOB_NAME_PREFIX + (allocation_id if within is None else within))
         job = recorded
-        if entry is not None:
-            if recorded is None:
-                job = entry.job
-            elif entry.job != recorded:
-                entry = None  # same name, another job number: not this submission's job
-            if entry is not None and outcome is Outcome.NOT_SUBMITTED:
-                stops = (  # an ended job stays listed until MinJobAge: cancel finds nothing
-                    f"servatus cancel {path_word(state)} --allocation {allocation_id} stops it"
-                    if queued_or_running(entry.state)
-                    else f"it has ended, {entry.state}: nothing to cancel"
-                )
-                warnings.append(
-                    f"allocation {allocation_id} was recorded as not submitted, but Slurm "
-                    f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
-                    f"the queue ({stops})"
-                )
+        if entry is not None and (entry.job != recorded or outcome is Outcome.NOT_SUBMITTED):
+            entry, job = _unexpected_entry(entry, allocation_id, outcome, recorded, state, warnings)
         listed = None if queue is None else entry is not None
         if slots is not None or within is not None:
-            observation = settled
-            if outcome is not _ACCEPTED or folded is None:
-                observation = None
-            elif observation is None:
-                record = folded.get(allocation_id)
-                observation = (
-                    plain_observation(record, 0) if within is None else step_observation(record)
-                )
+            observation = _held_observation(allocation_id, outcome, settled, folded, within)
             if within is None:
                 append(_lease_attempt(allocation_id, job, outcome, entry, listed, observation,
                                       chain, slots, time_limit, server_now))  # fmt: skip
             else:
-                attempt = _step_attempt(allocation_id, task_keys[0], job, time_limit, outcome,
-                                        entry, listed, observation, within, server_now)  # fmt: skip
-                append(attempt)
-                if budget is not None:  # its SERVATUS_LINK and SERVATUS_LINKS are 1
-                    budgeted[allocation_id] = _new(TaskLink, (1, 1, budget))
-                if attempt.execution is _NOT_SUBMITTED:
-                    if listed:
-                        listed_unsubmitted.add(task_keys[0])
-                    continue
-                earlier = remember(task_keys[0], attempt)
-                if earlier is not attempt:
-                    _again(latest, history, task_keys[0], earlier, attempt)
-            continue
-        if chain is not None:
-            observation = settled
-            if outcome is not _ACCEPTED or folded is None:
-                observation = None  # offline reads no settled record either, as a plain one
-            elif observation is None:
-                observation = link_observation(folded.get(allocation_id), len(task_keys))
-            links[allocation_id] = observation
+                _step_attempts(allocation_id, task_keys[0], job, time_limit, outcome, entry,
+                               listed, observation, within, budget, server_now, budgeted,
+                               tally)  # fmt: skip
+        elif chain is not None:
+            observation = links[allocation_id] = _link_observation(
+                allocation_id, len(task_keys), outcome, settled, folded
+            )
             _link_attempts(
                 allocation_id, task_keys, time_limit, outcome, job, chain, observation,
-                links.get(chain.after), entry, listed, server_now,
-                (append, latest, history, listed_unsubmitted),
+                links.get(chain.after), entry, listed, server_now, tally,
             )  # fmt: skip
-            continue
-        if outcome is not _ACCEPTED or folded is None:
+        elif outcome is not _ACCEPTED or folded is None:  # no markers to read: by its outcome
             execution = _UNOBSERVED[outcome]
             for slot, key in enumerate(task_keys):
                 attempt = _new(
@@ -593,27 +540,141 @@ def project(
                 earlier = remember(key, attempt)
                 if earlier is not attempt:
                     _again(latest, history, key, earlier, attempt)
-            continue
-        if settled is None:
-            observation = plain_observation(folded.get(allocation_id), len(task_keys))
-        else:
-            observation = settled
-        start, stop, limit, ends, _, _, _ = observation
-        for slot, key in enumerate(task_keys):
-            end = ends[slot]
-            execution, exit_code, detail = _execution(entry, start, stop, limit, end)
-            run_time = _run_time(execution, start, stop, ends, slot, time_limit, server_now)
-            attempt = _new(
-                Attempt,
-                (
-                    allocation_id, key, slot, job, execution, exit_code, detail, run_time,
-                    listed, observation, None, None, None,
-                ),
-            )  # fmt: skip
-            append(attempt)
-            earlier = remember(key, attempt)
-            if earlier is not attempt:
-                _again(latest, history, key, earlier, attempt)
+        else:  # a plain allocation read from its markers
+            if settled is None:
+                observation = plain_observation(folded.get(allocation_id), len(task_keys))
+            else:
+                observation = settled
+            start, stop, limit, ends, _, _, _ = observation
+            for slot, key in enumerate(task_keys):
+                end = ends[slot]
+                execution, exit_code, detail = _execution(entry, start, stop, limit, end)
+                run_time = _run_time(execution, start, stop, ends, slot, time_limit, server_now)
+                attempt = _new(
+                    Attempt,
+                    (allocation_id, key, slot, job, execution, exit_code, detail, run_time,
+                     listed, observation, None, None, None),
+                )  # fmt: skip
+                append(attempt)
+                earlier = remember(key, attempt)
+                if earlier is not attempt:
+                    _again(latest, history, key, earlier, attempt)
+    tasks = _task_statuses(keys, latest, history, listed_unsubmitted, budgeted, online=online)
+    warnings += cut_chain_warnings(submissions, tasks, state)
+    return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
+
+
+def _marker_jobs(submissions: Iterable[Submission]) -> dict[str, int | None]:
+    """The job Slurm accepted for each allocation whose markers are still read (not settled)."""
+    return {
+        submission[0]: submission[6]
+        for submission in submissions
+        if submission[5] is _ACCEPTED and submission[7] is None
+    }
+
+
+def _unexpected_entry(
+    entry: QueueEntry,
+    allocation_id: str,
+    outcome: Outcome,
+    recorded: int | None,
+    state: str,
+    warnings: list[str],
+) -> tuple[QueueEntry | None, int | None]:
+    """A listed job under the submission's name that is not simply its recorded job: with no
+    job recorded, the listed one is its job; another job number is not this submission's. A job
+    listed for a submission recorded as not submitted is named in ``warnings``."""
+    if recorded is not None and entry.job != recorded:
+        return None, recorded  # same name, another job number: not this submission's job
+    if outcome is Outcome.NOT_SUBMITTED:
+        stops = (  # an ended job stays listed until MinJobAge: cancel finds nothing
+            f"servatus cancel {path_word(state)} --allocation {allocation_id} stops it"
+            if queued_or_running(entry.state)
+            else f"it has ended, {entry.state}: nothing to cancel"
+        )
+        warnings.append(
+            f"allocation {allocation_id} was recorded as not submitted, but Slurm "
+            f"lists job {entry.job} for it; its Tasks are held ACTIVE until it leaves "
+            f"the queue ({stops})"
+        )
+    return entry, entry.job
+
+
+def _held_observation(
+    allocation_id: str,
+    outcome: Outcome,
+    settled: Observation | None,
+    folded: Mapping[str, MarkerRecord] | None,
+    within: str | None,
+) -> Observation | None:
+    """A lease link's or a step's observation: its settled one, else its markers read; None
+    when it was not accepted or there is no marker listing to read."""
+    if outcome is not _ACCEPTED or folded is None:
+        return None
+    if settled is not None:
+        return settled
+    record = folded.get(allocation_id)
+    return plain_observation(record, 0) if within is None else step_observation(record)
+
+
+def _link_observation(
+    allocation_id: str,
+    slots: int,
+    outcome: Outcome,
+    settled: Observation | None,
+    folded: Mapping[str, MarkerRecord] | None,
+) -> Observation | None:
+    """A chain link's observation: its settled one, else its markers read; None when it was not
+    accepted or there is no marker listing (offline reads no settled record either, as for a
+    plain allocation)."""
+    if outcome is not _ACCEPTED or folded is None:
+        return None
+    if settled is not None:
+        return settled
+    return link_observation(folded.get(allocation_id), slots)
+
+
+def _step_attempts(
+    allocation_id: str,
+    key: str,
+    job: int | None,
+    time_limit: int,
+    outcome: Outcome,
+    entry: QueueEntry | None,
+    listed: bool | None,
+    observation: Observation | None,
+    within: str,
+    budget: int | None,
+    now: float,
+    budgeted: dict[str, TaskLink],
+    tally: _Tally,
+) -> None:
+    """A lease step's Attempt (:func:`_step_attempt`), which becomes its Task's current work
+    unless it was never submitted; a step given a ``budget`` is recorded in ``budgeted``."""
+    append, latest, history, listed_unsubmitted = tally
+    attempt = _step_attempt(allocation_id, key, job, time_limit, outcome, entry, listed,
+                            observation, within, now)  # fmt: skip
+    append(attempt)
+    if budget is not None:  # its SERVATUS_LINK and SERVATUS_LINKS are 1
+        budgeted[allocation_id] = _new(TaskLink, (1, 1, budget))
+    if attempt.execution is _NOT_SUBMITTED:
+        if listed:
+            listed_unsubmitted.add(key)
+        return
+    _take(latest, history, key, attempt)
+
+
+def _task_statuses(
+    keys: Sequence[str],
+    latest: Mapping[str, Attempt],
+    history: Mapping[str, list[Attempt]],
+    listed_unsubmitted: Collection[str],
+    budgeted: Mapping[str, TaskLink],
+    *,
+    online: bool,
+) -> list[TaskStatus]:
+    """Each Task's status in roster order, read off its current attempt; a Task submitted again
+    sums its attempts' run times and flags (:func:`_summary`)."""
     tasks: list[TaskStatus] = []
     add = tasks.append
     zero = _ZERO if online else None
@@ -629,21 +690,8 @@ def project(
                 )
             )  # fmt: skip
             continue
-        (
-            allocation_id,
-            _,
-            place,
-            job,
-            execution,
-            exit_code,
-            detail,
-            total,
-            listed,
-            _,
-            link,
-            _,
-            within,
-        ) = current
+        (allocation_id, _, place, job, execution, exit_code, detail, total, listed, _, link, _,
+         within) = current  # fmt: skip
         if history and key in history:
             total, accepted, unresolved, listed = _summary(history[key])
         else:
@@ -667,8 +715,7 @@ def project(
                  unresolved, listed or key in listed_unsubmitted, task_link, within),
             )
         )  # fmt: skip
-    warnings += cut_chain_warnings(submissions, tasks, state)
-    return Report(tuple(tasks), tuple(attempts), tuple(warnings), online)
+    return tasks
 
 
 def cut_chains(submissions: Iterable[Submission]) -> list[tuple[Submission, frozenset[str]]]:
@@ -1031,81 +1078,6 @@ def format_run_time(value: RunTime | None) -> str:
     return text if value.complete else f"~{text}"
 
 
-def submissions(state: CampaignState) -> list[Submission]:
-    """The campaign's submissions in recording order, each with its recorded outcome."""
-    receipts = {receipt.allocation_id: receipt.job for receipt in state.receipts}
-    resolved = {item.allocation_id: item.job for item in state.resolutions}
-    steps = {intent.allocation_id for intent in state.intents if intent.within is not None}
-    settled = {
-        item.allocation_id: _new(
-            Observation,
-            (item.start, item.stop, item.limit, item.ends, item.handed,
-             item.allocation_id in steps, item.claim),
-        )
-        for item in state.settlements
-    }  # fmt: skip
-    observed = settled.get
-    identities = state.target_identities()  # an intent names its Target by key
-    result: list[Submission] = []
-    append = result.append
-    for intent in state.intents:
-        allocation_id = intent.allocation_id
-        job = receipts.get(allocation_id)
-        if job is not None:
-            outcome = _ACCEPTED
-        elif allocation_id in resolved:
-            job = resolved[allocation_id]
-            outcome = Outcome.NOT_SUBMITTED if job is None else _ACCEPTED
-        else:
-            outcome = Outcome.PENDING
-        append(
-            _new(
-                Submission,
-                (allocation_id, intent.task_keys, identities[intent.target], intent.created_at,
-                 intent.time_limit, outcome, job, observed(allocation_id), intent.chain,
-                 None if intent.lease is None else intent.lease.slots, intent.within,
-                 intent.budget),
-            )
-        )  # fmt: skip
-    return result
-
-
-def gather(
-    targets: Iterable[str],
-    connect: Callable[[Target], Transport],
-    reader: EvidenceReader,
-    queries: Mapping[str, MarkerQuery] | None = None,
-) -> dict[str, Evidence]:
-    """Fetch each distinct Target's two listings once: the I/O edge of ``status``. ``queries``
-    (by Target identity) bounds the marker listing to what can still change an answer."""
-    evidence = {}
-    for identity in dict.fromkeys(targets):
-        target = target_from_identity(identity)
-        transport = connect(target)
-        query = None if queries is None else queries.get(identity, MarkerQuery.of(()))
-        try:
-            evidence[identity] = fetch(transport, reader, target, query)
-        finally:
-            transport.close()
-    return evidence
-
-
-def clock_warnings(evidence: Mapping[str, Evidence]) -> list[str]:
-    """One line per Target whose listing read no file-server clock (its ``log_root`` cannot be
-    written from here) but found markers: a running Task's run time then runs to this machine's
-    clock. A Target with no marker to list is not listed at all, so it has no clock to read, and
-    none of its Tasks has a start to count from."""
-    return [
-        f"the file server's clock was not read (cannot create a file in "
-        f"{target_from_identity(identity).log_root}); a running Task's run time is counted on "
-        "this machine's clock"
-        for identity, listed in evidence.items()
-        if listed.queue is not None and listed.markers and listed.clock is None
-    ]
-
-
-STATUS_SCHEMA = "servatus.status/4"
-
 RESULT_VALID, RESULT_MISSING, RESULT_UNOBSERVED = "VALID", "MISSING", "UNOBSERVED"
 
 
@@ -1121,90 +1093,3 @@ def execution_text(task: TaskStatus) -> str:
     if task.detail is None:
         return task.execution.value
     return f"{task.execution.value} ({task.detail.value})"
-
-
-def _run_time_document(value: RunTime | None) -> dict[str, Any] | None:
-    return None if value is None else {"total": value.total, "complete": value.complete}
-
-
-def status_document(report: Report, *, valid: Collection[str] | None = None) -> dict[str, Any]:
-    """The ``servatus.status/4`` document ``status --json`` prints.
-
-    ``valid`` is what the result probe reported valid (:meth:`~servatus.Campaign.valid_keys`):
-    each Task's ``result`` is then ``VALID`` or ``MISSING``; without it, ``UNOBSERVED``.
-    """
-    tasks = [
-        {
-            "key": task.key,
-            "result": result_of(task.key, valid),
-            "execution": task.execution.value,
-            "detail": task.detail.value if task.detail else None,
-            "exit_code": task.exit_code,
-            "run_time": _run_time_document(task.run_time),
-            "link": _task_link_document(task.link),
-            "allocation": task.allocation_id,
-            "job": task.job,
-        }
-        for task in report.tasks
-    ]
-    attempts: dict[str, dict[str, Any]] = {}
-    for attempt in report.attempts:
-        entry = attempts.setdefault(
-            attempt.allocation_id,
-            {
-                "allocation_id": attempt.allocation_id,
-                "job": attempt.job,
-                "task_keys": [],
-                "executions": [],
-                "link": _link_document(attempt.link),
-                "slots": attempt.slots,
-                "within": attempt.within,
-                "listed": attempt.listed,
-                "observation": _observation_document(attempt.observation),
-            },
-        )
-        if attempt.task_key is not None:  # a lease link holds no Task
-            entry["task_keys"].append(attempt.task_key)
-            entry["executions"].append(attempt.execution.value)
-    counts = report.counts
-    done = {Execution.SUCCEEDED.value}
-    results_ready = report.quiescent and all(
-        task["result"] == RESULT_VALID or task["execution"] in done for task in tasks
-    )
-    return {
-        "schema": STATUS_SCHEMA,
-        "tasks": tasks,
-        "attempts": list(attempts.values()),
-        "counts": counts,
-        "quiescent": report.quiescent,
-        "results_ready": results_ready,
-        "warnings": list(report.warnings),
-    }
-
-
-def _task_link_document(link: TaskLink | None) -> dict[str, Any] | None:
-    if link is None:
-        return None
-    return {"position": link.position, "of": link.of, "budget": link.budget or None}
-
-
-def _link_document(link: ChainLink | None) -> dict[str, Any] | None:
-    if link is None:
-        return None
-    return {"position": link.position, "of": link.of, "after": link.after or None}
-
-
-def _observation_document(observation: Observation | None) -> dict[str, Any] | None:
-    if observation is None:
-        return None
-    return {
-        "start": observation.start,
-        "stop": observation.stop,
-        "limit": observation.limit,
-        "ends": [
-            None if end is None else {"exit_code": end.exit_code, "at": end.at}
-            for end in observation.ends
-        ],
-        "handed": list(observation.handed),
-        "step": observation.step,
-    }

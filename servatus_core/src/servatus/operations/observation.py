@@ -10,20 +10,12 @@ from pathlib import Path
 
 import attrs
 
+from servatus.config import target_from_identity
 from servatus.engine.settlement import listed, queries, settle
-from servatus.engine.status import (
-    Execution,
-    Report,
-    Submission,
-    clock_warnings,
-    project,
-    submissions,
-)
-from servatus.engine.status import (
-    gather as gather_evidence,
-)
+from servatus.engine.status import Execution, Report, Submission, project
+from servatus.engine.status_inputs import clock_warnings, submissions
 from servatus.errors import Busy, ServatusError
-from servatus.evidence import Evidence, MarkerQuery
+from servatus.evidence import Evidence, MarkerQuery, fetch
 from servatus.journal import records, store
 from servatus.operations.context import Context
 from servatus.tasks import bulk
@@ -35,15 +27,20 @@ def gather(
     asked: Mapping[str, MarkerQuery] | None = None,
     targets: Iterable[str] = (),
 ) -> dict[str, Evidence]:
-    """One ``squeue`` and one run-marker listing per Target of ``targets`` and of
-    ``recorded``; ``asked`` bounds the marker listings
-    (:func:`servatus.engine.settlement.queries`)."""
-    return gather_evidence(
-        itertools.chain(targets, (item.target for item in recorded)),
-        context.connect,
-        context.hooks.evidence_reader(),
-        asked,
-    )
+    """One ``squeue`` and one run-marker listing per distinct Target of ``targets`` and of
+    ``recorded``, each fetched once; ``asked`` (by Target identity) bounds the marker listings
+    to what can still change an answer (:func:`servatus.engine.settlement.queries`)."""
+    reader = context.hooks.evidence_reader()
+    evidence = {}
+    for identity in dict.fromkeys(itertools.chain(targets, (item.target for item in recorded))):
+        target = target_from_identity(identity)
+        transport = context.connect(target)
+        query = None if asked is None else asked.get(identity, MarkerQuery.of(()))
+        try:
+            evidence[identity] = fetch(transport, reader, target, query)
+        finally:
+            transport.close()
+    return evidence
 
 
 def report(

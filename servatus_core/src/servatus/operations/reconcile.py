@@ -25,7 +25,8 @@ import attrs
 
 from servatus.config import target_from_identity
 from servatus.engine.settlement import listed, queries, settle
-from servatus.engine.status import Outcome, Submission, cut_chain_warnings, submissions
+from servatus.engine.status import Outcome, Submission, cut_chain_warnings
+from servatus.engine.status_inputs import submissions
 from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence
 from servatus.ids import ALLOCATION_ID, job_name

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from servatus.engine.plan import (
-    Plan,
+from servatus.engine.plan import Plan
+from servatus.engine.plan_document import (
     check_seal,
     plan_from_document,
     plan_to_document,

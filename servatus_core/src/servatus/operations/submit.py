@@ -8,7 +8,9 @@ import attrs
 
 from servatus.config import target_identity
 from servatus.continuation import limits_for, stops_short
-from servatus.engine.plan import Hold, Plan, Request, make_lease_plan, plan_to_document
+from servatus.engine.plan import Hold, Plan, Request
+from servatus.engine.plan_document import plan_to_document
+from servatus.engine.planning import make_lease_plan
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
 from servatus.journal import records, store
 from servatus.lease import orders_path
