@@ -333,7 +333,14 @@ class EvidenceReader(Protocol):
         exit_code: int | None = None,
     ) -> str:
         """The file name of one marker, as the batch script writes it and :meth:`parse_markers`
-        reads it back: what :class:`servatus.testing.FakeScheduler` writes in a script's place."""
+        reads it back: what :class:`servatus.testing.FakeScheduler` writes in a script's place.
+
+        :param allocation_id: The allocation (or lease step) the marker is of.
+        :param job: The Slurm job number the marker was written under.
+        :param kind: Which event the marker records.
+        :param slot: The Task's slot in the allocation, for the markers a slot writes.
+        :param exit_code: The exit code an end marker records.
+        """
         ...
 
 
