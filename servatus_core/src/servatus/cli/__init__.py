@@ -9,7 +9,8 @@ escapes every non-printable character, a newline inside a value too
 The click group and the program around it are in :mod:`servatus.cli.app`; each command group is
 in a module of its own, which adds its commands to the group when this package is imported. A
 command imports the campaign, the engine or the configuration when it runs, not at the top of its
-module: every command line, ``--version`` and each shell completion too, loads them all.
+module, so that ``--version`` and each shell completion, which load every command module, load
+none of them.
 """
 
 from servatus.cli import authoring, environment, observing, planning, repair  # noqa: F401

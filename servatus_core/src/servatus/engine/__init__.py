@@ -1,3 +1,8 @@
-"""The engine: pure decisions over frozen values, no I/O. The plan (:mod:`.plan`), the status
-projection (:mod:`.status`), the report's data (:mod:`.report`) and settlement
-(:mod:`.settlement`); what commands do with them over a transport is :mod:`servatus.operations`."""
+"""The engine: pure decisions over frozen values, no I/O.
+
+The plan: its values and the decision (:mod:`.plan`), packing (:mod:`.packing`), making one
+(:mod:`.planning`), what must hold in it (:mod:`.plan_checks`) and its ``plan/5`` document
+(:mod:`.plan_document`). Status: the projection (:mod:`.status`), what it reads
+(:mod:`.status_inputs`) and its ``status/4`` document (:mod:`.status_document`). The report's
+data (:mod:`.report`) and settlement (:mod:`.settlement`). What commands do with them over a
+transport is :mod:`servatus.operations`."""

@@ -1,8 +1,9 @@
 """Status projection: from what the campaign recorded and what Slurm shows, each Task's state.
 
-Pure functions over values. The campaign turns its records into :class:`Submission` values and
-fetches one ``squeue`` listing and one run-marker listing per Target
-(:mod:`servatus.engine.status_inputs`); :func:`project` does the rest. A missing marker means
+Pure functions over values. The campaign's records become :class:`Submission` values
+(:mod:`servatus.engine.status_inputs`), one ``squeue`` listing and one run-marker listing per
+Target are fetched (:mod:`servatus.operations.observation`), and :func:`project` does the rest.
+A missing marker means
 something only once Slurm no longer lists the job, because only then is every marker the job
 wrote visible on the login node.
 """
