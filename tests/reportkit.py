@@ -4,7 +4,14 @@ with task_key None)."""
 
 from __future__ import annotations
 
-from servatus.engine.status import Attempt, Execution, Report, RunTime, StopReason, TaskStatus
+from servatus.engine.status_values import (
+    Attempt,
+    Execution,
+    Report,
+    RunTime,
+    StopReason,
+    TaskStatus,
+)
 from servatus.evidence import Observation, SlotEnd
 from servatus.journal import folding, records
 from servatus.tasks import Task

@@ -18,7 +18,7 @@ import pytest
 
 from servatus.cli import main
 from servatus.config import Target
-from servatus.engine.status import Report
+from servatus.engine.status_values import Report
 from servatus.testing import FakeScheduler
 
 CPU_PROFILE = """\

@@ -84,7 +84,8 @@ def exit_codes() -> Iterator[int]:
 
 
 def status_values() -> Iterator[str]:
-    from servatus.engine import plan, status
+    from servatus.engine import plan
+    from servatus.engine import status_values as status
 
     yield from (e.value for e in status.Execution)
     yield from (e.value for e in status.StopReason)

@@ -11,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servatus.engine.settlement import settle
-from servatus.engine.status import (
+from servatus.engine.slots import slot_run_time
+from servatus.engine.status import project
+from servatus.engine.status_document import status_document
+from servatus.engine.status_values import (
     Execution,
     Outcome,
     Report,
@@ -20,10 +23,7 @@ from servatus.engine.status import (
     Submission,
     TaskLink,
     TaskStatus,
-    project,
-    slot_run_time,
 )
-from servatus.engine.status_document import status_document
 from servatus.evidence import (
     Evidence,
     Marker,

@@ -27,9 +27,9 @@ from servatus.continuation import (
     links,
     stops_short,
 )
-from servatus.engine import status
+from servatus.engine import status_values as status
 from servatus.engine.plan import Allocation, format_totals, resource_hours, totals
-from servatus.engine.status import Execution
+from servatus.engine.status_values import Execution
 from servatus.errors import ConfigurationError
 
 HOUR, MINUTE = 3600, 60

@@ -17,16 +17,10 @@ from pathlib import Path
 
 from servatus import Campaign, Task
 from servatus.config import Profile
-from servatus.engine.status import (
-    Execution,
-    Observation,
-    Outcome,
-    SlotEnd,
-    Submission,
-    project,
-    slot_execution,
-)
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
+from servatus.engine.slots import slot_execution
+from servatus.engine.status import project
+from servatus.engine.status_values import Execution, Outcome, Submission
+from servatus.evidence import Evidence, Marker, MarkerKind, Observation, QueueEntry, SlotEnd
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 

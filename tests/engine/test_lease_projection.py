@@ -11,16 +11,16 @@ from hypothesis import strategies as st
 
 from servatus.engine.plan import Hold, Request, decide
 from servatus.engine.settlement import settle
-from servatus.engine.status import (
+from servatus.engine.status import project
+from servatus.engine.status_document import status_document
+from servatus.engine.status_values import (
     Execution,
     Outcome,
     Report,
     RunTime,
     StopReason,
     Submission,
-    project,
 )
-from servatus.engine.status_document import status_document
 from servatus.errors import ConfigurationError, PlanRefused
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX

@@ -7,7 +7,7 @@ import pytest
 from servatus.config import Profile, Resources, Target
 from servatus.engine.packing import allocation_id, pack
 from servatus.engine.plan import Hold, Request, TaskWork, decide, format_totals, totals
-from servatus.engine.status import Execution
+from servatus.engine.status_values import Execution
 from servatus.errors import PlanRefused
 
 KEYS = ("a", "b", "c", "d", "e")

@@ -28,7 +28,7 @@ from servatus.engine.plan import Allocation, Hold, Plan, Request, TaskWork, deci
 from servatus.engine.plan_checks import chain_problem
 from servatus.engine.plan_document import plan_from_document, plan_to_document
 from servatus.engine.planning import make_plan
-from servatus.engine.status import Execution, RunTime, StopReason, TaskLink
+from servatus.engine.status_values import Execution, RunTime, StopReason, TaskLink
 from servatus.errors import ConfigurationError, PlanRefused
 
 HOUR, MINUTE = 3600, 60

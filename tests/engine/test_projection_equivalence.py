@@ -15,22 +15,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.engine.status import (
+from servatus.engine.slots import slot_execution, slot_run_time
+from servatus.engine.status import project
+from servatus.engine.status_values import (
     Attempt,
     Execution,
-    Observation,
     Outcome,
     Report,
     RunTime,
-    SlotEnd,
     StopReason,
     Submission,
     TaskStatus,
-    project,
-    slot_execution,
-    slot_run_time,
 )
-from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry, observe
+from servatus.evidence import (
+    Evidence,
+    Marker,
+    MarkerKind,
+    Observation,
+    QueueEntry,
+    SlotEnd,
+    observe,
+)
 from servatus.ids import JOB_NAME_PREFIX
 from testkit import without_evidence_notes
 

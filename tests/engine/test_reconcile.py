@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servatus.engine.status import Outcome, Submission
+from servatus.engine.status_values import Outcome, Submission
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX
 from servatus.operations.reconcile import RECONCILE_AFTER, Resolution, resolve

@@ -28,7 +28,7 @@ from servatus.engine.report import (
     occupancy,
     report_document,
 )
-from servatus.engine.status import Execution, Report, RunTime, StopReason, TaskLink
+from servatus.engine.status_values import Execution, Report, RunTime, StopReason, TaskLink
 from servatus.evidence import Observation, SlotEnd
 from servatus.journal import folding, records
 from servatus.tasks import Task

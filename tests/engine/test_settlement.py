@@ -10,14 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servatus.engine.settlement import settle
-from servatus.engine.status import (
-    Execution,
-    Outcome,
-    Report,
-    Submission,
-    project,
-)
+from servatus.engine.status import project
 from servatus.engine.status_document import status_document
+from servatus.engine.status_values import Execution, Outcome, Report, Submission
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.ids import JOB_NAME_PREFIX
 from servatus.journal.records import Settlement

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from servatus.engine.status import (
+from servatus.engine.status import project
+from servatus.engine.status_values import (
     Execution,
     Outcome,
     RunTime,
     StopReason,
     Submission,
     format_run_time,
-    project,
 )
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 

@@ -8,7 +8,7 @@ import pytest
 
 from servatus.cli import echo
 from servatus.cli.render import status_lines
-from servatus.engine.status import (
+from servatus.engine.status_values import (
     Execution,
     Report,
     RunTime,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from servatus.config import Profile, Resources, Target
 from servatus.engine.plan import Hold, Plan, Request
 from servatus.engine.planning import make_step_plan
-from servatus.engine.status import Execution, Report, RunTime, TaskStatus
+from servatus.engine.status_values import Execution, Report, RunTime, TaskStatus
 from servatus.evidence import Evidence, Marker, MarkerKind, QueueEntry
 from servatus.lease import current_link
 

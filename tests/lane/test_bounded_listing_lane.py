@@ -12,7 +12,7 @@ import pytest
 from servatus import Campaign, Task
 from servatus.config import Profile
 from servatus.engine.settlement import MARGIN
-from servatus.engine.status import Execution
+from servatus.engine.status_values import Execution
 from servatus.journal import store
 from servatus.testing import FakeScheduler
 from servatus_slurm import evidence

@@ -16,7 +16,7 @@ import pytest
 from servatus import Campaign, Task
 from servatus.cli import main
 from servatus.config import Profile
-from servatus.engine.status import Execution
+from servatus.engine.status_values import Execution
 from servatus.errors import SubmissionInterrupted
 from servatus.testing import FakeScheduler
 

@@ -14,7 +14,7 @@ from chainkit import chain_campaign, link_id, link_script, sbatch
 
 from servatus import Campaign
 from servatus.config import Profile, target_identity
-from servatus.engine.status import Execution, RunTime, StopReason, TaskLink, TaskStatus
+from servatus.engine.status_values import Execution, RunTime, StopReason, TaskLink, TaskStatus
 from servatus.errors import ConfigurationError, StateWarning, Unavailable
 from servatus.journal import records, store
 from servatus.tasks import Task

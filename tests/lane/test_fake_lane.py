@@ -10,7 +10,7 @@ import pytest
 from servatus import Campaign, Task
 from servatus.config import Profile
 from servatus.engine.plan import Hold
-from servatus.engine.status import Execution, RunTime, StopReason
+from servatus.engine.status_values import Execution, RunTime, StopReason
 from servatus.errors import (
     PlanRefused,
     ShapeRejected,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from servatus import Campaign, Task
 from servatus.config import Profile
-from servatus.engine.status import Execution, RunTime, StopReason
+from servatus.engine.status_values import Execution, RunTime, StopReason
 from servatus.testing import FakeScheduler
 from testkit import CPU_PROFILE
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from servatus import Campaign
 from servatus.config import target_identity
-from servatus.engine.status import Execution, StopReason
+from servatus.engine.status_values import Execution, StopReason
 from servatus.evidence import MarkerKind
 from servatus.journal import records, store
 from servatus.tasks import Task

@@ -13,7 +13,7 @@ import pytest
 from test_cli_budget import L40S
 
 from servatus import Campaign, Profile, Task
-from servatus.engine.status import StopReason
+from servatus.engine.status_values import StopReason
 from servatus.errors import Busy
 from servatus.journal import store
 from servatus.testing import FakeScheduler

@@ -11,7 +11,7 @@ import pytest
 from servatus import Campaign, Task
 from servatus.cli import main
 from servatus.config import Profile
-from servatus.engine.status import Execution, StopReason
+from servatus.engine.status_values import Execution, StopReason
 from servatus.errors import Unavailable
 from servatus.journal import records, store
 from servatus.testing import FakeScheduler

@@ -25,7 +25,7 @@ import attrs
 from servatus.campaign import Campaign
 from servatus.config import Profile, Resources, Target
 from servatus.engine.plan import Allocation
-from servatus.engine.status import Execution
+from servatus.engine.status_values import Execution
 from servatus.launcher import Launcher, StepCommand
 from servatus.operations.submission import RUNTIME_VARIABLES, script_spec
 from servatus.plugins import hooks

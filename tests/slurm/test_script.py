@@ -30,7 +30,8 @@ from slurm_helpers import (
 
 from servatus.config import Target
 from servatus.continuation import Link
-from servatus.engine.status import Execution, StopReason, link_execution
+from servatus.engine.slots import link_execution
+from servatus.engine.status_values import Execution, StopReason
 from servatus.errors import ConfigurationError
 from servatus.evidence import MarkerKind, observe
 from servatus.journal.records import ChainLink

@@ -17,7 +17,7 @@ from servatus import Campaign
 from servatus.campaign import append_state, create_state
 from servatus.cli import main
 from servatus.config import Profile
-from servatus.engine.status import Execution
+from servatus.engine.status_values import Execution
 from servatus.errors import SubmissionInterrupted, Unavailable
 from servatus.journal import codec, records, store
 from servatus.tasks import Task

@@ -24,7 +24,7 @@ _EXPORTS = {
     "RunTime": "servatus.status",
     "StopReason": "servatus.status",
     "Task": "servatus.tasks",
-    "YIELD_EXIT": "servatus.engine.status",
+    "YIELD_EXIT": "servatus.engine.status_values",
     "Workspace": "servatus_publish.workspace",
     "publish": "servatus_publish.publication",
     "publish_file": "servatus_publish.publication",
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from servatus.campaign import Campaign
     from servatus.config import Profile
     from servatus.continuation import MAX_LINKS, Continuation, Extension, Link
-    from servatus.engine.status import YIELD_EXIT, RunTime, StopReason
+    from servatus.engine.status_values import YIELD_EXIT, RunTime, StopReason
     from servatus.tasks import Task
     from servatus_publish.publication import publish, publish_file
     from servatus_publish.workspace import Workspace

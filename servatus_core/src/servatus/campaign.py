@@ -23,7 +23,7 @@ from servatus.config import Profile, Target  # noqa: F401 (Connect's Target, for
 from servatus.continuation import Continuation
 from servatus.engine.plan import LeaseHold, Plan, make_request
 from servatus.engine.planning import make_lease_plan
-from servatus.engine.status import Report
+from servatus.engine.status_values import Report
 from servatus.errors import ConfigurationError, StateWarning
 from servatus.journal import records, store
 from servatus.lease import lease_links

@@ -21,7 +21,7 @@ from servatus.config import (
     parse_duration,
     round_up_to_minute,
 )
-from servatus.engine.status import YIELD_EXIT, Execution
+from servatus.engine.status_values import YIELD_EXIT, Execution
 from servatus.errors import ConfigurationError
 from servatus.words import plural
 

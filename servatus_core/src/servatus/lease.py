@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from servatus.engine.status import queued_or_running
+from servatus.engine.slots import queued_or_running
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import ALLOCATION_ID

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from servatus.config import Profile
     from servatus.continuation import Link
     from servatus.engine.plan import Hold, Plan
-    from servatus.engine.status import Report
+    from servatus.engine.status_values import Report
     from servatus.operations.doctor import Diagnosis
     from servatus.operations.reconcile import Resolution
     from servatus.operations.submission import SubmittedAllocation
@@ -340,7 +340,7 @@ def held_lease_lines(report: Report) -> list[str]:
     """One line per lease link that Slurm lists (its job, its state, and its slots), and one
     per lease link whose ``sbatch`` is undecided, which ``reconcile`` must decide: it may hold
     its slots already."""
-    from servatus.engine.status import Execution  # noqa: PLC0415
+    from servatus.engine.status_values import Execution  # noqa: PLC0415
 
     lines = []
     for attempt in report.attempts:
@@ -375,7 +375,7 @@ def status_lines(
 
 def status_rows(report: Report) -> tuple[list[tuple[str, ...]], list[int]]:
     """Each Task's cells for the status table, and the width of each column but the last."""
-    from servatus.engine.status import RunTime, execution_text, format_run_time, result_of  # noqa: PLC0415
+    from servatus.engine.status_values import RunTime, execution_text, format_run_time, result_of  # noqa: PLC0415
 
     # 100,000 rows: each distinct cell text is computed once, so the widths come from those
     # texts (and the keys) without a pass over the rows, and each line is one % format.

@@ -54,14 +54,8 @@ from servatus.engine.plan import (
     selectable_unasked,
     work_from_report,
 )
-from servatus.engine.status import (
-    Execution,
-    Report,
-    RunTime,
-    TaskLink,
-    TaskStatus,
-)
 from servatus.engine.status_document import status_document
+from servatus.engine.status_values import Execution, Report, RunTime, TaskLink, TaskStatus
 from servatus.files import read_all, write_all
 from servatus.ids import ALLOCATION_ID_HEX
 from servatus.journal import codec, folding, records, store
@@ -199,7 +193,7 @@ def partition(state: records.CampaignState) -> tuple[frozenset[str], frozenset[s
     joined by a slot, a chain's ``after`` or a step's ``within``) whose every allocation is
     settled, less Tasks never submitted, and less a chain whose later links were never recorded:
     whether it was cut short is ``status``'s warning to give, every time
-    (:func:`~servatus.engine.status.cut_chain_warnings`)."""
+    (:func:`~servatus.engine.chain_cuts.cut_chain_warnings`)."""
     keys = state.tasks.keys
     index = {key: position for position, key in enumerate(keys)}
     intents = state.intents
@@ -350,12 +344,24 @@ def _rules() -> str:
     import servatus  # noqa: PLC0415
     from servatus import evidence  # noqa: PLC0415
     from servatus.cli import render  # noqa: PLC0415
-    from servatus.engine import settlement, status  # noqa: PLC0415
+    from servatus.engine import chain_cuts, settlement, slots, status, status_values  # noqa: PLC0415
 
     digest = hashlib.sha256(servatus.__version__.encode())
     sources = [
         getattr(module, "__file__", None)
-        for module in (evidence, render, settlement, status, records, folding, codec, store)
+        for module in (
+            evidence,
+            render,
+            settlement,
+            status,
+            status_values,
+            slots,
+            chain_cuts,
+            records,
+            folding,
+            codec,
+            store,
+        )
     ]
     for source in (*sources, __file__):
         if source is None:

@@ -27,7 +27,7 @@ from servatus.continuation import (
     Link,
     eligibility,
 )
-from servatus.engine.status import Execution, Report, RunTime, StopReason, TaskLink
+from servatus.engine.status_values import Execution, Report, RunTime, StopReason, TaskLink
 from servatus.errors import ConfigurationError, PlanRefused
 
 

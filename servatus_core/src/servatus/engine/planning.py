@@ -35,7 +35,7 @@ from servatus.engine.plan import (
     work_from_report,
 )
 from servatus.engine.plan_checks import hold_problem
-from servatus.engine.status import Execution, Report
+from servatus.engine.status_values import Execution, Report
 from servatus.errors import ConfigurationError
 
 _STEP_WORK = frozenset({Execution.QUEUED, Execution.RUNNING, Execution.ENDING})

@@ -21,17 +21,8 @@ from typing import Any
 
 import attrs
 
-from servatus.engine.status import (
-    Attempt,
-    Execution,
-    Report,
-    StopReason,
-    execution_text,
-    link_execution,
-    slot_execution,
-    slot_run_time,
-    step_execution,
-)
+from servatus.engine.slots import link_execution, slot_execution, slot_run_time, step_execution
+from servatus.engine.status_values import Attempt, Execution, Report, StopReason, execution_text
 from servatus.evidence import Observation
 from servatus.journal.records import CampaignState, Intent, LeaseTerms, Settlement, TaskResources
 

@@ -13,7 +13,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from servatus.engine.status import Execution, Outcome, Report, Submission
+from servatus.engine.status_values import Execution, Outcome, Report, Submission
 from servatus.evidence import Evidence, MarkerQuery
 from servatus.ids import target_key
 from servatus.journal.records import CampaignState, Listed, Settlement

@@ -1,8 +1,11 @@
 """Status projection: from what the campaign recorded and what Slurm shows, each Task's state.
 
-Pure functions over values. The campaign's records become :class:`Submission` values
-(:mod:`servatus.engine.status_inputs`), one ``squeue`` listing and one run-marker listing per
-Target are fetched (:mod:`servatus.operations.observation`), and :func:`project` does the rest.
+Pure functions over values (:mod:`servatus.engine.status_values`). The campaign's records become
+:class:`~servatus.engine.status_values.Submission` values (:mod:`servatus.engine.status_inputs`),
+one ``squeue`` listing and one run-marker listing per Target are fetched
+(:mod:`servatus.operations.observation`), and :func:`project` does the rest, each slot by the
+slot rules (:mod:`servatus.engine.slots`), each chain cut short warned of
+(:mod:`servatus.engine.chain_cuts`).
 A missing marker means
 something only once Slurm no longer lists the job, because only then is every marker the job
 wrote visible on the login node.
@@ -10,21 +13,37 @@ wrote visible on the login node.
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import NamedTuple
 
-import attrs
-
-from servatus.config import format_duration
+from servatus.engine.chain_cuts import cut_chain_warnings
+from servatus.engine.slots import (
+    NEVER_STARTED,
+    QUEUED,
+    QUEUED_STATES,
+    execution_from,
+    link_execution,
+    queued_or_running,
+    run_time_from,
+    step_execution,
+)
+from servatus.engine.status_values import (
+    Attempt,
+    Execution,
+    Outcome,
+    Report,
+    RunTime,
+    StopReason,
+    Submission,
+    TaskLink,
+    TaskStatus,
+)
 from servatus.evidence import (
     Evidence,
     Marker,
     MarkerRecord,
     Observation,
     QueueEntry,
-    SlotEnd,
     fold_markers,
     link_observation,
     own_job,
@@ -35,340 +54,9 @@ from servatus.files import path_word
 from servatus.ids import ALLOCATION_ID_HEX, JOB_NAME_PREFIX
 from servatus.journal.records import ChainLink
 
-YIELD_EXIT = 75
-"""A step that exits 75 says "stopped cleanly, continue me"."""
-
-
-class _Word(enum.Enum):
-    """An enum whose members hash by identity (equality already is identity): tallying and
-    tabulating 100,000 Tasks looks up their executions without a Python ``__hash__`` call each."""
-
-    __hash__ = object.__hash__
-
-
-class Execution(_Word):
-    """A Task's execution as ``status`` shows it."""
-
-    NOT_SUBMITTED = "NOT_SUBMITTED"
-    """No work of the Task was accepted, or its last submission was recorded as never sent."""
-    UNRESOLVED = "UNRESOLVED"
-    """An ``sbatch`` was recorded as about to happen and never answered: ``reconcile``."""
-    ACCEPTED = "ACCEPTED"
-    """Slurm accepted the job; offline, nothing more is known."""
-    QUEUED = "QUEUED"
-    """The job is pending, or a step waits for a slot in its lease."""
-    RUNNING = "RUNNING"
-    """The job runs and the Task's step has not returned."""
-    ENDING = "ENDING"
-    """Slurm lists the job as ended; the outcome is final once Slurm forgets it."""
-    SUCCEEDED = "SUCCEEDED"
-    """The step exited 0."""
-    FAILED = "FAILED"
-    """The step exited nonzero on its own (not 75, and not after being told to end)."""
-    STOPPED = "STOPPED"
-    """The step was told to end, yielded (75), or never started; ``detail`` says which."""
-    LOST = "LOST"
-    """The job started, then left Slurm without a word of how the step ended."""
-
-
-class StopReason(_Word):
-    """Why a ``STOPPED`` Task stopped, where the evidence says."""
-
-    NEVER_STARTED = "never started"
-    """Its allocation ended (cancelled, say) before the step began."""
-    TIME_LIMIT = "time limit"
-    """Told to end after the pre-limit signal reached it."""
-    YIELDED = "yielded"
-    """The step exited 75 (:data:`YIELD_EXIT`) and asks to be continued."""
-    BUDGET_SPENT = "budget spent"
-    """The step exited 75 on its chain's last link: its budget is used up."""
-
-
-class Outcome(_Word):
-    """What the campaign recorded of one submission."""
-
-    PENDING = "pending"  # intent durable, no receipt: sbatch may or may not have reached Slurm
-    ACCEPTED = "accepted"
-    NOT_SUBMITTED = "not_submitted"
-
-
-_QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
-_RUNNING_STATES = frozenset(
-    {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING", "STAGE_OUT"}
-)
-
-
-def queued_or_running(state: str) -> bool:
-    """Whether ``squeue``'s state word is of a job still queued or running, not one that ended."""
-    return state in _QUEUED_STATES or state in _RUNNING_STATES
-
-
-class Submission(NamedTuple):
-    """One allocation as the campaign recorded it, with the evidence key of its Target, and the
-    observation it was settled with (then its markers and the queue are never read for it).
-    ``slots`` is a lease link's slot count (None for anything else); ``within`` a step's lease
-    link (ADR 0009), and ``budget`` a step's lifetime budget in seconds, if it was given one.
-
-    This and the other per-Task values of a projection are named tuples, not attrs classes:
-    ``status`` builds several per Task, and a frozen attrs instance costs three times as much.
-    """
-
-    allocation_id: str
-    task_keys: tuple[str, ...]
-    target: str
-    recorded_at: float
-    time_limit: int
-    outcome: Outcome
-    job: int | None = None
-    settled: Observation | None = None
-    chain: ChainLink | None = None
-    slots: int | None = None
-    within: str | None = None
-    budget: int | None = None
-
-
-class RunTime(NamedTuple):
-    """Seconds a Task has run; ``complete`` is False while growing or when a LOST run is counted
-    at its whole time limit (shown with ``~``). ``+`` adds two run times (not tuple joining)."""
-
-    total: int
-    """Seconds run."""
-    complete: bool = True
-    """False while the Task runs, or when a LOST run counts its whole time limit."""
-
-    def __add__(self, other: RunTime) -> RunTime:  # type: ignore[override]
-        return RunTime(self.total + other.total, self.complete and other.complete)
-
-
-class Attempt(NamedTuple):
-    """One Task's slot in one allocation, projected. ``listed`` is whether ``squeue`` lists its
-    job, and None when ``squeue`` was not asked (offline, or its Target's listing is missing);
-    ``link`` is the allocation's place in its chain (None for a plain allocation).
-
-    A lease link is an Attempt of no Task (``task_key`` and ``slot`` None, ``slots`` its slot
-    count) and never makes a Task's status. A step's Attempt names its lease link in ``within``;
-    its ``listed`` is whether its work is still held in Slurm: its lease is listed and the step
-    has neither ended nor been withdrawn (ADR 0009), so a Task is held ``ACTIVE`` no longer."""
-
-    allocation_id: str
-    """The allocation (or lease step) this attempt ran in."""
-    task_key: str | None
-    """Its Task (None for a lease link)."""
-    slot: int | None
-    """Its slot in the allocation (None for a lease link)."""
-    job: int | None
-    """Slurm's job number (None while unresolved or never sent)."""
-    execution: Execution
-    """What this attempt did, as for a Task."""
-    exit_code: int | None
-    """The step's exit code, when its end was recorded."""
-    detail: StopReason | None
-    """Why it stopped, for a ``STOPPED`` attempt where known."""
-    run_time: RunTime | None
-    """How long it ran (None where that is not measured: offline, or no job)."""
-    listed: bool | None
-    """Whether ``squeue`` lists its work (None when Slurm was not asked)."""
-    observation: Observation | None
-    """What its run markers show, with their times."""
-    link: ChainLink | None = None
-    """Its allocation's place in a chain (None outside one)."""
-    slots: int | None = None
-    """A lease link's slot count (None for anything else)."""
-    within: str | None = None
-    """A step's lease link (None for anything else)."""
-
-
-class TaskLink(NamedTuple):
-    """Where a Task's current work is in its chain: link ``position`` of the Task's own ``of``
-    links (``SERVATUS_LINKS``), and its lifetime ``budget`` in seconds (0 without one)."""
-
-    position: int
-    """Which link, from 1."""
-    of: int
-    """How many links the Task has in its chain."""
-    budget: int
-    """Its lifetime budget in seconds (0 without one)."""
-
-
-class TaskStatus(NamedTuple):
-    """One Task's current state: its current work decides
-    (``docs/development/adr/0006-projection.md``), and its run time sums every attempt.
-    ``link`` places that work in its chain (None outside a chain); ``within`` is the lease link
-    that work runs in, when it is a step."""
-
-    key: str
-    """The Task's key."""
-    execution: Execution
-    """The state of its current work."""
-    exit_code: int | None
-    """That work's exit code, when its end was recorded."""
-    detail: StopReason | None
-    """Why it stopped, for a ``STOPPED`` Task where known."""
-    run_time: RunTime | None
-    """How long it has run over all its attempts (None offline)."""
-    allocation_id: str | None
-    """The allocation of its current work (None before any)."""
-    job: int | None
-    """That allocation's job number, when known."""
-    accepted: bool
-    """Whether Slurm ever accepted work of it."""
-    unresolved: bool
-    """Whether one of its submissions has no recorded outcome."""
-    listed: bool
-    """Whether Slurm still lists any of its work."""
-    link: TaskLink | None = None
-    """Where its current work is in its chain (None outside one)."""
-    within: str | None = None
-    """The lease link its current work runs in, when it is a step."""
-
-
-@attrs.frozen
-class Report:
-    """The whole projection: Tasks in roster order, every attempt, counts and warnings."""
-
-    tasks: tuple[TaskStatus, ...]
-    """Each Task's state, in roster order."""
-    attempts: tuple[Attempt, ...]
-    """Every slot of every recorded allocation, lease links and steps included."""
-    warnings: tuple[str, ...]
-    """What ``status`` prints as warnings (a late job, an unread clock)."""
-    online: bool
-    """Whether Slurm was asked (False for ``offline``)."""
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """How many Tasks are in each execution, by its name; executions with none left out."""
-        counted = Counter(task.execution for task in self.tasks)
-        return {state.value: counted[state] for state in Execution if counted[state]}
-
-    @property
-    def quiescent(self) -> bool:
-        """Nothing is queued, running, ending, or unresolved: the picture will not change alone."""
-        moving = {Execution.QUEUED, Execution.RUNNING, Execution.ENDING, Execution.UNRESOLVED}
-        if any(task.execution in moving for task in self.tasks):
-            return False
-        # A lease holds no Task, but while it is queued, runs, or is undecided it still moves.
-        leases = (attempt for attempt in self.attempts if attempt.slots is not None)
-        return self.online and not any(attempt.execution in moving for attempt in leases)
-
-
 _new = tuple.__new__
 """Builds a named tuple from a tuple of its fields, skipping the generated Python ``__new__``,
 which doubles the cost of each of the Attempt per slot and TaskStatus per Task a status builds."""
-
-
-_Decision = tuple[Execution, int | None, StopReason | None]
-_SUCCEEDED: _Decision = (Execution.SUCCEEDED, 0, None)
-_QUEUED: _Decision = (Execution.QUEUED, None, None)
-_RUNNING: _Decision = (Execution.RUNNING, None, None)
-_ENDING: _Decision = (Execution.ENDING, None, None)
-_NEVER_STARTED: _Decision = (Execution.STOPPED, None, StopReason.NEVER_STARTED)
-_TIME_LIMIT: _Decision = (Execution.STOPPED, None, StopReason.TIME_LIMIT)
-_STOPPED: _Decision = (Execution.STOPPED, None, None)
-_LOST: _Decision = (Execution.LOST, None, None)
-
-
-def slot_execution(
-    entry: QueueEntry | None, observation: Observation, slot: int
-) -> tuple[Execution, int | None, StopReason | None]:
-    """A slot's execution from its job's queue entry (if listed) and its allocation's markers."""
-    start, stop, limit, ends, _, _, _ = observation
-    return _execution(entry, start, stop, limit, ends[slot] if slot < len(ends) else None)
-
-
-def _execution(
-    entry: QueueEntry | None,
-    start: float | None,
-    stop: float | None,
-    limit: float | None,
-    end: SlotEnd | None,
-) -> _Decision:
-    """:func:`slot_execution` over an Observation's fields, so ``project`` unpacks it once."""
-    if end is not None:
-        exit_code = end.exit_code
-        if exit_code == 0:
-            return _SUCCEEDED
-        # A nonzero return at or after the stop marker came from the job being told to end
-        # (scancel, the time limit): a stop, not a failure; ENDING while Slurm lists the job,
-        # STOPPED once it is purged.
-        if stop is None or not end.at >= stop:
-            if exit_code == YIELD_EXIT:
-                return Execution.STOPPED, exit_code, StopReason.YIELDED
-            return Execution.FAILED, exit_code, None
-    if entry is not None:
-        state = entry.state
-        if state in _QUEUED_STATES:
-            return _QUEUED
-        if state in _RUNNING_STATES:
-            return _RUNNING
-        return _ENDING
-    if start is None:
-        return _NEVER_STARTED
-    if stop is not None:
-        return _TIME_LIMIT if limit is not None else _STOPPED
-    return _LOST
-
-
-def link_execution(
-    entry: QueueEntry | None, observation: Observation, slot: int, *, last: bool
-) -> tuple[Execution, int | None, StopReason | None]:
-    """A chain link's slot that ran, by the chain rules (docs/development/adr/0006-projection.md): a
-    slot it handed on stopped to continue, ``yielded`` (75) or ``time limit`` (any other nonzero
-    exit), even without a ``stop``; 75 on the ``last`` link of the Task's budget
-    (``ChainLink.spends``) is ``budget spent``; else as a plain allocation's slot."""
-    start, stop, limit, ends, handed, _, _ = observation
-    end = ends[slot] if slot < len(ends) else None
-    if end is not None:
-        exit_code = end.exit_code
-        if exit_code != 0:
-            if slot in handed:
-                if exit_code == YIELD_EXIT:
-                    return Execution.STOPPED, exit_code, StopReason.YIELDED
-                return Execution.STOPPED, exit_code, StopReason.TIME_LIMIT
-            if last and exit_code == YIELD_EXIT and (stop is None or not end.at >= stop):
-                return Execution.STOPPED, exit_code, StopReason.BUDGET_SPENT
-    return _execution(entry, start, stop, limit, end)
-
-
-def slot_run_time(
-    execution: Execution, observation: Observation, slot: int, time_limit: int, now: float
-) -> RunTime:
-    """Seconds between the start marker and the slot's end (or stop); still growing while the
-    job runs, and a LOST run counted at its whole limit, both marked incomplete."""
-    start, stop, _, ends, _, _, _ = observation
-    return _run_time(execution, start, stop, ends, slot, time_limit, now)
-
-
-def _run_time(
-    execution: Execution,
-    start: float | None,
-    stop: float | None,
-    ends: tuple[SlotEnd | None, ...],
-    slot: int,
-    time_limit: int,
-    now: float,
-) -> RunTime:
-    """:func:`slot_run_time` over an Observation's fields, so ``project`` unpacks it once.
-
-    Each span is ``int(span + 0.5)``, clamped at 0: the very operations a chain link's ``awk``
-    does on the same listed mtimes for ``SERVATUS_RUN_TIME`` (ADR 0005), so the two agree to the
-    second, half-second spans included."""
-    if start is None:
-        return _ZERO
-    end = ends[slot] if slot < len(ends) else None
-    if end is not None:
-        total = int(end.at - start + 0.5)
-    elif stop is not None:
-        total = int(stop - start + 0.5)
-    elif execution is Execution.LOST:
-        return RunTime(time_limit, complete=False)
-    elif execution is Execution.RUNNING or execution is Execution.ENDING:
-        total = int(now - start + 0.5)
-        total = total if total < time_limit else time_limit
-        return RunTime(total if total > 0 else 0, complete=False)
-    else:
-        return _ZERO
-    return _new(RunTime, (total if total > 0 else 0, True))
 
 
 _Context = tuple[dict[str, QueueEntry], dict[str, MarkerRecord], float | None]
@@ -549,8 +237,8 @@ def project(
             start, stop, limit, ends, _, _, _ = observation
             for slot, key in enumerate(task_keys):
                 end = ends[slot]
-                execution, exit_code, detail = _execution(entry, start, stop, limit, end)
-                run_time = _run_time(execution, start, stop, ends, slot, time_limit, server_now)
+                execution, exit_code, detail = execution_from(entry, start, stop, limit, end)
+                run_time = run_time_from(execution, start, stop, ends, slot, time_limit, server_now)
                 attempt = _new(
                     Attempt,
                     (allocation_id, key, slot, job, execution, exit_code, detail, run_time,
@@ -719,103 +407,6 @@ def _task_statuses(
     return tasks
 
 
-def cut_chains(submissions: Iterable[Submission]) -> list[tuple[Submission, frozenset[str]]]:
-    """Each chain of Task links cut short: later links of it never reached Slurm (a ``submit``
-    stopped after an earlier link, or ``sbatch`` refused one, or ``reconcile`` recorded one as
-    never submitted), so it ends at its last accepted link before its last planned one. Each
-    comes as that link with the ids of its chain's links up to it. A chain with a link still
-    unresolved is not judged yet: ``reconcile`` decides it first. A lease's links are not a
-    Task's chain and are left out."""
-    root_of: dict[str, str] = {}
-    chains: dict[str, list[Submission]] = {}
-    for submission in submissions:
-        chain = submission.chain
-        if chain is None or submission.slots is not None:
-            continue
-        root = submission.allocation_id if chain.position == 1 else root_of.get(chain.after)
-        if root is None:
-            continue
-        root_of[submission.allocation_id] = root
-        chains.setdefault(root, []).append(submission)
-    cut = []
-    for links in chains.values():
-        if any(link.outcome is Outcome.PENDING for link in links):
-            continue
-        accepted = [link for link in links if link.outcome is _ACCEPTED]
-        if not accepted:
-            continue
-        last = accepted[-1]
-        assert last.chain is not None
-        if last.chain.position < last.chain.of:
-            upto = frozenset(
-                link.allocation_id
-                for link in links
-                if link.chain is not None and link.chain.position <= last.chain.position
-            )
-            cut.append((last, upto))
-    return cut
-
-
-_GOES_ON = frozenset(
-    {
-        Execution.QUEUED,
-        Execution.RUNNING,
-        Execution.ENDING,
-        Execution.ACCEPTED,
-        Execution.UNRESOLVED,
-    }
-)
-_HANDS_ON = frozenset({StopReason.YIELDED, StopReason.TIME_LIMIT})
-
-
-def cut_chain_warnings(
-    submissions: Iterable[Submission], tasks: Iterable[TaskStatus], state: str
-) -> list[str]:
-    """One warning per chain cut short (:func:`cut_chains`) whose Tasks would go on: their
-    current work is one of its links, and it is still going, or it stopped asking for the next
-    link (``yielded``, ``time limit``), which will never come. Each names the chain's last link
-    and the ``plan`` that continues its Tasks under the same budget (or the links it lacks)."""
-    cut = cut_chains(submissions)
-    if not cut:
-        return []
-
-    current = {task.key: task for task in tasks}
-    warnings = []
-    for last, links in cut:
-        chain = last.chain
-        assert chain is not None
-        keys = []
-        for key in last.task_keys:
-            task = current.get(key)
-            if task is None or task.allocation_id not in links:
-                continue
-            if task.execution in _GOES_ON or (
-                task.execution is Execution.STOPPED and task.detail in _HANDS_ON
-            ):
-                keys.append(key)
-        if not keys:
-            continue
-        missing = (
-            f"link {chain.of} was"
-            if chain.position + 1 == chain.of
-            else f"links {chain.position + 1}-{chain.of} were"
-        )
-        more = (
-            f"--budget {format_duration(chain.budget)}"
-            if chain.budget
-            else f"--max-links {chain.of - chain.position}"
-        )
-        retry = " ".join(f"--retry {path_word(key)}" for key in keys)
-        warnings.append(
-            f"chain cut short: allocation {last.allocation_id} (link {chain.position}/"
-            f"{chain.of}) is the last link of its chain that reached Slurm; {missing} never "
-            f"sent, so {', '.join(keys)} stop{'s' if len(keys) == 1 else ''} after it; once it "
-            f"has ended, continue with: servatus plan {path_word(state)} {retry} {more} "
-            "--output continue.json, and the profile it was planned with"
-        )
-    return warnings
-
-
 _NOT_SUBMITTED = Execution.NOT_SUBMITTED
 _UNRESOLVED = Execution.UNRESOLVED
 _ZERO = RunTime(0)
@@ -904,11 +495,11 @@ def _link_attempts(
             execution, exit_code, detail = link_execution(
                 entry, observation, slot, last=chain.spends(slot)
             )
-            run_time = _run_time(execution, start, stop, ends, slot, time_limit, now)
+            run_time = run_time_from(execution, start, stop, ends, slot, time_limit, now)
             ran = True
         else:
-            queued = entry is not None and entry.state in _QUEUED_STATES
-            execution, exit_code, detail = _QUEUED if queued else _NEVER_STARTED
+            queued = entry is not None and entry.state in QUEUED_STATES
+            execution, exit_code, detail = QUEUED if queued else NEVER_STARTED
             run_time, ran = _ZERO, False
         attempt = _new(
             Attempt,
@@ -946,47 +537,13 @@ def _lease_attempt(
         execution, exit_code, detail = _UNOBSERVED[outcome], None, None
     else:
         start, stop, limit = observation[:3]
-        execution, exit_code, detail = _execution(entry, start, stop, limit, None)
-        run_time = _run_time(execution, start, stop, (), 0, time_limit, now)
+        execution, exit_code, detail = execution_from(entry, start, stop, limit, None)
+        run_time = run_time_from(execution, start, stop, (), 0, time_limit, now)
     return _new(
         Attempt,
         (allocation_id, None, None, job, execution, exit_code, detail, run_time, listed,
          observation, chain, slots, None),
     )  # fmt: skip
-
-
-def step_execution(
-    entry: QueueEntry | None, observation: Observation
-) -> tuple[Execution, int | None, StopReason | None]:
-    """A lease step's execution (ADR 0009 "What status reads"): ``entry`` is its lease's queue
-    entry. The first matching row decides: a withdrawn claim, or an end without ``step-start``,
-    never started; an end after ``step-start`` by the plain table with the step's own stop and
-    limit (a nonzero end after the step's ``limit`` stopped at the time limit, the spec's "a
-    step that then exits nonzero"); no ``step-start`` while the lease is listed, queued (an
-    untaken order, or a step waiting for a slot); a started step running while its lease is
-    queued or running, ending while it is listed as ended; once the lease is forgotten, a
-    started step with its ``stop`` stopped (as a plain slot), else lost, and one never started
-    never will."""
-    start, stop, limit, ends, _, _, claim = observation
-    if claim is False:
-        return _NEVER_STARTED
-    end = ends[0]
-    if end is not None:
-        if start is None:
-            return _NEVER_STARTED
-        exit_code = end.exit_code
-        if exit_code != 0 and limit is not None and end.at >= limit:
-            if exit_code == YIELD_EXIT:
-                return Execution.STOPPED, exit_code, StopReason.YIELDED
-            return Execution.STOPPED, exit_code, StopReason.TIME_LIMIT
-        return _execution(None, start, stop, limit, end)  # the step is over, whatever the lease
-    if entry is not None:
-        if start is None:
-            return _QUEUED
-        return _RUNNING if queued_or_running(entry.state) else _ENDING
-    if start is None:
-        return _NEVER_STARTED
-    return _execution(None, start, stop, limit, None)
 
 
 def _step_attempt(
@@ -1015,7 +572,7 @@ def _step_attempt(
     # A step's stop marker is the lease taking a stop request: the step runs on (SIGUSR1, then
     # SIGTERM after signal_before_end), so its run time grows until its end, not its stop.
     running = ends[0] is None and execution in _MOVING
-    run_time = _run_time(execution, start, None if running else stop, ends, 0, time_limit, now)
+    run_time = run_time_from(execution, start, None if running else stop, ends, 0, time_limit, now)
     if listed and (claim is False or ends[0] is not None):
         listed = False
     return _new(
@@ -1069,28 +626,3 @@ def _summary(attempts: list[Attempt]) -> tuple[RunTime | None, bool, bool, bool]
             accepted = True
         listed = listed or attempt.listed is True
     return total, accepted, unresolved, listed
-
-
-def format_run_time(value: RunTime | None) -> str:
-    """``[D-]HH:MM:SS``, with ``~`` for a total still growing or counting a LOST run."""
-    if value is None:
-        return "-"
-    text = format_duration(value.total)
-    return text if value.complete else f"~{text}"
-
-
-RESULT_VALID, RESULT_MISSING, RESULT_UNOBSERVED = "VALID", "MISSING", "UNOBSERVED"
-
-
-def result_of(key: str, valid: Collection[str] | None) -> str:
-    """The probe's word on a Task's result: ``UNOBSERVED`` without a probe."""
-    if valid is None:
-        return RESULT_UNOBSERVED
-    return RESULT_VALID if key in valid else RESULT_MISSING
-
-
-def execution_text(task: TaskStatus) -> str:
-    """``STOPPED (time limit)`` and the like: the execution with its detail."""
-    if task.detail is None:
-        return task.execution.value
-    return f"{task.execution.value} ({task.detail.value})"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from servatus.engine.status import (
+from servatus.engine.status_values import (
     RESULT_VALID,
     Execution,
     Report,

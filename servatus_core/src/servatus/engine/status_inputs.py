@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from servatus.config import target_from_identity
-from servatus.engine.status import Outcome, Submission
+from servatus.engine.status_values import Outcome, Submission
 from servatus.evidence import Evidence, Observation
 from servatus.journal.records import CampaignState
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 import attrs
 
 from servatus.config import Target, target_from_identity
-from servatus.engine.status import Execution, Outcome, Report, Submission, queued_or_running
+from servatus.engine.slots import queued_or_running
 from servatus.engine.status_inputs import submissions
+from servatus.engine.status_values import Execution, Outcome, Report, Submission
 from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence, MarkerKind
 from servatus.ids import job_name

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from servatus.config import Profile
 from servatus.continuation import Continuation
 from servatus.engine.plan import Plan, Request, Work
-from servatus.engine.status import Report
+from servatus.engine.status_values import Report
 from servatus.evidence import Evidence
 from servatus.journal import records
 from servatus.operations import observation, planning

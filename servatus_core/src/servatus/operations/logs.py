@@ -7,8 +7,8 @@ import shlex
 from collections.abc import Sequence
 
 from servatus.config import target_from_identity
-from servatus.engine.status import Execution, Report, StopReason
 from servatus.engine.status_inputs import submissions
+from servatus.engine.status_values import Execution, Report, StopReason
 from servatus.errors import ConfigurationError, ServatusError, Unavailable, UnsafeFilesystem
 from servatus.journal import records
 from servatus.operations.context import Context

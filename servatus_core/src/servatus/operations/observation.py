@@ -12,8 +12,9 @@ import attrs
 
 from servatus.config import target_from_identity
 from servatus.engine.settlement import listed, queries, settle
-from servatus.engine.status import Execution, Report, Submission, project
+from servatus.engine.status import project
 from servatus.engine.status_inputs import clock_warnings, submissions
+from servatus.engine.status_values import Execution, Report, Submission
 from servatus.errors import Busy, ServatusError
 from servatus.evidence import Evidence, MarkerQuery, fetch
 from servatus.journal import records, store

@@ -13,8 +13,8 @@ from servatus.config import Profile, Resources, Target, profile_problems, target
 from servatus.continuation import Continuation
 from servatus.engine.plan import Plan, Request, Work, consults, work_from_report
 from servatus.engine.planning import make_plan, make_step_plan
-from servatus.engine.status import Outcome
 from servatus.engine.status_inputs import submissions
+from servatus.engine.status_values import Outcome
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence
 from servatus.journal import records

@@ -24,9 +24,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import attrs
 
 from servatus.config import target_from_identity
+from servatus.engine.chain_cuts import cut_chain_warnings
 from servatus.engine.settlement import listed, queries, settle
-from servatus.engine.status import Outcome, Submission, cut_chain_warnings
 from servatus.engine.status_inputs import submissions
+from servatus.engine.status_values import Outcome, Submission
 from servatus.errors import ConfigurationError, Unavailable
 from servatus.evidence import Evidence
 from servatus.ids import ALLOCATION_ID, job_name
