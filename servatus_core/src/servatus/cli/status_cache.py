@@ -45,6 +45,7 @@ from servatus.cli.render import (
     summary_lines,
     terminal_text,
 )
+from servatus.engine.cacheable import partition
 from servatus.engine.plan import (
     Plan,
     Request,
@@ -68,10 +69,10 @@ from servatus.journal import codec, folding, records, store
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
-    from servatus.campaign import HeldState
     from servatus.config import Profile
     from servatus.continuation import Continuation
     from servatus.evidence import Evidence
+    from servatus.operations.held import HeldState
     from servatus.tasks import Roster
     from servatus.transport import Connect
 
@@ -194,64 +195,6 @@ def file_name(*, offline: bool, as_json: bool) -> str:
 # -- pure parts ---------------------------------------------------------------------------------
 
 
-def partition(state: records.CampaignState) -> tuple[frozenset[str], frozenset[str]]:
-    """The Tasks a cache may hold and their allocations: the components (Tasks and allocations
-    joined by a slot, a chain's ``after`` or a step's ``within``) whose every allocation is
-    settled, less Tasks never submitted, and less a chain whose later links were never recorded:
-    whether it was cut short is ``status``'s warning to give, every time
-    (:func:`~servatus.engine.status.cut_chain_warnings`)."""
-    keys = state.tasks.keys
-    index = {key: position for position, key in enumerate(keys)}
-    intents = state.intents
-    allocations = {intent.allocation_id: len(keys) + j for j, intent in enumerate(intents)}
-    parent = list(range(len(keys) + len(intents)))
-
-    def root(node: int) -> int:
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-    def join(one: int, other: int) -> None:
-        one, other = root(one), root(other)
-        if one != other:
-            parent[one] = other
-
-    submitted = bytearray(len(keys))
-    unknown: list[int] = []
-    followed = {intent.chain.after for intent in intents if intent.chain is not None}
-    for j, intent in enumerate(intents):
-        node = len(keys) + j
-        for key in intent.task_keys:
-            join(node, index[key])
-            submitted[index[key]] = 1
-        for joined in (intent.chain.after if intent.chain else "", intent.within or ""):
-            if joined in allocations:
-                join(node, allocations[joined])
-            elif joined:
-                unknown.append(node)  # a link after no recorded allocation: never cached
-        chain = intent.chain
-        if (
-            chain is not None
-            and chain.position < chain.of
-            and intent.lease is None
-            and intent.allocation_id not in followed
-        ):
-            unknown.append(node)  # its chain stops before its last link: never cached
-    settled = {item.allocation_id for item in state.settlements}
-    live = {root(len(keys) + j) for j, i in enumerate(intents) if i.allocation_id not in settled}
-    live.update(map(root, unknown))
-    tasks = frozenset(
-        key
-        for position, key in enumerate(keys)
-        if submitted[position] and root(position) not in live
-    )
-    held = frozenset(
-        intent.allocation_id for j, intent in enumerate(intents) if root(len(keys) + j) not in live
-    )
-    return tasks, held
-
-
 def runs(cached: Iterable[bool]) -> tuple[int, ...]:
     """Alternating counts of cached and live items, a cached run first (maybe 0)."""
     counts: list[int] = []
@@ -350,12 +293,12 @@ def _rules() -> str:
     import servatus  # noqa: PLC0415
     from servatus import evidence  # noqa: PLC0415
     from servatus.cli import render  # noqa: PLC0415
-    from servatus.engine import settlement, status  # noqa: PLC0415
+    from servatus.engine import cacheable, settlement, status  # noqa: PLC0415
 
     digest = hashlib.sha256(servatus.__version__.encode())
+    modules = (evidence, render, cacheable, settlement, status)
     sources = [
-        getattr(module, "__file__", None)
-        for module in (evidence, render, settlement, status, records, folding, codec, store)
+        getattr(module, "__file__", None) for module in (*modules, records, folding, codec, store)
     ]
     for source in (*sources, __file__):
         if source is None:
@@ -575,7 +518,7 @@ def _campaign(
 ) -> HeldState:
     """The campaign at ``directory`` holding ``state``, read from its journal at ``version``
     (the whole state, or a cache's remainder)."""
-    from servatus.campaign import HeldState  # noqa: PLC0415 - it imports the engine
+    from servatus.operations.held import HeldState  # noqa: PLC0415 - it imports the engine
 
     return HeldState(directory, state, version, connect)
 
