@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from servatus.cli.status_cache import join, join_texts, partition, run_texts, runs, widen
+from servatus.cli.status_cache import join, join_texts, run_texts, runs, widen
+from servatus.engine.cacheable import partition
 from servatus.engine.settlement import queries
 from servatus.engine.status_inputs import submissions
 from servatus.evidence import SlotEnd

@@ -15,7 +15,7 @@ import pytest
 from test_status_cache import assert_cached_same, cache_files, loads, mixed_sweep, sweep
 
 from servatus import Campaign, Task
-from servatus.cli import status_cache
+from servatus.cli import status_cache_file
 from servatus.config import Profile
 from servatus.journal import store
 from servatus.testing import FakeScheduler
@@ -205,7 +205,9 @@ def test_a_resolved_cached_allocation_makes_a_first_plan_read_slurm(
     state = campaign.path
     assert_cached_same(state, fake, capsys, loads)
     header = json.loads(
-        (state / status_cache.file_name(offline=True, as_json=False)).read_bytes().split(b"\n")[1]
+        (state / status_cache_file.file_name(offline=True, as_json=False))
+        .read_bytes()
+        .split(b"\n")[1]
     )
     assert header["resolved"] is True and header["cached_tasks"] == 2
     shown = assert_planned_same(state, fake, capsys, loads, [*config(tmp_path), "--json"])
@@ -224,7 +226,7 @@ def test_a_damaged_planning_part_plans_from_the_whole_journal(planner: Planner) 
     for path in cache_files(state):
         if path.name.endswith(".json"):
             path.unlink()  # a plan would fall back to them
-    cache = state / status_cache.file_name(offline=False, as_json=False)
+    cache = state / status_cache_file.file_name(offline=False, as_json=False)
     rest = cache.read_bytes().split(b"\n", 1)[1]
     for old, new in (
         (b'"of":[', b'"of":[0,'),  # one index too many
@@ -236,12 +238,12 @@ def test_a_damaged_planning_part_plans_from_the_whole_journal(planner: Planner) 
         header = json.loads(head)
         header["planning"] += len(new) - len(old)
         changed = json.dumps(header).encode() + b"\n" + body.replace(old, new, 1)
-        cache.write_bytes(status_cache.FORMAT + b"%08x\n" % zlib.crc32(changed) + changed)
+        cache.write_bytes(status_cache_file.FORMAT + b"%08x\n" % zlib.crc32(changed) + changed)
         planner.same(["--retry-failed"], cached=False)
         loads.clear()
         assert run(["status", str(state)], fake, capsys)[0] == 0
         assert loads == [], "the status did not answer from its rows"
-        cache.write_bytes(status_cache.FORMAT + b"%08x\n" % zlib.crc32(rest) + rest)
+        cache.write_bytes(status_cache_file.FORMAT + b"%08x\n" % zlib.crc32(rest) + rest)
 
 
 def test_a_resolution_recorded_after_the_cache_makes_a_first_plan_read_slurm(

@@ -16,7 +16,7 @@ from chainkit import chain_campaign
 from test_lease_steps import CONTAINED, leased, write
 
 from servatus import Campaign, Task
-from servatus.cli import status_cache
+from servatus.cli import status_cache, status_cache_file
 from servatus.config import Profile
 from servatus.journal import codec, folding, records, store
 from servatus.testing import FakeScheduler
@@ -50,7 +50,7 @@ def uncached(
     state: Path, fake: FakeScheduler, capsys: pytest.CaptureFixture[str], args: list[str]
 ) -> tuple[int, str, str]:
     """``status`` with no cache to read and none written: the reference."""
-    name = status_cache.file_name(offline="--offline" in args, as_json="--json" in args)
+    name = status_cache_file.file_name(offline="--offline" in args, as_json="--json" in args)
     (state / name).unlink(missing_ok=True)
     saved = status_cache.MIN_CACHED
     status_cache.MIN_CACHED = 10**9
@@ -68,7 +68,7 @@ def assert_cached_same(
     for args in MODES:
         reference = uncached(state, fake, capsys, args)
         assert run(["status", str(state), *args], fake, capsys) == reference, args
-        name = status_cache.file_name(offline="--offline" in args, as_json="--json" in args)
+        name = status_cache_file.file_name(offline="--offline" in args, as_json="--json" in args)
         assert (state / name).exists(), (args, "no cache written")
         for _ in range(2):
             loads.clear()
@@ -173,11 +173,11 @@ def test_a_cache_that_does_not_hold_is_never_used(
     _campaign, fake, state = sweep
     reference = uncached(state, fake, capsys, [])
     assert run(["status", str(state)], fake, capsys) == reference  # writes the cache again
-    cache = state / status_cache.file_name(offline=False, as_json=False)
+    cache = state / status_cache_file.file_name(offline=False, as_json=False)
     good = cache.read_bytes()
 
     def sealed(rest: bytes) -> bytes:  # a file whose checksum holds, what it says or not
-        return status_cache.FORMAT + b"%08x\n" % zlib.crc32(rest) + rest
+        return status_cache_file.FORMAT + b"%08x\n" % zlib.crc32(rest) + rest
 
     rest = good.split(b"\n", 1)[1]
     damaged = [
@@ -306,11 +306,11 @@ def test_a_cache_is_read_only_in_the_mode_and_form_it_was_made_for(
     loads: list[int],
 ) -> None:
     _campaign, fake, state = sweep
-    online = state / status_cache.file_name(offline=False, as_json=False)
+    online = state / status_cache_file.file_name(offline=False, as_json=False)
     assert run(["status", str(state)], fake, capsys)[0] == 0
     for args in MODES[1:]:
         reference = uncached(state, fake, capsys, args)
-        name = status_cache.file_name(offline="--offline" in args, as_json="--json" in args)
+        name = status_cache_file.file_name(offline="--offline" in args, as_json="--json" in args)
         shutil.copy(online, state / name)  # the online table's cache, under another's name
         loads.clear()
         assert run(["status", str(state), *args], fake, capsys) == reference, args
@@ -375,7 +375,7 @@ def test_a_journal_rewritten_under_the_cache_is_read_whole(
     _campaign, fake, state = sweep
     journal = state / store.JOURNAL
     assert run(["status", str(state)], fake, capsys)[0] == 0
-    cache = state / status_cache.file_name(offline=False, as_json=False)
+    cache = state / status_cache_file.file_name(offline=False, as_json=False)
     length = json.loads(cache.read_bytes().split(b"\n")[1])["length"]
     data = journal.read_bytes()
     assert length == len(data)

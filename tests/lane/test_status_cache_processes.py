@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_settle_processes import CRASH_SYSCALLS, make_sweep
 
-from servatus.cli import status_cache
+from servatus.cli import status_cache, status_cache_file
 from servatus.journal import store
 from testkit import count_calls
 
@@ -46,8 +46,8 @@ def cache_holds(state: Path, *, as_json: bool = False) -> bool:
     saved = status_cache.MIN_CACHED
     try:
         status_cache.MIN_CACHED = 1
-        name_of = status_cache.file_name(offline=False, as_json=as_json)
-        found = status_cache.read_cache(state, name_of, data, name)
+        name_of = status_cache_file.file_name(offline=False, as_json=as_json)
+        found = status_cache_file.read_cache(state, name_of, data, name)
     finally:
         status_cache.MIN_CACHED = saved
     return found is not None

@@ -1,5 +1,8 @@
-"""The status cache (ADR 0010): the finished rows of settled Tasks, kept beside the journal, so
-that ``servatus status`` of a large campaign decodes, projects and renders only its live work.
+"""When the status cache (ADR 0010) answers ``status`` and ``plan``, and writing it after one.
+
+The cache holds the finished rows of settled Tasks beside the journal, so that ``servatus
+status`` of a large campaign decodes, projects and renders only its live work; its file is
+:mod:`servatus.cli.status_cache_file`, which Tasks it may hold :mod:`servatus.engine.cacheable`.
 
 A cache is derived data, trusted only as far as it is checked. It names a prefix of the journal
 (its length and SHA-256) and the rules it was made by (a digest of the code that projects and
@@ -18,22 +21,14 @@ as finished text, so joining them costs a copy, not a projection. The Python API
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import itertools
-import json
 import operator
-import os
-import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from cattrs.preconf.json import make_converter
 
 from servatus.cli.render import (
     STATUS_HEADER,
@@ -45,6 +40,16 @@ from servatus.cli.render import (
     summary_lines,
     terminal_text,
 )
+from servatus.cli.status_cache_file import (
+    Cached,
+    Contents,
+    Planning,
+    file_name,
+    read_cache,
+    read_planning,
+    write_cache,
+)
+from servatus.engine.cacheable import partition
 from servatus.engine.plan import (
     Plan,
     Request,
@@ -55,116 +60,24 @@ from servatus.engine.plan import (
     work_from_report,
 )
 from servatus.engine.status_document import status_document
-from servatus.engine.status_values import Execution, Report, RunTime, TaskLink, TaskStatus
-from servatus.files import read_all, write_all
-from servatus.ids import ALLOCATION_ID_HEX
-from servatus.journal import codec, folding, records, store
+from servatus.engine.status_values import Execution, Report, TaskStatus
+from servatus.journal import codec, records, store
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
-    from servatus.campaign import HeldState
     from servatus.config import Profile
     from servatus.continuation import Continuation
     from servatus.evidence import Evidence
+    from servatus.operations.held import HeldState
     from servatus.tasks import Roster
     from servatus.transport import Connect
 
-FORMAT = b"servatus.status-cache/2 "
-"""How a cache file starts; the CRC-32 of the rest (its header line and body) follows in hex."""
 MIN_CACHED = 1000
 """Fewer settled Tasks than this (or than half the campaign) are projected faster than a cache
 is written and read."""
 
 MIN_SHARE = 0.5
 """Nor is a cache worth it while fewer than this share of the Tasks are settled."""
-
-_TAIL_BYTES = 8 << 20
-"""Records past the cached prefix are folded on every status; beyond this share of the prefix
-(and this many bytes), the whole journal is read once and the cache written again."""
-
-_STALE_TEMPORARY = 600.0
-"""Seconds after which a cache's temporary file is a killed writer's, and removed."""
-
-
-@attrs.frozen
-class Header:
-    """What a cache file says of itself, before its body: the checks, then how to join. The
-    body is the remainder's snapshot (``remainder`` bytes), the cached allocations' ids run
-    together (``held`` bytes), for ``plan`` the cached Tasks it may select as one Appended
-    record (``contents`` bytes) and the :class:`Planning` document (``planning`` bytes), then
-    the cached texts, a line each. ``resolved``: a cached allocation was resolved by
-    ``reconcile`` (a plan then reads Slurm)."""
-
-    name: str
-    rules: str
-    length: int
-    digest: str
-    remainder: int
-    held: int
-    targets: tuple[str, ...]
-    tasks: tuple[int, ...]
-    attempts: tuple[int, ...]
-    cached_tasks: int
-    cached_attempts: int
-    counts: dict[str, int]
-    succeeded: bool
-    widths: tuple[int, ...]
-    settled_live: int
-    contents: int
-    planning: int
-    resolved: bool
-
-
-@attrs.frozen
-class Planning:
-    """What ``plan`` reads of the cached Tasks: their keys in roster order, and each one's
-    earlier work, an index into the distinct ``works``."""
-
-    keys: tuple[str, ...]
-    works: tuple[TaskWork, ...]
-    of: tuple[int, ...]
-
-
-_HEADERS = make_converter(forbid_extra_keys=True)
-
-
-def _all_of(kind: type[Any]) -> Callable[[Any, Any], tuple[Any, ...]]:
-    """A strict structure hook for a JSON array of one scalar type, one C loop for a planning
-    part's 100,000 keys where cattrs' own calls a hook per item."""
-
-    def structure(value: Any, _: Any) -> tuple[Any, ...]:
-        if type(value) is not list or not all(type(item) is kind for item in value):
-            raise TypeError(f"not an array of {kind.__name__}")
-        return tuple(value)
-
-    return structure
-
-
-for _scalar in (str, int):
-    _HEADERS.register_structure_hook_func(
-        functools.partial(operator.eq, tuple[_scalar, ...]),  # type: ignore[valid-type]
-        _all_of(_scalar),
-    )
-_HEADERS.register_structure_hook(
-    RunTime, lambda value, _: RunTime(*_HEADERS.structure(value, tuple[int, bool]))
-)
-_HEADERS.register_structure_hook(
-    TaskLink, lambda value, _: TaskLink(*_HEADERS.structure(value, tuple[int, int, int]))
-)
-
-
-@attrs.frozen
-class Cached:
-    """A cache that holds for the journal read: its header, the state it leaves live (the
-    journal's later records folded on), its finished texts (rows, or JSON of Tasks then of
-    allocations), and for ``plan`` the content of the cached Tasks it may select and the
-    :class:`Planning` document, both still encoded."""
-
-    header: Header
-    state: records.CampaignState
-    texts: list[str]
-    contents: bytes
-    planning: bytes
 
 
 @attrs.frozen
@@ -179,71 +92,7 @@ class View:
     record_warning: str | None
 
 
-def file_name(*, offline: bool, as_json: bool) -> str:
-    return (
-        f"{store.STATUS_CACHE}{'offline' if offline else 'online'}.{'json' if as_json else 'table'}"
-    )
-
-
 # -- pure parts ---------------------------------------------------------------------------------
-
-
-def partition(state: records.CampaignState) -> tuple[frozenset[str], frozenset[str]]:
-    """The Tasks a cache may hold and their allocations: the components (Tasks and allocations
-    joined by a slot, a chain's ``after`` or a step's ``within``) whose every allocation is
-    settled, less Tasks never submitted, and less a chain whose later links were never recorded:
-    whether it was cut short is ``status``'s warning to give, every time
-    (:func:`~servatus.engine.chain_cuts.cut_chain_warnings`)."""
-    keys = state.tasks.keys
-    index = {key: position for position, key in enumerate(keys)}
-    intents = state.intents
-    allocations = {intent.allocation_id: len(keys) + j for j, intent in enumerate(intents)}
-    parent = list(range(len(keys) + len(intents)))
-
-    def root(node: int) -> int:
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-    def join(one: int, other: int) -> None:
-        one, other = root(one), root(other)
-        if one != other:
-            parent[one] = other
-
-    submitted = bytearray(len(keys))
-    unknown: list[int] = []
-    followed = {intent.chain.after for intent in intents if intent.chain is not None}
-    for j, intent in enumerate(intents):
-        node = len(keys) + j
-        for key in intent.task_keys:
-            join(node, index[key])
-            submitted[index[key]] = 1
-        for joined in (intent.chain.after if intent.chain else "", intent.within or ""):
-            if joined in allocations:
-                join(node, allocations[joined])
-            elif joined:
-                unknown.append(node)  # a link after no recorded allocation: never cached
-        chain = intent.chain
-        if (
-            chain is not None
-            and chain.position < chain.of
-            and intent.lease is None
-            and intent.allocation_id not in followed
-        ):
-            unknown.append(node)  # its chain stops before its last link: never cached
-    settled = {item.allocation_id for item in state.settlements}
-    live = {root(len(keys) + j) for j, i in enumerate(intents) if i.allocation_id not in settled}
-    live.update(map(root, unknown))
-    tasks = frozenset(
-        key
-        for position, key in enumerate(keys)
-        if submitted[position] and root(position) not in live
-    )
-    held = frozenset(
-        intent.allocation_id for j, intent in enumerate(intents) if root(len(keys) + j) not in live
-    )
-    return tasks, held
 
 
 def runs(cached: Iterable[bool]) -> tuple[int, ...]:
@@ -334,125 +183,6 @@ def _array(texts: Iterable[str]) -> str:
     return "[" + ", ".join(text for text in texts if text) + "]"
 
 
-# -- the rules it was made by -------------------------------------------------------------------
-
-
-@functools.cache
-def _rules() -> str:
-    """A digest of the code a cached row comes from: another version of it projects or
-    renders differently, and its cache is not trusted."""
-    import servatus  # noqa: PLC0415
-    from servatus import evidence  # noqa: PLC0415
-    from servatus.cli import render  # noqa: PLC0415
-    from servatus.engine import chain_cuts, settlement, slots, status, status_values  # noqa: PLC0415
-
-    digest = hashlib.sha256(servatus.__version__.encode())
-    sources = [
-        getattr(module, "__file__", None)
-        for module in (
-            evidence,
-            render,
-            settlement,
-            status,
-            status_values,
-            slots,
-            chain_cuts,
-            records,
-            folding,
-            codec,
-            store,
-        )
-    ]
-    for source in (*sources, __file__):
-        if source is None:
-            return ""
-        digest.update(Path(source).read_bytes())
-    return digest.hexdigest()
-
-
-# -- reading ------------------------------------------------------------------------------------
-
-
-def read_cache(path: Path, name: str, data: bytes, journal: str) -> Cached | None:
-    """The cache ``name`` of the campaign at ``path``, if it holds for the journal ``data``;
-    None otherwise (no cache, a damaged one, another prefix or rules, a record it cannot take)."""
-    try:
-        fd = os.open(path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        content = read_all(fd)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return _holds(content, data, journal, name)
-    except Exception:  # whatever is wrong with a cache, the whole journal answers
-        return None
-
-
-def _holds(content: bytes, data: bytes, journal: str, name: str) -> Cached | None:
-    if not content.startswith(FORMAT):
-        return None
-    start = len(FORMAT) + 9
-    if content[start - 1 : start] != b"\n" or zlib.crc32(memoryview(content)[start:]) != int(
-        content[len(FORMAT) : start - 1], 16
-    ):
-        return None
-    newline = content.index(b"\n", start)
-    header = _HEADERS.structure(json.loads(content[start:newline]), Header)
-    body = memoryview(content)[newline + 1 :]
-    if header.name != name or not _consistent(header) or header.rules != _rules():
-        return None
-    length = header.length
-    if length > len(data) or hashlib.sha256(memoryview(data)[:length]).hexdigest() != header.digest:
-        return None
-    if len(data) - length > max(_TAIL_BYTES, length // 4):
-        return None
-    snapshot = codec.decode(bytes(body[: header.remainder]))
-    if not isinstance(snapshot, records.Snapshot):
-        return None
-    into = folding.Fold()
-    into.apply(snapshot)
-    held = str(body[header.remainder : header.remainder + header.held], "ascii")
-    for payload in codec.scan(data, journal, start=length).payloads:
-        change = codec.decode(payload)
-        if isinstance(change, records.Appended):
-            return None  # its keys might be cached ones: a journal the whole fold refuses
-        if isinstance(change, records.Intent) and change.allocation_id in held:
-            return None  # a cached allocation's id again (or a match across two): the same
-        after = change.chain.after if isinstance(change, records.Intent) and change.chain else ""
-        if after and after not in into.intents:
-            return None  # the link after a cached allocation
-        into.apply(change)  # Rejected for a record about a cached Task or allocation
-    if len(into.settlements) - header.settled_live > max(MIN_CACHED, header.cached_tasks // 4):
-        return None  # settled since, projected on every status: time to cache them too
-    at = header.remainder + header.held
-    contents = bytes(body[at : at + header.contents])
-    planning = bytes(body[at + header.contents : at + header.contents + header.planning])
-    texts = str(body[at + header.contents + header.planning :], "utf-8").split("\n")
-    runs_held = len(header.tasks[0::2]) + len(header.attempts[0::2])
-    if len(texts) != (header.cached_tasks if header.widths else runs_held):
-        return None
-    return Cached(header, into.freeze(), texts, contents, planning)
-
-
-def _consistent(header: Header) -> bool:
-    """Whether a header's numbers fit together (a checksum proves only that they were written)."""
-    numbers = [*header.tasks, *header.attempts, *header.widths, *header.counts.values()]
-    numbers += (header.remainder, header.contents, header.planning)
-    return (
-        min(numbers, default=0) >= 0
-        and sum(header.tasks[0::2]) == header.cached_tasks == sum(header.counts.values())
-        and sum(header.attempts[0::2]) == header.cached_attempts
-        and header.held == ALLOCATION_ID_HEX * header.cached_attempts
-        and header.counts.keys() <= {state.value for state in Execution}
-        and header.succeeded == (header.counts.keys() <= {Execution.SUCCEEDED.value})
-        and len(header.widths) == (0 if header.name.endswith(".json") else len(STATUS_HEADER) - 1)
-    )
-
-
 # -- the command -------------------------------------------------------------------------------
 
 
@@ -465,7 +195,7 @@ def view(path: str | Path, *, offline: bool, as_json: bool, connect: Connect | N
     name = file_name(offline=offline, as_json=as_json)
     evidence = None
     with bulk():
-        cached = read_cache(directory, name, data, journal)
+        cached = _answering(directory, name, data, journal)
     if cached is not None:
         campaign = _campaign(directory, cached.state, version, connect)
         targets = cached.header.targets
@@ -533,7 +263,7 @@ def _cached_plan(
         cached = _either_form(directory, data, journal, offline=not asked)
         if cached is not None and not asked and _resolved(cached):
             cached = _either_form(directory, data, journal, offline=False)
-        found = None if cached is None else _planning(cached)
+        found = None if cached is None else read_planning(cached)
     if cached is None or found is None:
         return None
     works, content = found
@@ -562,10 +292,24 @@ def _cached_plan(
     return made
 
 
+def _answering(directory: Path, name: str, data: bytes, journal: str) -> Cached | None:
+    """The cache ``name`` if it holds for the journal and still saves work: not once more Tasks
+    settled since than it is worth projecting on every status (time to cache them too)."""
+    cached = read_cache(directory, name, data, journal)
+    if cached is None:
+        return None
+    header = cached.header
+    if len(cached.state.settlements) - header.settled_live > max(
+        MIN_CACHED, header.cached_tasks // 4
+    ):
+        return None
+    return cached
+
+
 def _either_form(directory: Path, data: bytes, journal: str, *, offline: bool) -> Cached | None:
     """A cache of the mode that holds, of either form: each keeps the same planning part."""
     for as_json in (False, True):
-        cached = read_cache(directory, file_name(offline=offline, as_json=as_json), data, journal)
+        cached = _answering(directory, file_name(offline=offline, as_json=as_json), data, journal)
         if cached is not None:
             return cached
     return None
@@ -581,7 +325,7 @@ def _campaign(
 ) -> HeldState:
     """The campaign at ``directory`` holding ``state``, read from its journal at ``version``
     (the whole state, or a cache's remainder)."""
-    from servatus.campaign import HeldState  # noqa: PLC0415 - it imports the engine
+    from servatus.operations.held import HeldState  # noqa: PLC0415 - it imports the engine
 
     return HeldState(directory, state, version, connect)
 
@@ -590,31 +334,6 @@ def _all_read(evidence: Mapping[str, Evidence]) -> bool:
     """Whether every Target's queue and marker listing was read: cached rows and work are
     those of a command that read them all."""
     return all(item.queue is not None and item.markers is not None for item in evidence.values())
-
-
-def _planning(cached: Cached) -> tuple[dict[str, TaskWork], Roster] | None:
-    """The planning part of ``cached`` decoded and checked against its header, or None: each
-    cached Task's earlier work by key (in roster order), and the content of those a plan may
-    select unasked."""
-    header = cached.header
-    try:
-        planning = _HEADERS.structure(json.loads(cached.planning), Planning)
-        appended = codec.decode(cached.contents)
-    except Exception:  # whatever is wrong with a cache, the whole journal answers
-        return None
-    if not isinstance(appended, records.Appended) or len(planning.keys) != header.cached_tasks:
-        return None
-    if len(planning.of) != len(planning.keys) or not all(
-        0 <= index < len(planning.works) for index in planning.of
-    ):
-        return None
-    works = dict(zip(planning.keys, map(planning.works.__getitem__, planning.of), strict=True))
-    content = appended.tasks
-    if len(works) != len(planning.keys) or not works.keys().isdisjoint(cached.state.tasks.keys):
-        return None
-    if not all(key in works for key in content.keys):
-        return None
-    return works, content
 
 
 Write = Callable[[Path, str, memoryview], None]
@@ -736,9 +455,7 @@ def _writer(
     insides of the JSON arrays of each cached run)."""
 
     def write(path: Path, name: str, prefix: memoryview) -> None:
-        """Write the cache ``name`` for ``state``, as the journal's ``prefix`` says it; nothing
-        if the write fails (it is only a cache). Written aside and renamed in, unsynced: a torn
-        cache fails its checksum."""
+        """Write the cache ``name`` for ``state``, as the journal's ``prefix`` says it."""
         flags, held = split
         executions = [
             task.execution for task, cached in zip(report.tasks, flags, strict=True) if cached
@@ -751,49 +468,29 @@ def _writer(
             for intent, cached in zip(state.intents, held, strict=True)
             if cached
         )
-        rest = store.remainder(state, tasks, allocations)
-        remainder = codec.encode(records.Snapshot(rest))
-        ids = "".join(allocation_id for allocation_id in allocations).encode("ascii")
-        contents, planning = _for_planning(state, report, flags)
-        try:
-            body = remainder + ids + contents + planning + "\n".join(texts).encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate in a key: not worth a cache of its own
-            return
-        identities = state.target_identities()
-        header = Header(
-            name=name,
-            rules=_rules(),
-            length=len(prefix),
-            digest=hashlib.sha256(prefix).hexdigest(),
-            remainder=len(remainder),
-            held=len(ids),
-            targets=tuple(dict.fromkeys(identities[intent.target] for intent in state.intents)),
-            tasks=runs(flags),
-            attempts=runs(held),
-            cached_tasks=len(tasks),
-            cached_attempts=len(allocations),
+        planning, selectable = _for_planning(state, report, flags)
+        contents = Contents(
+            state=state,
+            cached=tasks,
+            held=allocations,
+            task_runs=runs(flags),
+            attempt_runs=runs(held),
             counts=dict(Counter(execution.value for execution in executions)),
-            succeeded=all(execution is Execution.SUCCEEDED for execution in executions),
+            selectable=selectable,
+            planning=planning,
+            texts=texts,
             widths=tuple(widths),
-            settled_live=len(rest.settlements),
-            contents=len(contents),
-            planning=len(planning),
-            resolved=any(item.allocation_id in allocations for item in state.resolutions),
         )
-        if not header.rules:
-            return
-        head = json.dumps(_HEADERS.unstructure(header), separators=(",", ":")).encode("ascii")
-        content = head + b"\n" + body
-        _replace(path, name, FORMAT + b"%08x\n" % zlib.crc32(content) + content)
+        write_cache(path, name, prefix, contents)
 
     return write
 
 
 def _for_planning(
     state: records.CampaignState, report: Report, flags: Sequence[bool]
-) -> tuple[bytes, bytes]:
-    """The cached Tasks ``plan`` may select unasked (:func:`selectable_unasked`), as one
-    Appended record of their stored content, and the :class:`Planning` document of them all."""
+) -> tuple[Planning, Roster]:
+    """The :class:`Planning` document of the cached Tasks, and the stored content of those
+    ``plan`` may select unasked (:func:`selectable_unasked`)."""
     keys: list[str] = []
     index: dict[tuple[Any, ...], int] = {}  # a Task's work fields: hashing a tuple is cheap
     works: list[TaskWork] = []
@@ -814,34 +511,10 @@ def _for_planning(
         if selectable[at]:
             content.append((task.key, item))
     roster = records.stored_roster(tuple(key for key, _ in content), [item for _, item in content])
-    document = _HEADERS.unstructure(Planning(tuple(keys), tuple(works), tuple(of)))
-    planning = json.dumps(document, separators=(",", ":")).encode("ascii")
-    return codec.encode(records.Appended(roster)), planning
+    return Planning(tuple(keys), tuple(works), tuple(of)), roster
 
 
 _WORK_FIELDS = operator.itemgetter(
     *(TaskStatus._fields.index(field.name) for field in attrs.fields(TaskWork))
 )
 """A TaskStatus's fields that make its :class:`TaskWork`, in that class's order."""
-
-
-def _replace(path: Path, name: str, content: bytes) -> None:
-    temporary = f"{name}.{os.getpid()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path / temporary, flags, store.FILE_MODE)
-        try:
-            write_all(fd, content, 0)
-        finally:
-            os.close(fd)
-        os.replace(path / temporary, path / name)
-    except OSError:
-        with suppress(OSError):
-            os.unlink(path / temporary)
-        return
-    with suppress(OSError):
-        now = time.time()
-        for entry in os.scandir(path):
-            left = entry.name.startswith(store.STATUS_CACHE) and entry.name.endswith(".tmp")
-            if left and now - entry.stat(follow_symlinks=False).st_mtime > _STALE_TEMPORARY:
-                os.unlink(entry.path)

@@ -452,8 +452,8 @@ class Writer:
 
 
 STATUS_CACHE = "status-cache."
-"""How the names of the status cache's files start (``servatus.cli.status_cache``): derived data
-beside the journal, never read by anything that changes the campaign."""
+"""How the names of the status cache's files start (``servatus.cli.status_cache_file``): derived
+data beside the journal, never read by anything that changes the campaign."""
 
 
 def _ours(entries: set[str]) -> bool:
