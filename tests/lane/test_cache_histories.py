@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_plan_cache import BUDGETED, cacheless, config, normal, whole
+from test_plan_cache import BUDGETED, cacheless, config, named, normal, whole
 from test_status_cache import MODES, cache_files, loads, uncached
 
 from servatus.errors import Unavailable
@@ -220,7 +220,7 @@ class History:
         copy = cacheless(self.state, "unlisted")
         listed = self.fake.count("find")
         self.fake.unavailable("find")
-        reference = self.cli(["status", str(copy), *args])
+        reference = named(self.cli(["status", str(copy), *args]), copy, self.state)
         if self.fake.count("find") == listed:
             with pytest.raises(Unavailable):  # no listing was read: disarm the fault
                 self.fake.run(["find", "-false"])
@@ -263,6 +263,7 @@ def test_random_histories_answer_from_the_cache_as_from_the_whole_journal(
     @given(st.lists(step, min_size=4, max_size=24))
     @example([("ended", 0, [0, 1]), ("ended", 0, [0, 0]), ("status", 0)])  # works shared
     @example([("ended", 0, [1]), ("status", 0), ("status", 0), ("append",), ("lose_answer", 0)])
+    @example([("append",), ("finish", 0, []), ("lose_answer", 3), ("reconcile",)])  # cut short
     def history(steps: list[tuple[object, ...]]) -> None:
         root = Path(tempfile.mkdtemp(dir=tmp_path))
         campaign = History(root, capsys, loads, counts)
