@@ -4,9 +4,12 @@ or step then goes out with its intent first (:mod:`.submission`)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import attrs
 
-from servatus.config import target_identity
+from servatus.config import Target, target_identity
 from servatus.continuation import limits_for, stops_short
 from servatus.engine.plan import Hold, Plan, Request
 from servatus.engine.plan_document import plan_to_document
@@ -59,20 +62,27 @@ def submit(context: Context, plan: Plan, progress: Progress | None) -> Submitted
             )
         if not plan.allocations:
             return Submitted(receipts=(), held=plan.decision.held)
-        transport = context.connect(plan.profile.target)
-        try:
-            ping(transport, plan.profile.target)
-            submitting = (
-                _submit_lease
-                if plan.hold is not None
-                else _submit_steps
-                if plan.within is not None
-                else _submit_tasks
-            )
+        submitting = (
+            _submit_lease
+            if plan.hold is not None
+            else _submit_steps
+            if plan.within is not None
+            else _submit_tasks
+        )
+        with _answering(context, plan.profile.target) as transport:
             receipts = submitting(context, writer, transport, state, plan, progress)
-        finally:
-            transport.close()
     return Submitted(receipts=receipts, held=plan.decision.held)
+
+
+@contextlib.contextmanager
+def _answering(context: Context, target: Target) -> Iterator[Transport]:
+    """A transport to ``target`` once Slurm there answers a ping; closed however sending ends."""
+    transport = context.connect(target)
+    try:
+        ping(transport, target)
+        yield transport
+    finally:
+        transport.close()
 
 
 def _submit_tasks(
@@ -178,14 +188,9 @@ def start_steps(
         plan = steps.plan
         if not plan.allocations:
             _settle_reading(writer, steps.change)
-            receipts: tuple[SubmittedAllocation, ...] = ()
-        else:
-            transport = context.connect(plan.profile.target)
-            try:
-                ping(transport, plan.profile.target)
-                receipts = _send_steps(writer, transport, steps, budget, progress)
-            finally:
-                transport.close()
+            return Submitted(receipts=(), held=plan.decision.held)
+        with _answering(context, plan.profile.target) as transport:
+            receipts = _send_steps(writer, transport, steps, budget, progress)
     return Submitted(receipts=receipts, held=plan.decision.held)
 
 
