@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servatus.cli import json_text, main
 from servatus.config import Profile, Resources, Target
@@ -17,7 +19,7 @@ from servatus.continuation import Continuation
 from servatus.engine.plan import Hold, Request
 from servatus.engine.plan_document import (
     PLAN_SCHEMA,
-    _digest,
+    _Canonical,
     plan_from_document,
     plan_to_document,
 )
@@ -39,7 +41,7 @@ def _relabelled(data: bytes) -> dict[str, Any]:
     """A ``servatus.plan/4`` document as version 5 holds the same body."""
     document: dict[str, Any] = json.loads(data)
     document["schema"] = PLAN_SCHEMA
-    document["digest"] = _digest(document)
+    document["digest"] = _Canonical(document).digest()
     return document
 
 
@@ -76,7 +78,7 @@ def test_a_plan_saved_by_da44b63_is_refused_with_a_word_to_save_it_again(
 def _rehashed(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
     document = _relabelled((SAVED / "plan.json").read_bytes())
     change(document)
-    document["digest"] = _digest(document)
+    document["digest"] = _Canonical(document).digest()
     return document
 
 
@@ -174,7 +176,7 @@ def _chain_document() -> dict[str, Any]:
 def _rechained(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
     document = _chain_document()
     change(document)
-    document["digest"] = _digest(document)
+    document["digest"] = _Canonical(document).digest()
     return document
 
 
@@ -285,3 +287,22 @@ def test_a_chain_that_does_not_hold_together_is_refused(
     with pytest.raises(StalePlan) as refused:
         plan_from_document(_rechained(change), where="P")
     assert str(refused.value) == f"P: not a usable plan ({problem.format(*ids)})"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(
+    document=st.dictionaries(st.text(), _JSON, max_size=6),
+    leaving=st.lists(st.sampled_from(["digest", "seal", "schema", ""]), max_size=3),
+)
+def test_the_canonical_bytes_built_member_by_member_are_the_whole_document_dumped_sorted(
+    document: dict[str, Any], leaving: list[str]
+) -> None:
+    kept = {name: value for name, value in document.items() if name not in leaving}
+    whole = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert _Canonical(document).leaving(*leaving) == whole.encode("ascii")

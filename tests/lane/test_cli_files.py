@@ -17,7 +17,7 @@ import pytest
 
 from servatus import Campaign, Task
 from servatus.cli import main
-from servatus.engine.plan_document import _digest
+from servatus.engine.plan_document import _Canonical
 from servatus.errors import ConfigurationError
 from servatus.tasks import read_jsonl
 from servatus.testing import FakeScheduler
@@ -214,7 +214,7 @@ def test_a_rehashed_plan_that_does_not_hold_together_is_refused(
     ):
         edited = json.loads(json.dumps(document))
         change(edited)
-        edited["digest"] = _digest(edited)
+        edited["digest"] = _Canonical(edited).digest()
         altered = sweep / "altered.json"
         altered.write_text(json.dumps(edited))
         for command in ("validate", "submit"):

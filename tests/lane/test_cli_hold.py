@@ -11,7 +11,7 @@ import pytest
 from test_cli_budget import L40S, create
 
 from servatus import Campaign, Task
-from servatus.engine.plan_document import _digest, plan_from_document
+from servatus.engine.plan_document import _Canonical, plan_from_document
 from servatus.errors import StalePlan
 from servatus.testing import FakeScheduler
 from testkit import run
@@ -123,7 +123,7 @@ def test_a_lease_plan_that_was_tampered_with_is_not_usable(
 
     def sealed(change: dict[str, object]) -> dict[str, object]:
         body = {**saved, **change}
-        body["digest"] = _digest(body)
+        body["digest"] = _Canonical(body).digest()
         return body
 
     plan_from_document(sealed({}), where="p")
@@ -137,7 +137,7 @@ def test_a_lease_plan_that_was_tampered_with_is_not_usable(
             plan_from_document(sealed(change), where="p")
     without = sealed({})
     del without["hold"]
-    without["digest"] = _digest(without)
+    without["digest"] = _Canonical(without).digest()
     with pytest.raises(StalePlan, match="an allocation of Tasks holds none"):
         plan_from_document(without, where="p")
 

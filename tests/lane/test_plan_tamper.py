@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from servatus.cli import main
-from servatus.engine.plan_document import _digest
+from servatus.engine.plan_document import _Canonical
 from servatus.testing import FakeScheduler
 
 OTHER_ID = "0123456789abcdef01234567"
@@ -170,7 +170,7 @@ def test_a_plan_edited_after_it_was_saved_is_refused(
     for path, value in change.items():
         edit(document, path, value)
     if rehashed:
-        document["digest"] = _digest(document)
+        document["digest"] = _Canonical(document).digest()
     saved.write_text(json.dumps(document))  # the seal left as it was
     fake = FakeScheduler()
     state = str(saved.parent / "state")

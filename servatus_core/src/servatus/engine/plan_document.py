@@ -245,9 +245,21 @@ def plan_to_document(plan: Plan) -> dict[str, Any]:
     """The ``servatus.plan/5`` document of a plan, with the ``digest`` of everything else in it
     (the plan's identity, recorded with each intent), unsealed: :func:`seal_document` seals it
     for saving."""
+    return _documented(plan)[0]
+
+
+def sealed_plan_document(plan: Plan, key: bytes) -> dict[str, Any]:
+    """The plan's document with its digest and its ``seal`` (see :func:`seal_document`), each
+    member serialised once for both."""
+    document, canonical = _documented(plan)
+    return {**document, "seal": canonical.seal(key)}
+
+
+def _documented(plan: Plan) -> tuple[dict[str, Any], _Canonical]:
     document: dict[str, Any] = {"schema": PLAN_SCHEMA, **_converter.unstructure(plan)}
-    document["digest"] = _digest(document)
-    return document
+    canonical = _Canonical(document)
+    document["digest"] = canonical.add("digest", canonical.digest())
+    return document, canonical
 
 
 def seal_document(document: Mapping[str, Any], key: bytes) -> dict[str, Any]:
@@ -258,7 +270,7 @@ def seal_document(document: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     :param document: A plan document, without a seal.
     :param key: The campaign's plan key.
     """
-    return {**document, "seal": _seal(document, key)}
+    return {**document, "seal": _Canonical(document).seal(key)}
 
 
 def plan_from_document(data: Any, *, where: str, key: bytes | None = None) -> Plan:
@@ -272,10 +284,11 @@ def plan_from_document(data: Any, *, where: str, key: bytes | None = None) -> Pl
     :param where: What to call the document in an error (its file name, say).
     :param key: The campaign's plan key, to check the seal with; None checks none.
     """
-    if key is not None:
-        check_seal(data, where=where, key=key)
     _check_schema(data, where)
-    _check_digest(data, where)
+    canonical = _Canonical(data)
+    _check_digest(data, canonical, where)
+    if key is not None:
+        _check_seal(data, canonical, where, key)
     body = {name: value for name, value in data.items() if name not in _ENVELOPE}
     try:
         plan: Plan = _converter.structure(body, Plan)
@@ -309,17 +322,26 @@ def check_seal(data: Any, *, where: str, key: bytes | None) -> None:
     with ``key``, the plan key of the campaign it is submitted to (None: that campaign has
     sealed no plan yet, so none is its)."""
     _check_schema(data, where)
-    _check_digest(data, where)  # an edit by hand reads as one, before the seal is asked
+    canonical = _Canonical(data)
+    _check_digest(data, canonical, where)  # an edit by hand reads as one, before the seal is asked
+    _check_seal(data, canonical, where, key)
+
+
+def _check_seal(data: dict[str, Any], canonical: _Canonical, where: str, key: bytes | None) -> None:
     seal = data.get("seal")
-    if key is None or not isinstance(seal, str) or not hmac.compare_digest(seal, _seal(data, key)):
+    if (
+        not isinstance(seal, str)
+        or key is None
+        or not hmac.compare_digest(seal, canonical.seal(key))
+    ):
         raise StalePlan(
             f"{where}: its seal is not this campaign's (the plan was saved for another "
             "campaign, or altered); plan again"
         )
 
 
-def _check_digest(data: dict[str, Any], where: str) -> None:
-    if data.get("digest") != _digest(data):
+def _check_digest(data: dict[str, Any], canonical: _Canonical, where: str) -> None:
+    if data.get("digest") != canonical.digest():
         raise StalePlan(f"{where}: the plan was altered after it was saved; plan again")
 
 
@@ -361,17 +383,37 @@ _ENVELOPE = ("schema", "digest", "seal")
 """The names of a plan document that are not the plan's (the rest must all be)."""
 
 
-def _canonical(document: Mapping[str, Any], *leaving: str) -> bytes:
-    body = {key: value for key, value in document.items() if key not in leaving}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return text.encode("ascii")
+class _Canonical:
+    """A document's canonical JSON (sorted keys, no spaces, ASCII), built from its members each
+    serialised once: the digest and the seal cover different members of the same document, and
+    a plan of many thousand Tasks is worth serialising only once."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self._members = {name: _json(value) for name, value in document.items()}
+
+    def add(self, name: str, value: str) -> str:
+        """Take member ``name`` (a string) into the document, and return it."""
+        self._members[name] = _json(value)
+        return value
+
+    def leaving(self, *names: str) -> bytes:
+        """The canonical bytes of the document without the members ``names``; the same bytes
+        ``json.dumps(..., sort_keys=True, separators=(",", ":"))`` makes of it."""
+        members = self._members
+        kept = ",".join(
+            f"{_json(name)}:{members[name]}" for name in sorted(members) if name not in names
+        )
+        return f"{{{kept}}}".encode("ascii")
+
+    def digest(self) -> str:
+        """The plan's identity: the SHA-256 of everything in its document but the digest and
+        seal."""
+        return hashlib.sha256(self.leaving("digest", "seal")).hexdigest()
+
+    def seal(self, key: bytes) -> str:
+        """The HMAC-SHA256 under ``key`` of everything in the document but the seal."""
+        return hmac.new(key, self.leaving("seal"), hashlib.sha256).hexdigest()
 
 
-def _digest(document: Mapping[str, Any]) -> str:
-    """The plan's identity: the SHA-256 of everything in its document but the digest and seal."""
-    return hashlib.sha256(_canonical(document, "digest", "seal")).hexdigest()
-
-
-def _seal(document: Mapping[str, Any], key: bytes) -> str:
-    """The HMAC-SHA256 under ``key`` of everything in the document but the seal."""
-    return hmac.new(key, _canonical(document, "seal"), hashlib.sha256).hexdigest()
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

@@ -12,8 +12,7 @@ from servatus.engine.plan import Plan
 from servatus.engine.plan_document import (
     check_seal,
     plan_from_document,
-    plan_to_document,
-    seal_document,
+    sealed_plan_document,
 )
 from servatus.errors import ConfigurationError, StalePlan, from_os_error
 from servatus.files import read_own
@@ -25,7 +24,7 @@ def saved_plan_document(state: str | Path, plan: Plan) -> dict[str, Any]:
     which the first saved plan creates (ADR 0011)."""
     key = store.plan_key(state, create=True)
     assert key is not None
-    return seal_document(plan_to_document(plan), key)
+    return sealed_plan_document(plan, key)
 
 
 def read_saved_plan(state: str | Path, path: str | os.PathLike[str]) -> Plan:
