@@ -33,7 +33,6 @@ from servatus.engine.status_values import (
     Outcome,
     Report,
     RunTime,
-    StopReason,
     Submission,
     TaskLink,
     TaskStatus,
@@ -513,7 +512,6 @@ def _link_attempts(
             _aside(latest, history, key, attempt)
 
 
-_STOPPED_WORD, _NEVER = Execution.STOPPED, StopReason.NEVER_STARTED
 _MOVING = frozenset({Execution.RUNNING, Execution.ENDING})
 
 
