@@ -160,3 +160,4 @@ def test_batches_hold_at_most_their_count_and_their_bytes(
     monkeypatch.setattr(batch, "MAX_BYTES", 100)
     sizes = [10, 10, 10, 10, 60, 50, 500, 1]
     assert [list(part) for part in batch.split(sizes)] == [[0, 1, 2], [3, 4], [5], [6], [7]]
+    assert [list(part) for part in batch.split(sizes, 4)] == [[4], [5], [6], [7]]

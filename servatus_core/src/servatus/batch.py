@@ -78,11 +78,13 @@ def timeout(items: int) -> float:
     return BUDGET_SECONDS + COMMAND_TIMEOUT if items > 1 else COMMAND_TIMEOUT
 
 
-def split(sizes: Sequence[int]) -> Iterator[range]:
-    """Consecutive batches of scripts sized ``sizes``, each within :data:`MAX_ALLOCATIONS` and
-    :data:`MAX_BYTES` (a larger script alone)."""
-    start, held = 0, 0
-    for index, size in enumerate(sizes):
+def split(sizes: Sequence[int], start: int = 0) -> Iterator[range]:
+    """Consecutive batches of the scripts sized ``sizes`` from ``start`` on, each within
+    :data:`MAX_ALLOCATIONS` and :data:`MAX_BYTES` (a larger script alone); lazily, so taking
+    the next batch costs only its own length."""
+    held = 0
+    for index in range(start, len(sizes)):
+        size = sizes[index]
         if index > start and (index - start >= MAX_ALLOCATIONS or held + size > MAX_BYTES):
             yield range(start, index)
             start, held = index, 0

@@ -499,11 +499,7 @@ def submit_allocations(
     sizes = [len(script.encode("utf-8", "surrogateescape")) for script in scripts]
     start = 0
     while start < len(allocations):
-        if terms is not None:
-            group = range(start, start + 1)
-        else:
-            group = next(batch.split(sizes[start:]))
-            group = range(start, start + len(group))
+        group = range(start, start + 1) if terms is not None else next(batch.split(sizes, start))
         if on_batch is not None:
             on_batch(start, len(group), len(allocations))
         start = sending.send(group, [scripts[at] for at in group], intents)
