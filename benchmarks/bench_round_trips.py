@@ -13,7 +13,8 @@ a minute) under a directory of its own on ``/scratch``:
   with ``--loop`` also against N ``ssh ALIAS sbatch --parsable < script`` one after another;
 * ``status`` and then ``plan --retry-failed`` of that campaign, each against one
   ``ssh ALIAS head -c B /dev/zero``, B the bytes the command received (``ssh true`` plus moving
-  its bytes); ``ssh true`` alone is shown too.
+  its bytes, the issue's floor), and against one ``ssh ALIAS 'CMD1; CMD2'`` running the very
+  commands it ran (so the remote commands' own time counts too); ``ssh true`` alone is shown too.
 
 Then, unless ``--no-zero``, the same at 0 ms (the relay without delay), so "no slower than today
 at 0 ms" reads off the same run. Each Servatus command runs in a fresh process of its checkout
@@ -132,6 +133,14 @@ def moving(link: Link, received: int) -> float:
     return min(link.timed(f"head -c {max(received, 1)} /dev/zero") for _ in range(3))
 
 
+def replaying(link: Link, argvs: list[list[str]]) -> float:
+    """One ``ssh`` running the same remote commands one after another, their output brought
+    back: the remote work itself and one round trip. The program is the remote command, not
+    stdin: an ``ssh`` with stdin waits one round trip more before it sends it."""
+    program = "; ".join(shlex.join(argv) for argv in argvs)
+    return min(link.timed(program) for _ in range(3))
+
+
 def measure_checkout(
     checkout: Path, link: Link, work: Path, base: str, count: int, ours: set[str]
 ) -> dict[str, dict[str, Any]]:
@@ -202,6 +211,9 @@ def measure_link(
                 else:
                     got = row["received"]
                     floors = [(moving(link, got), f"one ssh bringing {got:,} B (ssh true + bytes)")]
+                    if row.get("argvs"):
+                        same = f"one ssh running the same {len(row['argvs'])} commands"
+                        floors.append((replaying(link, row["argvs"]), same))
                 for at, (value, what) in enumerate(floors):
                     head = (
                         f"{name:<22} {label[:22]:<22} {row['elapsed']:>6.2f} s "
@@ -211,7 +223,11 @@ def measure_link(
                     )
                     ratio = row["elapsed"] / value
                     lines.append(f"{head} {value:>6.2f} s {ratio:>6.1f}x  {what}")
-                commands = ", ".join(f"{k} {v}" for k, v in sorted(row["commands"].items()))
+                waited = row.get("waited", {})
+                commands = ", ".join(
+                    f"{name} x{times} ({waited.get(name, 0):.2f} s)"
+                    for name, times in sorted(row["commands"].items())
+                )
                 lines.append(f"{'':<22} remote commands: {commands or 'none seen'}")
         print("\n".join(lines), flush=True)
     return lines

@@ -6,7 +6,8 @@ alias. It imports nothing from the benchmark's own checkout, so another branch's
 as it is. The process first warms up (imports, plugins: ``ensure`` and ``status --offline`` of a
 one-Task campaign), runs SPEC's ``setup`` commands untimed, then times ``timed`` and prints one
 JSON line: exit code, wall and CPU seconds, its stdout, the ``ssh`` processes the link's log
-counted meanwhile, and what the ssh transport ran (program names, bytes received and sent).
+counted meanwhile, and what the ssh transport ran (program names, the seconds spent in each,
+bytes received and sent, and the commands themselves when there were few and none had stdin).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+REPLAYED = 20
+"""Commands without stdin kept verbatim, so the benchmark can run the same in one ``ssh``."""
 
 
 def count_lines(path: str) -> int:
@@ -46,14 +50,21 @@ def main() -> None:
             raise SystemExit(f"servatus {' '.join(argv)} exited {code}: {printed.getvalue()}")
 
     seen: Counter[str] = Counter()
+    waited: dict[str, float] = {}
+    commands: list[list[str]] = []
     moved = {"received": 0, "sent": 0}
     from servatus_slurm.transport import SshTransport
 
     plain_run = SshTransport.run
 
     def run(self: Any, argv: Any, *, stdin: bytes = b"", **options: Any) -> Any:
+        began = time.perf_counter()
         result = plain_run(self, argv, stdin=stdin, **options)
-        seen[os.path.basename(argv[0])] += 1
+        name = os.path.basename(argv[0])
+        waited[name] = waited.get(name, 0.0) + time.perf_counter() - began
+        seen[name] += 1
+        if not stdin and len(commands) < REPLAYED:
+            commands.append(list(argv))
         moved["received"] += len(result.stdout) + len(result.stderr)
         moved["sent"] += len(stdin)
         return result
@@ -73,6 +84,8 @@ def main() -> None:
         "cpu": cpu,
         "ssh": count_lines(log) - before,
         "commands": dict(seen),
+        "waited": dict(waited),
+        "argvs": commands if sum(seen.values()) == len(commands) else None,
         **moved,
         "stdout": printed.getvalue(),
     }
