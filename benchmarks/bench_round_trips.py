@@ -135,8 +135,8 @@ def moving(link: Link, received: int) -> float:
 
 def replaying(link: Link, argvs: list[list[str]]) -> float:
     """One ``ssh`` running the same remote commands one after another, their output brought
-    back: the remote work itself and one round trip. The program is the remote command, not
-    stdin: an ``ssh`` with stdin waits one round trip more before it sends it."""
+    back: the remote work itself and one round trip. The program goes on the command line, as
+    the transport sends its commands."""
     program = "; ".join(shlex.join(argv) for argv in argvs)
     return min(link.timed(program) for _ in range(3))
 
