@@ -62,11 +62,14 @@ SOURCES = ("servatus_core", "servatus_slurm", "servatus_publish", "servatus_appt
 
 def config_for(alias: str, base: str) -> str:
     """``bench_submit_cluster``'s profile, at ``alias`` and under ``base``."""
-    return (
+    config = (
         CONFIG.replace(f'host = "{harness.ALIAS}"', f'host = "{alias}"')
         .replace(f"/scratch/{harness.USER}/sweep/logs", f"{base}/logs")
         .replace(f"/scratch/{harness.USER}/sweep", base)
     )
+    if f'host = "{alias}"' not in config or f'log_root = "{base}/logs"' not in config:
+        raise SystemExit("bench_submit_cluster.CONFIG changed shape: adapt config_for")
+    return config
 
 
 def batch_program(scripts: list[Path]) -> bytes:
@@ -155,6 +158,7 @@ def measure_checkout(
     )
     setup = [["ensure", "state", "tasks.jsonl"], ["plan", "state", "--output", "plan.json"]]
     rows: dict[str, dict[str, Any]] = {}
+    receipts: list[dict[str, Any]] = []
     submit = timed_cli(checkout, link, work, ["submit", "state", "plan.json", "--json"], setup)
     try:
         receipts = json.loads(submit["stdout"])["receipts"]
