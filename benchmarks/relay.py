@@ -162,7 +162,13 @@ def _address(text: str) -> tuple[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--delay-ms", type=float, required=True, help="ONE-WAY delay, each way")
-    parser.add_argument("--to", type=_address, default=DEFAULT_TARGET, metavar="HOST:PORT")
+    parser.add_argument(
+        "--to",
+        type=_address,
+        default=DEFAULT_TARGET,
+        metavar="HOST:PORT",
+        help="default: 127.0.0.1:2222",
+    )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
     options = parser.parse_args()
 
