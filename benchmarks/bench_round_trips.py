@@ -6,7 +6,8 @@ Run ``python benchmarks/bench_round_trips.py [--delay-ms D] [--allocations N] [-
 the round trip, default 50), with a master connection of its own. For each checkout (default
 this one; ``--checkout`` again to compare several in one run, every row against the same
 floors), on a campaign of N one-Task allocations (default 1000; ``/bin/true``, 1 CPU, 100 MiB,
-a minute) under a directory of its own on ``/scratch``:
+a minute) under a directory of its own on ``/scratch`` (one per checkout and delay, so no
+``status`` lists another row's markers):
 
 * ``submit`` against one ``ssh ALIAS sh -s`` whose stdin runs the same N ``sbatch --parsable``,
   each script a here-document (the least any client must do: one round trip and N ``sbatch``);
@@ -70,6 +71,12 @@ def config_for(alias: str, base: str) -> str:
     if f'host = "{alias}"' not in config or f'log_root = "{base}/logs"' not in config:
         raise SystemExit("bench_submit_cluster.CONFIG changed shape: adapt config_for")
     return config
+
+
+def fresh_root(base: str) -> str:
+    """A work and log root of its own under ``base``, so no listing sees another row's markers."""
+    on_login_node("mkdir", "-m", "700", "-p", f"{base}/logs")
+    return base
 
 
 def batch_program(scripts: list[Path]) -> bytes:
@@ -191,7 +198,8 @@ def measure_link(
     with slow_alias(delay_ms) as link:
         true = ssh_true(link)
         floor_dir = temporary / f"floor-{delay_ms:g}"
-        _, _, scripts, names = prepare(floor_dir, count, config_for(link.alias, base))
+        floor_root = fresh_root(f"{base}/floor-{delay_ms:g}")
+        _, _, scripts, names = prepare(floor_dir, count, config_for(link.alias, floor_root))
         ours |= names
         floor = floor_submit(link, scripts, names)
         loop = loop_submit(link, scripts, names) if options.loop else None
@@ -205,7 +213,8 @@ def measure_link(
         )
         for index, checkout in enumerate(options.checkout):
             work = temporary / f"c{index}-{delay_ms:g}"
-            rows = measure_checkout(checkout, link, work, base, count, ours)
+            root = fresh_root(f"{base}/c{index}-{delay_ms:g}")
+            rows = measure_checkout(checkout, link, work, root, count, ours)
             label = checkout.name or str(checkout)
             for name, row in rows.items():
                 if name == "submit":
@@ -259,7 +268,7 @@ def main() -> None:
     base = f"/scratch/{harness.USER}/bench-rt-{uuid.uuid4().hex[:8]}"
     ours: set[str] = set()
     with sharing_the_cluster(), tempfile.TemporaryDirectory() as temporary:
-        on_login_node("mkdir", "-m", "700", "-p", f"{base}/logs")
+        on_login_node("mkdir", "-m", "700", "-p", base)
         try:
             for delay in delays:
                 measure_link(delay, options, Path(temporary), base, ours)
