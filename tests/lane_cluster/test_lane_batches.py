@@ -7,10 +7,12 @@ file ``at.N`` says: ``before`` (SIGKILL servatus, never run ``sbatch``), ``after
 Slurm refuses a bad partition) or ``drop`` (say Slurm timed out, having sent nothing). Everything
 else is real: the CLI in a subprocess, the journal, ``ssh``, the batch program, Slurm.
 
-After every cut the same books are kept: each receipt is a job Slurm lists under the
-allocation's name; what is unresolved is exactly what had no answer; ``reconcile`` (now, and 15
-minutes later on a faked clock) resolves each allocation as Slurm has it; and a new plan sends
-each Task that was never accepted, so in the end every Task has exactly one job.
+The scenarios run at once, each in its own lane and thread; the sshd one runs alone after them,
+since it takes the login node away from every SSH lane. After every cut the same books are kept:
+each receipt is a job Slurm lists under the allocation's name; what is unresolved is exactly
+what had no answer; ``reconcile`` (now, and 15 minutes later on a faked clock) resolves each
+allocation as Slurm has it; and a new plan sends each Task that was never accepted, so in the end
+every Task has exactly one job.
 """
 
 from __future__ import annotations
@@ -21,11 +23,19 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from lane_helpers import INNER_PYTHON, Lane, allocation_ids, one_line_error, wait_until
+from lane_helpers import (
+    INNER_PYTHON,
+    Lane,
+    allocation_ids,
+    make_lane,
+    one_line_error,
+    wait_until,
+)
 from lane_traps import KILL_CALLER, Trap, killed_when_asked, wrap_sbatch
 
 from cluster.fixture import SlurmCluster
@@ -91,11 +101,6 @@ class Paced:
     def calls(self) -> int:
         path = self.directory / "count"
         return int(path.read_text()) if path.exists() else 0
-
-
-@pytest.fixture
-def paced(lane: Lane) -> Iterator[Paced]:
-    yield Paced(wrap_sbatch(lane, PACED))
 
 
 @pytest.fixture
@@ -200,11 +205,11 @@ def submit(lane: Lane, paced: Paced, state: str) -> subprocess.CompletedProcess[
     return killed_when_asked(lane.start("submit", state, f"{state}.json"), paced.directory)
 
 
-def test_submit_killed_at_an_sbatch_of_its_batch(lane: Lane, paced: Paced) -> None:
+def killed_at_an_sbatch(lane: Lane, paced: Paced) -> None:
     """Rounds of a SIGKILL of ``submit`` just before, or just after, the N-th ``sbatch`` of its
     batch (N and the side drawn at random, seed printed)."""
     seed = random.randrange(1 << 30)
-    print(f"seed {seed}")
+    print(f"killed at an sbatch ({lane.name}): seed {seed}")
     rng = random.Random(seed)
     for round_ in range(ROUNDS):
         state = f"killed{round_}"
@@ -218,12 +223,11 @@ def test_submit_killed_at_an_sbatch_of_its_batch(lane: Lane, paced: Paced) -> No
         once_each(lane, state)
 
 
-def test_submit_killed_at_random_moments_over_ssh(ssh_lane: Lane, paced_ssh: Paced) -> None:
+def killed_at_random_moments(lane: Lane, paced: Paced) -> None:
     """Rounds of a SIGKILL at a random moment of a paced batch from the laptop, wherever that
     falls: before the batch, between answers, or while a receipt is written."""
-    lane, paced = ssh_lane, paced_ssh
     seed = random.randrange(1 << 30)
-    print(f"seed {seed}")
+    print(f"killed at random moments: seed {seed}")
     rng = random.Random(seed)
     for round_ in range(ROUNDS + 1):
         state = f"moment{round_}"
@@ -240,34 +244,7 @@ def test_submit_killed_at_random_moments_over_ssh(ssh_lane: Lane, paced_ssh: Pac
         once_each(lane, state)
 
 
-def test_sshd_stopped_in_the_middle_of_a_batch(
-    ssh_lane: Lane, paced_ssh: Paced, slurm_cluster: SlurmCluster
-) -> None:
-    lane, paced = ssh_lane, paced_ssh
-    state = "sshd"
-    planned(lane, state)
-    paced.reset(0, n3="hold")
-    process = lane.start("submit", state, f"{state}.json")
-    try:
-        wait_until("the third sbatch", (paced.directory / "held").exists, seconds=60)
-        slurm_cluster.stop_sshd()
-        (paced.directory / "go").touch()
-        out, err = process.communicate(timeout=120)
-    finally:
-        slurm_cluster.start_sshd()
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 3, (out, err)
-    said = one_line_error(subprocess.CompletedProcess([], 3, out, err), "SubmissionInterrupted")
-    assert "2 of 8 allocations were accepted" in said, said
-    settle(lane, paced)
-    ids = check_books(lane, state, 2)
-    receipts, _, _ = books(lane, state)
-    assert set(receipts) >= set(ids[:2])
-    once_each(lane, state)
-
-
-def test_an_sbatch_refused_in_the_middle_ends_the_batch(lane: Lane, paced: Paced) -> None:
+def refused_in_the_middle(lane: Lane, paced: Paced) -> None:
     state = "refused"
     planned(lane, state)
     paced.reset(0, n3="refuse")
@@ -286,7 +263,7 @@ def test_an_sbatch_refused_in_the_middle_ends_the_batch(lane: Lane, paced: Paced
     once_each(lane, state)
 
 
-def test_a_chain_whose_batch_is_cut_after_link_2_of_4(lane: Lane, paced: Paced) -> None:
+def chain_cut_after_link_2(lane: Lane, paced: Paced) -> None:
     lane.put_chain_worker()
     lane.limit("00:01:00", "00:00:20")
     task: Mapping[str, Any] = {
@@ -317,3 +294,105 @@ def test_a_chain_whose_batch_is_cut_after_link_2_of_4(lane: Lane, paced: Paced) 
         receipts[ids[1]],
     ]
     assert allocation_ids(lane, "chain") == ids
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[Lane, Paced], None]]] = {
+    "killed-ssh": ("ssh", killed_at_an_sbatch),
+    "killed-local": ("local", killed_at_an_sbatch),
+    "moments": ("ssh", killed_at_random_moments),
+    "refused-ssh": ("ssh", refused_in_the_middle),
+    "refused-local": ("local", refused_in_the_middle),
+    "chain-ssh": ("ssh", chain_cut_after_link_2),
+    "chain-local": ("local", chain_cut_after_link_2),
+}
+"""Each scenario in its own lane, over SSH or on the login node."""
+
+
+@pytest.fixture(scope="module")
+def scenarios(
+    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Exception | None]]:
+    """Every scenario at once, each in its own lane and thread (they share only the cluster):
+    what each raised, or None."""
+    lanes = {
+        name: make_lane(slurm_cluster, transport, tmp_path_factory.mktemp(name), name)
+        for name, (transport, _) in SCENARIOS.items()
+    }
+
+    def run(name: str) -> Exception | None:
+        lane = lanes[name]
+        try:
+            SCENARIOS[name][1](lane, Paced(wrap_sbatch(lane, PACED)))
+        except Exception as exc:  # handed to the scenario's own test
+            return exc
+        return None
+
+    try:
+        with ThreadPoolExecutor(len(SCENARIOS)) as pool:
+            yield dict(zip(SCENARIOS, pool.map(run, SCENARIOS), strict=True))
+    finally:
+        for lane in lanes.values():
+            lane.cleanup()
+
+
+def outcome(scenarios: Mapping[str, Exception | None], name: str) -> None:
+    failed = scenarios[name]
+    if failed is not None:
+        raise failed
+
+
+def test_submit_killed_at_an_sbatch_of_its_batch_over_ssh(scenarios: Any) -> None:
+    outcome(scenarios, "killed-ssh")
+
+
+def test_submit_killed_at_an_sbatch_of_its_batch_on_the_login_node(scenarios: Any) -> None:
+    outcome(scenarios, "killed-local")
+
+
+def test_submit_killed_at_random_moments_over_ssh(scenarios: Any) -> None:
+    outcome(scenarios, "moments")
+
+
+def test_an_sbatch_refused_in_the_middle_ends_the_batch_over_ssh(scenarios: Any) -> None:
+    outcome(scenarios, "refused-ssh")
+
+
+def test_an_sbatch_refused_in_the_middle_ends_the_batch_on_the_login_node(
+    scenarios: Any,
+) -> None:
+    outcome(scenarios, "refused-local")
+
+
+def test_a_chain_whose_batch_is_cut_after_link_2_of_4_over_ssh(scenarios: Any) -> None:
+    outcome(scenarios, "chain-ssh")
+
+
+def test_a_chain_whose_batch_is_cut_after_link_2_of_4_on_the_login_node(scenarios: Any) -> None:
+    outcome(scenarios, "chain-local")
+
+
+def test_sshd_stopped_in_the_middle_of_a_batch(
+    ssh_lane: Lane, paced_ssh: Paced, slurm_cluster: SlurmCluster
+) -> None:
+    lane, paced = ssh_lane, paced_ssh
+    state = "sshd"
+    planned(lane, state)
+    paced.reset(0, n3="hold")
+    process = lane.start("submit", state, f"{state}.json")
+    try:
+        wait_until("the third sbatch", (paced.directory / "held").exists, seconds=60)
+        slurm_cluster.stop_sshd()
+        (paced.directory / "go").touch()
+        out, err = process.communicate(timeout=120)
+    finally:
+        slurm_cluster.start_sshd()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 3, (out, err)
+    said = one_line_error(subprocess.CompletedProcess([], 3, out, err), "SubmissionInterrupted")
+    assert "2 of 8 allocations were accepted" in said, said
+    settle(lane, paced)
+    ids = check_books(lane, state, 2)
+    receipts, _, _ = books(lane, state)
+    assert set(receipts) >= set(ids[:2])
+    once_each(lane, state)
