@@ -23,6 +23,7 @@ from servatus.operations.submission import (
     Progress,
     SubmittedAllocation,
     batch_scripts,
+    command,
     lease_scripts,
     ping,
     submit_allocations,
@@ -222,6 +223,7 @@ def _send_steps(
         plan_digest=plan_to_document(plan)["digest"],
         progress=progress,
         budget=budget,
+        wake=command(plan.profile.target, "scancel") if steps.running else None,
     )
 
 
