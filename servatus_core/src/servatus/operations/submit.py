@@ -70,17 +70,25 @@ def submit(context: Context, plan: Plan, progress: Progress | None) -> Submitted
             if plan.within is not None
             else _submit_tasks
         )
-        with _answering(context, plan.profile.target) as transport:
+        pinging = plan.within is None  # steps: their plan's own reading proves Slurm answers
+        with _answering(context, plan.profile.target, pinged=pinging) as transport:
             receipts = submitting(context, writer, transport, state, plan, progress)
     return Submitted(receipts=receipts, held=plan.decision.held)
 
 
 @contextlib.contextmanager
-def _answering(context: Context, target: Target) -> Iterator[Transport]:
-    """A transport to ``target`` once Slurm there answers a ping; closed however sending ends."""
+def _answering(context: Context, target: Target, *, pinged: bool = True) -> Iterator[Transport]:
+    """A transport to ``target``, once Slurm there answers a ping (unless ``pinged`` is false);
+    closed however sending ends.
+
+    Steps into a lease skip the ping: they are sent only from a plan that one Slurm reading
+    (``squeue`` and the marker listing) made under the same lock, and that reading failing is
+    :class:`~servatus.errors.Unavailable` before anything is recorded, as a failed ping is. The
+    offer needs no ``sbatch`` of its own."""
     transport = context.connect(target)
     try:
-        ping(transport, target)
+        if pinged:
+            ping(transport, target)
         yield transport
     finally:
         transport.close()
@@ -190,7 +198,7 @@ def start_steps(
         if not plan.allocations:
             _settle_reading(writer, steps.change)
             return Submitted(receipts=(), held=plan.decision.held)
-        with _answering(context, plan.profile.target) as transport:
+        with _answering(context, plan.profile.target, pinged=False) as transport:
             receipts = _send_steps(writer, transport, steps, budget, progress)
     return Submitted(receipts=receipts, held=plan.decision.held)
 
