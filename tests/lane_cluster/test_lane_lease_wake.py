@@ -97,3 +97,44 @@ def test_concurrent_starts_into_one_woken_lease_run_each_step_once(ssh_lane: Lan
     # Woken, not polled: a poll alone gives a median near half the poll.
     assert median < POLL / 4, latencies
     lane.servatus("cancel", "state", "--allocation", lease)
+
+
+def test_a_storm_of_wake_ups_harms_neither_a_running_step_nor_the_lease(ssh_lane: Lane) -> None:
+    """The wake-up as the offer sends it, fifty times in a row at a lease with a running step and
+    one still waiting for the only slot (a waiting ``srun`` ends unstarted on any signal it
+    handles): the batch shell alone gets each, so both steps run to their end once, untouched,
+    and the lease writes no ``stop`` or ``limit`` and stays running."""
+    lane = ssh_lane
+    lane.put_worker()
+    lane.limit("00:10:00", "00:00:20")
+    running = lane.tasks_file([lane.worker_task("running", "sleep", "8")], "running.jsonl")
+    waiting = lane.tasks_file([lane.worker_task("waiting", "exit", "0")], "waiting.jsonl")
+    lane.ok("ensure", "state", running)
+    [(lease, job)], _ = lane.lease("--hold", "1")
+    wait_until(
+        "the lease running",
+        lambda: any(row[0] == job and row[2] == "RUNNING" for row in lane.squeue()),
+        seconds=90,
+    )
+    lane.ok("start", "state", running, "--lease", lease)
+    wait_until("the first step running", lambda: lane.run_records("running"), seconds=30)
+    lane.ok("start", "state", waiting, "--lease", lease)
+    storm = (
+        f"for i in $(seq 50); do {lane.cluster.slurm_bin}/scancel --batch --signal=URG {job}"
+        " || exit 1; done"
+    )
+    done = lane.cluster.login(["/bin/sh", "-c", storm], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert lane.job_state(job) == "RUNNING"
+    final = lane.wait_for(
+        "both steps final",
+        lambda document: all(task["execution"] in FINAL for task in document["tasks"]),
+        seconds=90,
+    )
+    executions = {task["key"]: (task["execution"], task["exit_code"]) for task in final["tasks"]}
+    assert executions == {"running": ("SUCCEEDED", 0), "waiting": ("SUCCEEDED", 0)}
+    assert [len(lane.run_records(key)) for key in ("running", "waiting")] == [1, 1]
+    assert lane.job_state(job) == "RUNNING"
+    # No stop, no limit: the lease took the wakes for nothing else.
+    assert lane.marker_kinds(lease) == [f"{job}.start", "orders"]
+    lane.servatus("cancel", "state", "--allocation", lease)
