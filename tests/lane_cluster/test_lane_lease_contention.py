@@ -6,9 +6,10 @@ and the worker's own run record.
 50 rounds, five at a time in threads: each round ``start``s one fresh Task (a worker that exits
 0 at once) in a lease of six slots, so a taken step never waits for a slot, then sleeps a random
 0 to 6 s (the lease polls every 5 s, so both outcomes come up) and runs ``cancel --task``.
-Half of the offers' wake-ups are dropped (a wrapper ``scancel``, as when the signal does not
-arrive): a woken lease takes its order within milliseconds, before any ``cancel`` could, so
-only the orders left to the poll race ``cancel`` as before.
+Four in five of the offers' wake-ups are dropped (a wrapper ``scancel``, as when the signal does
+not arrive): a woken lease takes every order in its directory within milliseconds, before any
+``cancel`` could, so only orders left to the poll race ``cancel`` as before; with half dropped,
+the other rounds' wake-ups took nearly every order (48 ran, 2 withdrawn).
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ AT_ONCE = 5
 DROPPING_SCANCEL = """#!/bin/sh
 case "$*" in
 "--batch --signal=URG "*)
-    if [ $(($(od -An -N1 -tu1 /dev/urandom) % 2)) -eq 0 ]; then exit 0; fi ;;
+    if [ $(($(od -An -N1 -tu1 /dev/urandom) % 5)) -ne 0 ]; then exit 0; fi ;;
 esac
 exec {real}/scancel "$@"
 """
-"""Drops a wake-up at random, one in two; every other ``scancel`` is the real one."""
+"""Drops a wake-up at random, four in five; every other ``scancel`` is the real one."""
 
 
-def drop_half_the_wake_ups(lane: Lane) -> None:
+def drop_most_wake_ups(lane: Lane) -> None:
     inner = f"{lane.base}/bin"
     lane.cluster.make_dirs(inner)
     directory = lane.cluster.outside(inner)
@@ -60,7 +61,7 @@ def test_cancel_racing_the_lease_runs_or_withdraws_each_order_and_status_agrees(
 ) -> None:
     lane = ssh_lane
     lane.put_worker()
-    drop_half_the_wake_ups(lane)
+    drop_most_wake_ups(lane)
     lane.limit("00:10:00", "00:00:20")
     keys = [f"c{index:02d}" for index in range(ROUNDS)]
     files = {
