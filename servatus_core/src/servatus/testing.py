@@ -83,11 +83,12 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from servatus import batch
 from servatus.config import Target
 from servatus.errors import Unavailable
 from servatus.evidence import LOG_ROOT_MISSING, EvidenceReader, MarkerKind
 from servatus.plugins import hooks
-from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
+from servatus.transport import COMMAND_TIMEOUT, CommandResult, OnOutput, Transport
 
 _NAME = re.compile(r"^#SBATCH --job-name=servatus-([0-9a-f]+)$", re.MULTILINE)
 _NTASKS = re.compile(r"^#SBATCH --ntasks=([0-9]+)$", re.MULTILINE)
@@ -483,7 +484,34 @@ class FakeScheduler:
         :param stdin: What the command reads (a batch script, for ``sbatch``).
         :param timeout: Accepted as a Transport's is; the fake answers at once.
         """
+        return self.stream(argv, stdin=stdin, timeout=timeout, on_stdout=lambda _: None)
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        timeout: float = COMMAND_TIMEOUT,
+        on_stdout: OnOutput,
+    ) -> CommandResult:
+        """As :meth:`run`, handing stdout to ``on_stdout`` as a cluster's would arrive: a
+        batch program's (ADR 0014) one answer at a time, each ``sbatch`` of it recorded in
+        :attr:`calls` and subject to the controls as a lone one is, so a fault cuts the batch
+        where that ``sbatch`` stands.
+
+        :param argv: The command line, program first.
+        :param stdin: What the command reads.
+        :param timeout: Accepted as a Transport's is; the fake answers at once.
+        :param on_stdout: Takes each piece of stdout.
+        """
         call = tuple(argv)
+        if _command_name(call) == batch.LABEL:
+            return self._batch(call, stdin, on_stdout)
+        result = self._faulted(call, stdin)
+        on_stdout(result.stdout)
+        return result
+
+    def _faulted(self, call: tuple[str, ...], stdin: bytes) -> CommandResult:
         self.calls.append(call)
         name = _control_name(call)
         fault = self._faults.get(name)
@@ -499,6 +527,28 @@ class FakeScheduler:
             self._answer(call, stdin)
             raise Unavailable(f"FakeScheduler: the answer of {program} was lost")
         return self._answer(call, stdin)
+
+    def _batch(self, call: tuple[str, ...], program: bytes, on_stdout: OnOutput) -> CommandResult:
+        """A batch program, run as ``sh`` runs it: each ``sbatch`` in turn (through :meth:`run`),
+        its answer out at once, and the first that gets no job number ends it."""
+        sbatch, items = batch.read_program(program)
+        out, err = bytearray(), bytearray()
+        jobs: list[int] = []
+        for index, item in enumerate(items):
+            after = jobs[item.after_item] if item.after_item is not None else item.after_job
+            depends = () if after is None else (f"--dependency=afterany:{after}",)
+            script = item.script.encode("utf-8", "surrogateescape")
+            # Through run, so a test that wraps run sees each sbatch as it would a lone one.
+            result = self.run((sbatch, "--parsable", *depends), stdin=script)
+            job = batch.job_word(result.stdout) if result.returncode == 0 else None
+            line = batch.answer_line(batch.Answer(index, result.returncode, job))
+            err += b"@servatus-item %d\n" % index + result.stderr
+            out += line
+            on_stdout(line)
+            if job is None:
+                break
+            jobs.append(int(job.partition(";")[0]))
+        return CommandResult(call, 0, bytes(out), bytes(err))
 
     # -- the commands -----------------------------------------------------------------------
 
@@ -971,6 +1021,8 @@ def _command_name(argv: Sequence[str]) -> str:
     clock listing, ``sh`` for doctor's directory probe)."""
     if _is_script(argv):
         return argv[3]
+    if len(argv) == 3 and os.path.basename(argv[0]) == "sh" and argv[1] == "-s":
+        return argv[2]  # a program on stdin, named by its $0 (a batch)
     return os.path.basename(argv[0]) if argv else ""
 
 
