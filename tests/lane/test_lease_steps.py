@@ -357,3 +357,49 @@ def test_start_reads_slurm_only_under_the_lock_that_sends_its_steps(project: Pat
     assert [receipt.task_keys for receipt in done.receipts] == [("eval-1",)]
     assert fake.tries and set(fake.tries) == {"busy"}
     assert [i.task_keys for i in store.read("gpu").intents if i.within == lease] == [("eval-1",)]
+
+
+def sent(fake: FakeScheduler) -> dict[str, int]:
+    """How many times each remote command ran since the calls were last cleared."""
+    names = ("ping", "squeue", "find", "offer", "scancel", "sbatch")
+    return {name: fake.count(name) for name in names if fake.count(name)}
+
+
+def test_start_is_one_slurm_reading_and_one_offer_that_wakes_a_running_lease(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No ``sbatch --version`` ping: the reading under the same lock proved Slurm answers. The
+    offer wakes the lease's batch shell (its own job, from the journal) only once it runs."""
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    (job,) = fake.jobs
+    fake.calls.clear()
+    assert run(["start", state, write(project / "t.jsonl", "q-1"), "--lease", lease],
+               fake, capsys)[0] == 0  # fmt: skip
+    assert (sent(fake), len(fake.calls)) == ({"squeue": 1, "find": 1, "offer": 1}, 3)
+    (offered,) = fake.calls[-1:]
+    assert offered[3] == "offer" and offered[7] == ""  # pending: its first poll reads the order
+    assert fake.wakes == []
+    fake.start(job.job)
+    fake.calls.clear()
+    assert run(["start", state, write(project / "u.jsonl", "w-1"), "--lease", lease],
+               fake, capsys)[0] == 0  # fmt: skip
+    assert (sent(fake), len(fake.calls)) == ({"squeue": 1, "find": 1, "offer": 1}, 3)
+    (offered,) = fake.calls[-1:]
+    assert offered[3] == "offer" and offered[5:8] == (str(job.job), offered[6], "/usr/bin/scancel")
+    assert fake.wakes == [job.job]
+
+
+def test_start_that_cannot_read_slurm_records_nothing_and_exits_75(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    fake.start()
+    before = store.read(state).intents
+    fake.unavailable("squeue")
+    code, _, err = run(["start", state, write(project / "t.jsonl", "x-1"), "--lease", lease],
+                       fake, capsys)  # fmt: skip
+    assert code == 75 and "squeue" in err
+    assert store.read(state).intents == before
+    assert fake.count("offer") == 0

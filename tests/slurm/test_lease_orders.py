@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from servatus.errors import ConfigurationError
 from servatus.lease import (
     Offer,
     OfferAnswer,
@@ -232,3 +233,67 @@ def test_a_withdraw_racing_the_lease_decides_each_order_exactly_once(orders: Pat
         seen[client.value] += 1
     assert sum(seen.values()) == rounds
     assert seen["taken"] and seen["withdrawn"], seen
+
+
+# -- the wake-up ---------------------------------------------------------------------------------
+
+
+def stand_in(path: Path, body: str) -> Path:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_an_offer_wakes_its_own_lease_job_once_its_orders_are_in_place(
+    orders: Path, tmp_path: Path
+) -> None:
+    called = tmp_path / "called"
+    scancel = stand_in(tmp_path / "scancel", f'ls "$PWD" >"{called}.ls"; echo "$@" >"{called}"')
+    texts = {step_id(1): order_text(step_id(1)), step_id(2): order_text(step_id(2))}
+    answers = offer(LocalTransport(), str(orders), JOB, texts, wake=str(scancel))
+    assert answers == dict.fromkeys(texts, OfferAnswer(Offer.OFFERED))
+    deadline = time.monotonic() + 10
+    while not called.exists() or not called.read_text():
+        assert time.monotonic() < deadline, "the lease was never woken"
+        time.sleep(0.02)
+    assert called.read_text() == f"--batch --signal=URG {JOB}\n"
+    assert sorted(called.with_suffix(".ls").read_text().split()) == sorted(texts)
+
+
+@pytest.mark.parametrize("wake", ["loud", "failing", "hanging", "missing"])
+def test_a_wake_up_that_fails_changes_nothing_in_the_offers_answer(
+    orders: Path, tmp_path: Path, wake: str
+) -> None:
+    other = step_id(9)
+    bodies = {
+        "loud": f'echo "refused {step_id(1)} write"; echo "offered {other}" >&2',
+        "failing": "echo 'scancel: error: Kill job error' >&2; exit 1",
+        "hanging": "sleep 8",
+    }
+    scancel = tmp_path / "scancel"
+    if wake in bodies:
+        stand_in(scancel, bodies[wake])
+    step = step_id(1)
+    argv, data = offer_command(str(orders), JOB, {step: order_text(step)}, "n0nce", str(scancel))
+    began = time.monotonic()
+    result = LocalTransport().run(argv, stdin=data)
+    assert time.monotonic() - began < 4
+    said = (result.returncode, result.stdout, result.stderr)
+    assert said == (0, f"offered {step}\n".encode(), b"")
+    assert read_offers(result.stdout, [step]) == {step: OfferAnswer(Offer.OFFERED)}
+
+
+def test_no_wake_up_without_an_order_in_place(orders: Path, tmp_path: Path) -> None:
+    called = tmp_path / "called"
+    scancel = stand_in(tmp_path / "scancel", f': >"{called}"')
+    orders.chmod(0o755)  # refused: no order exists, so nothing to wake the lease for
+    step = step_id(1)
+    answers = offer(LocalTransport(), str(orders), JOB, {step: order_text(step)}, wake=str(scancel))
+    assert answers == {step: OfferAnswer(Offer.REFUSED, "directory")}
+    time.sleep(0.3)
+    assert not called.exists()
+
+
+def test_the_wake_up_is_an_absolute_command() -> None:
+    with pytest.raises(ConfigurationError):
+        offer_command("/orders", JOB, {step_id(1): order_text(step_id(1))}, "n", "scancel")

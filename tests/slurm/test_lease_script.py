@@ -521,3 +521,78 @@ def test_the_pre_limit_relay_ends_a_taken_step_still_waiting_without_starting_it
     assert all(lease.ended(s) == [f"servatus-{s}.{JOB}.end.0.0"] for s in busy)
     lease.finish()
     assert not (fake_cluster.out / "waiting.json").exists()
+
+
+# -- the wake-up ---------------------------------------------------------------------------------
+
+
+def fake_scancel(cluster: FakeCluster, lease: Lease) -> str:
+    """What ``scancel --batch --signal=URG JOB`` does for job ``JOB``: the signal to its batch
+    shell alone; any other call is an error."""
+    path = cluster.root / "bin" / "scancel"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'[ "$*" = "--batch --signal=URG {JOB}" ] || exit 1\n'
+        f"kill -URG {lease.process.pid}\n"
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def offer_waking(cluster: FakeCluster, identity: str, args: list[str], wake: str) -> None:
+    text = order_for(cluster, identity, args)
+    orders = cluster.logs / orders_directory(LEASE)
+    answers = lease_client.offer(LocalTransport(), str(orders), JOB, {identity: text}, wake)
+    assert answers == {identity: lease_client.OfferAnswer(lease_client.Offer.OFFERED)}
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_woken_lease_takes_an_order_at_once_not_at_its_next_poll(
+    fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
+) -> None:
+    make_orders(fake_cluster)
+    lease = start_lease(shell, lease_spec(fake_cluster, poll_seconds=60))  # type: ignore[operator]
+    wake = fake_scancel(fake_cluster, lease)
+    time.sleep(0.5)  # asleep in its first poll
+    for n in range(1, 4):
+        identity = step_id(n)
+        offered = time.monotonic()
+        offer_waking(fake_cluster, identity, fake_cluster.step_args(f"w{n}", "exit:0"), wake)
+        wait_for(lambda: lease.marker(identity, "step-start").exists(), seconds=10)  # noqa: B023
+        assert time.monotonic() - offered < 2, f"order {n} waited for the poll"
+        wait_for(lambda: lease.ended(identity))  # noqa: B023
+    lease.finish()
+    for n in range(1, 4):
+        assert ran(fake_cluster, f"w{n}")
+        assert lease.ended(step_id(n)) == [f"servatus-{step_id(n)}.{JOB}.end.0.0"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_wake_ups_never_harm_a_lease_busy_or_idle(
+    fake_cluster: FakeCluster, start_lease: object, shell: tuple[str]
+) -> None:
+    make_orders(fake_cluster)
+    lease = start_lease(shell, lease_spec(fake_cluster, poll_seconds=1))  # type: ignore[operator]
+    running = step_id(1)
+    offer(fake_cluster, running, fake_cluster.step_args("running", "wait:release"))
+    wait_for(lambda: lease.marker(running, "step-start").exists())
+    for _ in range(200):  # a storm of wakes: of an idle loop and of one reading its orders
+        os.kill(lease.process.pid, signal.SIGURG)
+        time.sleep(0.002)
+    time.sleep(0.5)
+    assert lease.process.poll() is None
+    late = step_id(2)
+    offer(fake_cluster, late, fake_cluster.step_args("late", "exit:0"))  # no wake: the poll
+    wait_for(lambda: lease.ended(late), seconds=10)
+    naps = subprocess.run(
+        ["pgrep", "-s", str(lease.process.pid), "-x", "sleep"], capture_output=True, text=True
+    ).stdout.split()
+    assert len(naps) <= 2, f"{len(naps)} poll sleeps left running"
+    (fake_cluster.out / "release.json").write_text("{}")
+    wait_for(lambda: lease.ended(running))
+    lease.finish()
+    assert lease.ended(running) == [f"servatus-{running}.{JOB}.end.0.0"]
+    assert lease.ended(late) == [f"servatus-{late}.{JOB}.end.0.0"]
+    assert not lease.marker(running, "stop").exists()
+    for name in ("running", "late"):
+        assert ran(fake_cluster, name)

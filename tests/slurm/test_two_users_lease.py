@@ -73,7 +73,7 @@ class Scene:
         text = self.order(identity, program).encode()
         argv = [
             "/bin/sh", "-c", OFFER_SCRIPT, "offer", str(self.orders), str(JOB), "n0nce",
-            identity, str(len(text)),
+            "", identity, str(len(text)),
         ]  # fmt: skip
         return self.victim.run(argv, input=text).stdout.decode().strip()
 
@@ -171,7 +171,7 @@ def test_a_setgid_log_root_gives_a_usable_orders_directory(
     assert scene.offer(identity, ["/bin/sh", "-c", f"id -u >{done}"]) == f"offered {identity}"
     lease = scene.start(("dash",))
     try:
-        wait_for(done.exists)
+        wait_for(lambda: done.exists() and done.read_text().strip())  # written, not just made
     finally:
         log = stop(lease)
     assert done.read_text().strip() == str(scene.victim.uid), log

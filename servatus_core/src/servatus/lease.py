@@ -102,6 +102,15 @@ def no_current_link(lease_id: str) -> str:
     )
 
 
+WAKE_SIGNAL = "URG"
+"""What the offer sends the lease's batch shell (``scancel --batch``), which traps it to read its
+orders at once. Its default action is to ignore it, in the shell before the trap is set, in the
+watchers (a subshell resets the trap) and in ``srun``, which neither handles nor relays it; the
+lease already gives ``USR1``, ``USR2``, ``TERM`` and ``INT`` their own meanings. ``scancel --batch``
+signals the batch shell alone (seen on Slurm 24.11: a subshell and a step trapping it got
+nothing)."""
+
+
 class Verdict(enum.Enum):
     """What an order's claim says."""
 
@@ -210,7 +219,7 @@ took it and it has not ended (ADR 0009, "Stopping a step")."""
 
 OFFER_SCRIPT = (
     "umask 077\n"
-    "d=$1 job=$2 nonce=$3\nshift 3\n"
+    "d=$1 job=$2 nonce=$3 wake=$4\nshift 4\n"
     + _OWNED_DIRECTORY
     + LINK_EMPTY
     + _WITHDRAW_ONE
@@ -221,6 +230,7 @@ if ! enter "$d"; then
 fi
 d=.
 bad=
+woke=
 set -- "$@" --
 while [ "$1" != -- ]; do
     if ! (set -C && : >"$d/$1.tmp.$nonce") 2>/dev/null; then bad="$bad $1"; fi
@@ -246,6 +256,7 @@ while [ "$#" -gt 1 ]; do
         # A mv that fails may still have renamed (a retransmitted RENAME): the claim decides.
         if mv -- "$t" "$d/$1" 2>/dev/null; then
             echo "offered $1"
+            woke=$wake
         else
             withdraw "$1" | sed 's/^taken/offered/'
         fi
@@ -255,11 +266,18 @@ while [ "$#" -gt 1 ]; do
     fi
     shift 2
 done
+# Wake the lease's batch shell once its orders are in place; detached and silent, so neither a
+# refusal nor a slow slurmctld can touch the answer above or the exit status.
+if [ -n "$woke" ]; then
+    ("$woke" --batch --signal=URG "$job" </dev/null >/dev/null 2>&1 &)
+fi
 """.lstrip("\n")
 )
-"""``sh -c OFFER_SCRIPT offer DIR JOB NONCE STEP SIZE...``, the orders concatenated on stdin: one
-``offered|withdrawn|undecided STEP`` or ``refused STEP REASON`` line per step. Every write and
-size check comes before any rename, so a refusal means no order of that step exists."""
+"""``sh -c OFFER_SCRIPT offer DIR JOB NONCE WAKE STEP SIZE...``, the orders concatenated on stdin:
+one ``offered|withdrawn|undecided STEP`` or ``refused STEP REASON`` line per step. Every write and
+size check comes before any rename, so a refusal means no order of that step exists. ``WAKE``,
+when not empty, is the ``scancel`` that sends the lease's batch shell :data:`WAKE_SIGNAL` after a
+rename, so it takes the order now instead of at its next poll."""
 
 MKDIR_SCRIPT = (
     "umask 077\n"
@@ -333,10 +351,13 @@ def stop_command(directory: str, step_ids: Sequence[str]) -> list[str]:
 
 
 def offer_command(
-    directory: str, job: int, orders: Mapping[str, str], nonce: str
+    directory: str, job: int, orders: Mapping[str, str], nonce: str, wake: str | None = None
 ) -> tuple[list[str], bytes]:
-    """The argv and stdin that offer ``orders`` (step id to rendered order text)."""
+    """The argv and stdin that offer ``orders`` (step id to rendered order text); with ``wake``
+    (the absolute path of ``scancel``) the same command then wakes lease job ``job``."""
     _check_ids(directory, job, list(orders))
+    if wake is not None and not wake.startswith("/"):
+        raise ConfigurationError(f"the wake-up command must be absolute, got {wake!r}")
     words: list[str] = []
     data = bytearray()
     for step, text in orders.items():
@@ -345,7 +366,7 @@ def offer_command(
             raise ConfigurationError(f"the order of step {step} does not end with a newline")
         words += [step, str(len(encoded))]
         data += encoded
-    argv = ["/bin/sh", "-c", OFFER_SCRIPT, "offer", directory, str(job), nonce, *words]
+    argv = ["/bin/sh", "-c", OFFER_SCRIPT, "offer", directory, str(job), nonce, wake or "", *words]
     return argv, bytes(data)
 
 
@@ -448,11 +469,16 @@ def stop(transport: Transport, directory: str, step_ids: Sequence[str]) -> dict[
 
 
 def offer(
-    transport: Transport, directory: str, job: int, orders: Mapping[str, str]
+    transport: Transport,
+    directory: str,
+    job: int,
+    orders: Mapping[str, str],
+    wake: str | None = None,
 ) -> dict[str, OfferAnswer]:
     """Offer each order to lease job ``job``: written under a temporary name, size-checked, then
-    renamed into place. Raises :class:`~servatus.errors.Unavailable` when no answer came back."""
-    argv, data = offer_command(directory, job, orders, nonce())
+    renamed into place; with ``wake`` (``scancel``'s path), the lease is then woken in the same
+    command. Raises :class:`~servatus.errors.Unavailable` when no answer came back."""
+    argv, data = offer_command(directory, job, orders, nonce(), wake)
     result = transport.run(argv, stdin=data)
     if result.returncode != 0 or result.truncated:
         return dict.fromkeys(orders, OfferAnswer(Offer.UNDECIDED))

@@ -51,13 +51,15 @@ so a lease application can be tested without a cluster:
   starts without its directory ends ``FAILED`` before its start marker and runs nothing. A
   marker listing of a ``log_root`` in that set fails as a gone one does on a cluster (exit 66:
   a ``ConfigurationError``, not unavailable evidence).
-* The offer's ``sh -c`` (``DIR JOB NONCE STEP SIZE...``, the orders on stdin) keeps each order
+* The offer's ``sh -c`` (``DIR JOB NONCE WAKE STEP SIZE...``, the orders on stdin) keeps each order
   whole (``refused STEP directory`` without the directory, ``refused STEP write`` for a directory
   in :attr:`~FakeScheduler.full_directories`). While its lease job is ``RUNNING`` and has not had
   its pre-limit signal, the lease takes each order at once: its claim holds the order's bytes, and
   the step starts (its ``step-start`` marker) if a slot is free, else it waits (``QUEUED``) and
   starts when a slot frees, the longest-waiting first (Slurm picks on a real cluster). An order
   that is not whole, or names another lease or slot, is withdrawn by the lease (an empty claim).
+  An offer that names ``scancel`` as its ``WAKE`` and renamed an order into place wakes a running
+  lease: :attr:`FakeScheduler.wakes` lists the job numbers it signalled.
 * The withdraw's ``sh -c`` makes an empty claim unless the lease took the order first, and
   answers by the claim's size, as the real one does. Claims are listed by the marker ``find`` as
   ``servatus-<step>.<job>.claim`` rows whose size is the verdict.
@@ -242,6 +244,10 @@ class FakeScheduler:
         self.claims: dict[str, tuple[float, bytes]] = {}
         """Each claim by name (a lease step's ``servatus-<step>.<job>.claim``, a chain handoff's
         ``servatus-<link>.<job>.taken.<slot>``): when it was made, what it holds."""
+        self.wakes: list[int] = []
+        """Each lease job an offer woke (the offer's ``scancel --batch --signal=URG``), in
+        order: only a running lease's batch shell, and only after an order was renamed into
+        place, as on a cluster. The fake's lease takes orders at once either way."""
         self._next_job = first_job
         self._faults: dict[str, _Fault] = {}
         self._dependents: dict[int, list[FakeJob]] = {}
@@ -692,9 +698,9 @@ class FakeScheduler:
         return CommandResult(argv, 0, f"{answer}\n".encode(), b"")
 
     def _cmd_offer(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        """``sh -c OFFER_SCRIPT offer DIR JOB NONCE STEP SIZE...``, the orders on stdin."""
-        directory, job = argv[4], int(argv[5])
-        words = argv[7:]
+        """``sh -c OFFER_SCRIPT offer DIR JOB NONCE WAKE STEP SIZE...``, the orders on stdin."""
+        directory, job, wake = argv[4], int(argv[5]), argv[7]
+        words = argv[8:]
         pairs = list(zip(words[::2], map(int, words[1::2]), strict=True))
         lines = []
         if directory not in self.orders:
@@ -710,6 +716,9 @@ class FakeScheduler:
                     self.orders[directory][step] = data
                     lines.append(f"offered {step}")
         known = self._numbered.get(job)
+        offered = any(line.startswith("offered") for line in lines)
+        if wake and offered and known is not None and known.state == "RUNNING":
+            self.wakes.append(job)
         if known is not None and known.lease is not None:
             self._take(known)
         return CommandResult(argv, 0, "".join(f"{line}\n" for line in lines).encode(), b"")

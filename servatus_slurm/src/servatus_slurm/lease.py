@@ -267,15 +267,28 @@ renaming the directory (or a parent) aside and planting another under its name c
 the lease reads: it polls the directory it checked, by inode, for its whole life."""
 
 _LOOP = """
+trap servatus_woken=1 URG
 while [ -z "$servatus_stopped" ]; do
+    servatus_woken=
     if [ -z "$servatus_limited" ]; then servatus_take; fi
     servatus_stops
-    sleep "$servatus_poll" &
-    wait $!
+    if [ -z "$servatus_woken" ]; then
+        sleep "$servatus_poll" &
+        servatus_nap=$!
+        if [ -n "$servatus_woken" ] || ! wait "$servatus_nap"; then
+            kill "$servatus_nap" 2>/dev/null
+        fi
+    fi
 done
 until wait; do :; done
 exit 0
 """.lstrip("\n")
+"""Poll every ``poll_seconds``, and at once when an offer wakes the shell (``URG``, sent by
+``scancel --batch`` after the offer's rename): the trap interrupts the ``wait`` on the poll's
+``sleep``, which is then killed. A wake while the orders are being read sets the flag instead,
+and the loop reads them again without sleeping, so an order renamed just after the directory was
+listed is not left for the next poll. A wake of a lease with nothing new only re-reads its
+orders."""
 
 
 def _slot_options(spec: LeaseSpec) -> str:

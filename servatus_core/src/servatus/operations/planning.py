@@ -177,6 +177,9 @@ class Steps:
     link: records.Intent
     job: int
     orders: dict[str, str]
+    running: bool = False
+    """Whether the reading listed the link's job as running: only a running lease's batch shell
+    can be woken (Slurm refuses to signal a pending job, and ``scancel`` retries for seconds)."""
 
 
 def plan_steps(
@@ -249,4 +252,7 @@ def plan_steps(
         run_times={**measured, **made.decision.spent},
         budget=budget,
     )
-    return Steps(made, change, link, jobs[current], orders)
+    running = any(
+        entry.job == jobs[current] and entry.state == "RUNNING" for entry in reading.queue or ()
+    )
+    return Steps(made, change, link, jobs[current], orders, running)

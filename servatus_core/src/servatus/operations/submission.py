@@ -778,10 +778,12 @@ def submit_steps(
     plan_digest: str,
     progress: Progress | None = None,
     budget: int | None = None,
+    wake: str | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
     """Offer steps to a lease link (ADR 0009): every step's intent in one synced write (with
     the steps' ``budget``, so ``status`` shows it), then
-    one offer of all their orders into its orders directory, then, in one synced write, a
+    one offer of all their orders into its orders directory (which, given ``scancel``'s path
+    as ``wake``, then wakes the lease in the same command), then, in one synced write, a
     receipt with the lease's job for each one offered and ``Resolved(job=None)`` for each one
     refused or withdrawn (no order of it can ever run).
 
@@ -805,7 +807,7 @@ def submit_steps(
     writer.add_all(intents)  # every intent is durable before any order can exist
     count = f"of {len(allocations)} steps"
     try:
-        answers = offer(transport, directory, job, orders)
+        answers = offer(transport, directory, job, orders, wake)
     except Unavailable as exc:
         raise _interrupted(
             f"no answer from the offer to lease {lease.allocation_id} ({exc}); none {count} "

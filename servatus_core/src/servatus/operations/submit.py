@@ -24,6 +24,7 @@ from servatus.operations.submission import (
     Progress,
     SubmittedAllocation,
     batch_scripts,
+    command,
     lease_scripts,
     ping,
     submit_allocations,
@@ -69,7 +70,8 @@ def submit(
             )
         if not plan.allocations:
             return Submitted(receipts=(), held=plan.decision.held)
-        with _answering(context, plan.profile.target) as transport:
+        pinging = plan.within is None  # steps: their plan's own reading proves Slurm answers
+        with _answering(context, plan.profile.target, pinged=pinging) as transport:
             if plan.hold is not None:
                 receipts = _submit_lease(context, writer, transport, state, plan, progress)
             elif plan.within is not None:
@@ -82,11 +84,18 @@ def submit(
 
 
 @contextlib.contextmanager
-def _answering(context: Context, target: Target) -> Iterator[Transport]:
-    """A transport to ``target`` once Slurm there answers a ping; closed however sending ends."""
+def _answering(context: Context, target: Target, *, pinged: bool = True) -> Iterator[Transport]:
+    """A transport to ``target``, once Slurm there answers a ping (unless ``pinged`` is false);
+    closed however sending ends.
+
+    Steps into a lease skip the ping: they are sent only from a plan that one Slurm reading
+    (``squeue`` and the marker listing) made under the same lock, and that reading failing is
+    :class:`~servatus.errors.Unavailable` before anything is recorded, as a failed ping is. The
+    offer needs no ``sbatch`` of its own."""
     transport = context.connect(target)
     try:
-        ping(transport, target)
+        if pinged:
+            ping(transport, target)
         yield transport
     finally:
         transport.close()
@@ -198,7 +207,7 @@ def start_steps(
         if not plan.allocations:
             _settle_reading(writer, steps.change)
             return Submitted(receipts=(), held=plan.decision.held)
-        with _answering(context, plan.profile.target) as transport:
+        with _answering(context, plan.profile.target, pinged=False) as transport:
             receipts = _send_steps(writer, transport, steps, budget, progress)
     return Submitted(receipts=receipts, held=plan.decision.held)
 
@@ -231,6 +240,7 @@ def _send_steps(
         plan_digest=plan_to_document(plan)["digest"],
         progress=progress,
         budget=budget,
+        wake=command(plan.profile.target, "scancel") if steps.running else None,
     )
 
 
