@@ -1,8 +1,9 @@
 """Scheduler evidence: what ``squeue`` lists and what run markers in ``log_root`` say.
 
-An evidence reader (a plugin, ``servatus_evidence_reader``) names the two listing commands and
-parses their output into these values; status projection in the core reads only these values.
-Readers bound what they accept and drop rows that fail the identity check instead of guessing.
+An evidence reader (a plugin, ``servatus_evidence_reader``) names the two listing commands, runs
+them as one remote command, and parses their output into these values; status projection in the
+core reads only these values. Readers bound what they accept and drop rows that fail the identity
+check instead of guessing.
 """
 
 from __future__ import annotations
