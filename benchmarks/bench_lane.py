@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,16 +58,22 @@ class Bench:
         self.profile = profile
         self.rows: list[tuple[str, float, float, float, Counter[str]]] = []
         self.in_fake = 0.0
-        answer = fake.run
+        self._depth = 0  # a batch program's stream runs each sbatch through run: count once
+        fake.run = self._timed(fake.run)  # type: ignore[method-assign]
+        fake.stream = self._timed(fake.stream)  # type: ignore[method-assign]
 
+    def _timed(self, answer: Callable[..., CommandResult]) -> Callable[..., CommandResult]:
         def timed(argv: Sequence[str], **options: Any) -> CommandResult:
             began = time.process_time()
+            self._depth += 1
             try:
                 return answer(argv, **options)
             finally:
-                self.in_fake += time.process_time() - began
+                self._depth -= 1
+                if not self._depth:
+                    self.in_fake += time.process_time() - began
 
-        fake.run = timed  # type: ignore[method-assign]
+        return timed
 
     def run(self, label: str, *args: str) -> None:
         self.fake.calls.clear()

@@ -120,10 +120,13 @@ def sharing_the_cluster() -> Iterator[None]:
         yield
 
 
-def prepare(work: Path, count: int) -> tuple[Path, Path, list[Path], set[str]]:
-    """A fresh campaign of ``count`` Tasks, its saved plan, its scripts as files, its job names."""
+def prepare(
+    work: Path, count: int, config: str = CONFIG
+) -> tuple[Path, Path, list[Path], set[str]]:
+    """A fresh campaign of ``count`` Tasks, its saved plan, its scripts as files, its job names;
+    ``config`` (a ``SERVATUS.toml`` with one Task per allocation) may name other roots."""
     work.mkdir()
-    (work / "SERVATUS.toml").write_text(CONFIG)
+    (work / "SERVATUS.toml").write_text(config)
     profile = Profile.load(work / "SERVATUS.toml")
     state = work / "state"
     campaign = Campaign.create(state, [Task(f"bench-{i}", ["/bin/true"]) for i in range(count)])

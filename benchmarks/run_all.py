@@ -1,9 +1,10 @@
 """Run every benchmark, one after another: ``python benchmarks/run_all.py [--skip-cluster]``.
 
 Each runs in its own process with this Python, its output passed through. The cluster benchmarks
-(``submit`` over SSH, and the lease's latency and idle cost) need root and the test cluster up
-(``python3 tests/cluster/harness.py up``); without them they are skipped, saying why. Exit status
-1 if any benchmark failed. ``benchmarks/README.md`` says what each one measures.
+(``submit`` over SSH, directly and through a slow link, and the lease's latency and idle cost)
+need root and the test cluster up (``python3 tests/cluster/harness.py up``); without them they
+are skipped, saying why. Exit status 1 if any benchmark failed. ``benchmarks/README.md`` says
+what each one measures.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ BENCHMARKS = (
 )
 CLUSTER = (
     ("bench_submit_cluster.py",),
+    ("bench_round_trips.py",),  # issue #33: 1,000 allocations at 50 ms, then at 0 ms
     ("bench_lease_latency.py",),
     ("bench_lease_start.py",),
     ("bench_lease_throughput.py",),

@@ -81,7 +81,12 @@ GIVEN: dict[str, list[Step]] = {
     "report": SUBMITTED,
     "cancel": SUBMITTED,
     "logs": [*SUBMITTED, _logs],
-    "reconcile": [*PLANNED, _answer_lost, "submit state plan.json"],
+    "reconcile": [
+        "ensure state tasks.jsonl",
+        "plan state --only seed-1 --output plan.json",  # one allocation: its batch's only one
+        _answer_lost,
+        "submit state plan.json",
+    ],
     "start": [
         "ensure state tasks.jsonl",
         "plan state --hold 2 --output lease.json",

@@ -6,6 +6,7 @@ from servatus.campaign import Authoring, ShapeCheck
 from servatus.cli.render import (
     accepted_line,
     authoring_line,
+    batch_line,
     cancelled_lines,
     check_line,
     doctor_lines,
@@ -50,6 +51,8 @@ def test_plan_submit_and_validate_lines() -> None:
         "1 Task per allocation for 1-01:01:00: accepted: ok"
     )
     assert accepted_line(1, 3, "a1", 1000) == "allocation 1 of 3: a1 accepted as job 1000"
+    assert batch_line(100, 100, 250) == "sending allocations 101-200 of 250 in one batch"
+    assert batch_line(249, 1, 250) == "sending allocation 250 of 250"
     receipts = [SubmittedAllocation("a1", 1000, ("k0", "k1")), SubmittedAllocation("a2", 7, ())]
     assert submitted_lines(receipts) == [
         "submitted allocation a1: job 1000 (k0, k1)",

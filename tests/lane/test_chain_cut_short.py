@@ -12,11 +12,20 @@ from typing import Any
 import pytest
 from test_cli_budget import Clock, create, project
 
+from servatus import batch
 from servatus.journal import store
 from servatus.testing import FakeScheduler
 from testkit import run
 
 __all__ = ["project"]  # the fixture
+
+
+@pytest.fixture(autouse=True)
+def one_allocation_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each link in a batch of its own: the lost answer is its batch's last, so the links after
+    it are known never to have been sent, as at a batch's end (ADR 0014)."""
+    monkeypatch.setattr(batch, "MAX_ALLOCATIONS", 1)
+
 
 HOUR = 3600
 

@@ -15,6 +15,7 @@ from typing import Any
 import click
 import pytest
 
+from servatus import batch
 from servatus.cli import cli, main
 from servatus.errors import Unavailable
 from servatus.journal import records, store
@@ -129,17 +130,18 @@ def late_sbatch(
     capsys: pytest.CaptureFixture[str],
     job_state: str = "RUNNING",
 ) -> tuple[FakeScheduler, str]:
-    """The first allocation's sbatch gets no answer, reconcile records it as not submitted 15
-    minutes later, and then Slurm lists a job for it after all (an sbatch that arrived late), in
-    ``job_state``: COMPLETED is ended, and still listed until MinJobAge passes."""
+    """The first allocation's sbatch gets no answer (nor the rest of its batch), reconcile
+    records them as not submitted 15 minutes later, and then Slurm lists a job for the first
+    after all (an sbatch that arrived late), in ``job_state``: COMPLETED is ended, and still
+    listed until MinJobAge passes."""
     fake = submitted(state, plan, capsys, sbatch_answers=False)
     later = time.time() + RECONCILE_AFTER + 1
     monkeypatch.setattr(time, "time", lambda: later)
     code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
     assert code == 0
-    (resolution,) = json.loads(out)["resolutions"]
-    assert resolution["outcome"] == "not_submitted"
-    allocation_id = resolution["allocation_id"]
+    resolutions = json.loads(out)["resolutions"]
+    assert {resolution["outcome"] for resolution in resolutions} == {"not_submitted"}
+    allocation_id = resolutions[0]["allocation_id"]
     fake.jobs.append(FakeJob(1999, allocation_id, "", 2, state=job_state))
     return fake, allocation_id
 
@@ -201,9 +203,10 @@ def test_reconcile_says_when_to_run_again_with_the_date(
         fake = submitted(state, plan, capsys, sbatch_answers=False)
         code, out, _ = run(["reconcile", state, "--json"], fake, capsys)
         assert code == 75
-        (resolution,) = json.loads(out)["resolutions"]
-        retry_at = resolution["retry_at"]
-        assert resolution["outcome"] == "waiting" and isinstance(retry_at, float)
+        resolutions = json.loads(out)["resolutions"]  # the whole batch went unanswered
+        assert {resolution["outcome"] for resolution in resolutions} == {"waiting"}
+        retry_at = resolutions[-1]["retry_at"]
+        assert isinstance(retry_at, float)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(retry_at)) + " +0530"
         code, out, err = run(["reconcile", state], fake, capsys)
         assert code == 75
@@ -424,6 +427,7 @@ def test_a_reconcile_that_cannot_record_them_all_prints_what_it_recorded(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     state, plan = sweep
+    monkeypatch.setattr(batch, "MAX_ALLOCATIONS", 1)  # the lost answer is its batch's last
     fake = FakeScheduler()
     fake.lose_answer("sbatch")  # Slurm has job 1000, the campaign an unresolved intent
     assert run(["submit", state, plan], fake, capsys)[0] == 3
@@ -444,3 +448,27 @@ def test_a_reconcile_that_cannot_record_them_all_prints_what_it_recorded(
     document = json.loads(out)
     assert [(r["outcome"], r["job"]) for r in document["resolutions"]] == [("accepted", 1000)]
     assert document["error"] == {"type": "Unavailable", "message": "no space left on device"}
+
+
+def test_a_submit_on_a_terminal_names_each_batch_as_it_goes_out(
+    sweep: tuple[str, str],
+    config_path: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state, _ = sweep
+    plan = one_by_one(state, config_path, tmp_path)
+    monkeypatch.setattr(batch, "MAX_ALLOCATIONS", 2)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    fake = FakeScheduler()
+    got, out, err = run(["submit", state, plan], fake, capsys)
+    assert (got, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == "sending allocations 1-2 of 3 in one batch"
+    assert lines[3] == "sending allocation 3 of 3"
+    assert [line.split(":")[0] for line in lines[1:3] + lines[4:5]] == [
+        "allocation 1 of 3",
+        "allocation 2 of 3",
+        "allocation 3 of 3",
+    ]

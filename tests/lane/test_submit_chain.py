@@ -131,8 +131,10 @@ def test_afterok_on_a_forgotten_job_is_a_refusal_and_ends_the_chain(
     assert len(sbatch_calls(fake)) == 2
     with store.writing(tmp_path / "state") as writer:
         assert writer.state is not None
-        outcomes = {i.allocation_id for i in writer.state.intents}
-        assert outcomes == {IDS[0], IDS[1]}
+        intents = {i.allocation_id for i in writer.state.intents}
+        assert intents == {IDS[0], IDS[1], IDS[2]}  # one batch: every intent before it went out
+        unsent = {(r.allocation_id, r.job) for r in writer.state.resolutions}
+        assert unsent == {(IDS[1], None), (IDS[2], None)}  # refused, and never sent after it
 
 
 def test_planning_measures_a_chain_link_as_long_as_submission_renders_it(

@@ -207,6 +207,19 @@ class Lane:
             return self.run([OUTSIDE_PYTHON, "-m", "servatus", *args], timeout=timeout, input=input)
         return self.run([self.cluster.servatus_cli, *args], timeout=timeout, input=input)
 
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """The real ``servatus`` CLI over SSH, started and left running (to be killed, or held
+        while the test stops sshd), its output piped."""
+        assert self.ssh, "only the laptop's CLI runs where the test can signal it"
+        return subprocess.Popen(
+            [OUTSIDE_PYTHON, "-m", "servatus", *args],
+            cwd=self.launch,
+            env=self.environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def ok(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         result = self.servatus(*args, timeout=timeout)
         assert result.returncode == 0, f"servatus {' '.join(args)}: {result.stderr}"

@@ -1,10 +1,12 @@
-"""Traps that stop ``servatus submit`` at exact points around its one ``sbatch`` call.
+"""Traps that stop ``servatus submit`` at exact points around its ``sbatch`` calls.
 
 Over SSH the transport runs ``ssh`` from the caller's ``PATH``, so a wrapper ``ssh`` placed first
-on the subprocess's ``PATH`` sees every remote command; on the login node Slurm commands run from
-``slurm_bin``, so the test's ``slurm_bin`` is a directory whose ``sbatch`` is a wrapper and whose
-other commands are links to the real ones. Either wrapper passes everything through except the
-first ``sbatch --parsable`` after a test writes a ``mode`` file beside it (it consumes the file):
+on the subprocess's ``PATH`` sees every remote command, a batch of ``sbatch`` calls (ADR 0014) as
+one; on the login node Slurm commands run from ``slurm_bin``, so the test's ``slurm_bin`` is a
+directory whose ``sbatch`` is a wrapper and whose other commands are links to the real ones, and
+the batch program runs it once per allocation. Either wrapper passes everything through except
+the first batch (SSH) or ``sbatch --parsable`` (login node) after a test writes a ``mode`` file
+beside it (it consumes the file); "the caller" is the nearest ancestor that runs servatus:
 
 ``before``  the intent is durable and ``sbatch`` is being called: SIGKILL the caller (``$PPID``,
             the servatus process) and never run ``sbatch``.
@@ -18,6 +20,9 @@ first ``sbatch --parsable`` after a test writes a ``mode`` file beside it (it co
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import time
 from pathlib import Path
 
 from lane_helpers import Lane
@@ -34,20 +39,52 @@ fi
 """
 
 
+KILL_CALLER = """\
+p=$PPID
+while [ "$p" -gt 1 ] && ! tr '\\0' ' ' <"/proc/$p/cmdline" | grep -q servatus; do
+    p=$(sed 's/.*) [A-Za-z] \\([0-9]*\\) .*/\\1/' "/proc/$p/stat")
+done
+if [ "$p" -gt 1 ]; then
+    kill -KILL "$p"
+else
+    : >"$here/kill-now"
+    while [ ! -e "$here/killed" ]; do sleep 0.05; done
+fi
+"""
+"""Shell lines that SIGKILL the nearest ancestor running servatus: ``ssh``'s parent, or the
+parent of the batch program that runs a wrapped ``sbatch``. A wrapped ``sbatch`` run over SSH
+has none (servatus is on the laptop's side): it writes ``kill-now`` beside itself and waits for
+the test to kill servatus and write ``killed`` (:func:`killed_when_asked`)."""
+
+
+def killed_when_asked(
+    process: subprocess.Popen[str], directory: Path, *, seconds: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``process`` to its end, SIGKILLing it when a wrapper in ``directory`` asks."""
+    deadline = time.monotonic() + seconds
+    while process.poll() is None and time.monotonic() < deadline:
+        if (directory / "kill-now").exists():
+            process.kill()
+            process.wait()
+            (directory / "killed").touch()
+            break
+        time.sleep(0.02)
+    out, err = process.communicate(timeout=max(deadline - time.monotonic(), 1))
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 def kill_cases(real: str, refused: int) -> str:
     """The ``case`` arms that SIGKILL the caller around one call of ``real``: ``before`` it
     (exiting ``refused``, as the command would when it never ran), or ``after`` it answered,
     keeping the answer in ``answer``."""
     return f"""\
 before)
-    kill -KILL "$PPID"
-    exit {refused} ;;
+{KILL_CALLER}    exit {refused} ;;
 after)
     answer=$({real} "$@")
     code=$?
     printf '%s\\n' "$answer" >"$here/answer"
-    kill -KILL "$PPID"
-    exit "$code" ;;
+{KILL_CALLER}    exit "$code" ;;
 """
 
 
@@ -55,7 +92,7 @@ SSH_WRAPPER = f"""\
 #!/bin/sh
 here=$(dirname "$0")
 case "$*" in
-*"/sbatch --parsable"*) wanted="before after hold-sbatch" ;;
+*" -s batch"*) wanted="before after hold-sbatch" ;;
 *" find -H "*) wanted="hold-listing" ;;
 *) exec {SSH} "$@" ;;
 esac
@@ -94,7 +131,7 @@ class Trap:
         self.directory = directory
 
     def arm(self, mode: str) -> None:
-        for name in ("answer", "held", "go", "mode.used"):
+        for name in ("answer", "held", "go", "mode.used", "kill-now", "killed"):
             (self.directory / name).unlink(missing_ok=True)
         self.lane.put(self.directory / "mode", mode + "\n")
 
@@ -104,7 +141,11 @@ class Trap:
 
     @property
     def answer(self) -> str:
-        return (self.directory / "answer").read_text()
+        """The job numbers the trapped call answered, one per line: ``sbatch``'s own, or a
+        batch's answers (``@INDEX 0 JOB.``) out of the framed ``ssh`` output."""
+        text = (self.directory / "answer").read_text()
+        batched = re.findall(r"^@[0-9]+ 0 ([1-9][0-9]*)[.;]", text, flags=re.MULTILINE)
+        return "".join(f"{job}\n" for job in batched) if batched else text
 
     @property
     def held(self) -> bool:

@@ -1,9 +1,11 @@
 """Work left behind on the real cluster, and the command that picks it up (issue #31).
 
-A chain cut short: ``submit`` is killed right after Slurm answered link 1's ``sbatch``, so links
-2 and 3 are never sent. ``reconcile`` accepts link 1 and warns that the chain was cut short,
-naming the ``plan`` that continues it; ``status`` says the same once the Task yielded at 1/3; that
-plan, submitted once Slurm forgot link 1, runs the Task to success and the warning goes.
+A chain cut short: in ``submit``'s one batch (ADR 0014), link 2's ``sbatch`` says Slurm timed
+out and sends nothing, so the batch ends there and link 3 is never sent. ``reconcile`` waits for
+evidence of link 2; 15 minutes on (a faked clock) it records it as not submitted and warns that
+the chain was cut short, naming the ``plan`` that continues it; ``status`` says the same once the
+Task yielded at 1/3; that plan, submitted once Slurm forgot link 1, runs the Task to success and
+the warning goes.
 
 An order a lease never took: the lease waits for the node (two other Tasks hold both CPUs), takes
 an order, and is then cancelled by a raw ``scancel`` before it ever ran. Slurm lists it
@@ -14,33 +16,51 @@ an order, and is then cancelled by a raw ``scancel`` before it ever ran. Slurm l
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from lane_helpers import INNER_PYTHON, STEPPED, Lane, allocation_ids, wait_until
-from lane_traps import install
+from lane_traps import wrap_sbatch
 
 pytestmark = pytest.mark.cluster
 
 
-def test_a_chain_cut_short_is_named_and_continued(ssh_lane: Lane, tmp_path: Path) -> None:
+SECOND_TIMES_OUT = """\
+#!/bin/sh
+here=$(dirname "$0")
+case " $* " in
+*" --parsable "*) ;;
+*) exec /usr/bin/sbatch "$@" ;;
+esac
+n=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
+echo "$n" >"$here/count"
+if [ "$n" -eq 2 ]; then
+    echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' >&2
+    exit 1
+fi
+exec /usr/bin/sbatch "$@"
+"""
+"""``sbatch`` that sends nothing on its second call and says Slurm timed out."""
+
+
+def test_a_chain_cut_short_is_named_and_continued(ssh_lane: Lane) -> None:
     lane = ssh_lane
-    trap = install(lane, tmp_path / "trap")
+    wrap_sbatch(lane, SECOND_TIMES_OUT)
     lane.put_chain_worker()
     lane.limit("00:01:00", "00:00:20")
     task = {"key": "cut", "args": [INNER_PYTHON, "chain_step.py", "yield2,exit0"]}
     lane.ok("ensure", "state", lane.tasks_file([task]))
     lane.ok("plan", "state", "--budget", "00:03:00", "--output", "plan.json")
-    trap.arm("after")
-    killed = lane.servatus("submit", "state", "plan.json")
-    assert killed.returncode == -9, killed
-    [job] = re.findall(r"^([1-9][0-9]*)$", trap.answer, flags=re.MULTILINE)
-    [first] = allocation_ids(lane)  # links 2 and 3 were never recorded
+    interrupted = lane.servatus("submit", "state", "plan.json")
+    assert interrupted.returncode == 3, interrupted
+    assert "Socket timed out" in interrupted.stderr, interrupted.stderr
+    first, second, _ = allocation_ids(lane)  # one batch: every link's intent first
+    waiting = lane.servatus("reconcile", "state")
+    assert waiting.returncode == 75, waiting  # link 2: no evidence yet
 
-    reconciled = lane.servatus("reconcile", "state")
+    reconciled = lane.later("reconcile", "state")
     assert reconciled.returncode == 0, reconciled
-    assert reconciled.stdout == f"allocation {first}: accepted as job {job}\n"
+    assert reconciled.stdout == f"allocation {second}: recorded as not submitted\n"
     [cut] = re.findall(r"^servatus: warning: (.*)$", reconciled.stderr, flags=re.MULTILINE)
     assert cut.startswith(
         f"chain cut short: allocation {first} (link 1/3) is the last link of its chain that "

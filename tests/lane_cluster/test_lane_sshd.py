@@ -12,7 +12,6 @@ once.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -108,14 +107,7 @@ def held_while_sshd_stops(
     lane: Lane, trap: Trap, cluster: SlurmCluster, *args: str
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI until the trap holds it, stop sshd (and the master), then let it go on."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "servatus", *args],
-        cwd=lane.launch,
-        env=lane.environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = lane.start(*args)
     try:
         wait_until("the trap to hold the CLI", lambda: trap.held, seconds=60, every=0.1)
         started = time.monotonic()

@@ -336,3 +336,55 @@ def test_framing_survives_any_chunking(
 def test_relative_program_paths_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="absolute path or a bare name"):
         LocalTransport().run(["bin/squeue"])
+
+
+_WAITS_FOR_ITS_READER = (
+    "printf '@0 0 5.\\n'; while [ ! -e \"$1\" ]; do sleep 0.05; done; printf '@1 0 6.\\n'"
+)
+
+
+def _streamed(transport: SshTransport | LocalTransport, flag: Path) -> tuple[list[bytes], bytes]:
+    """Stream a command that prints its second answer only once the first reached the caller
+    (the listener makes ``flag``): it ends only if stdout arrives while it runs."""
+    pieces: list[bytes] = []
+
+    def arrived(chunk: bytes) -> None:
+        pieces.append(chunk)
+        if b"".join(pieces).startswith(b"@0 0 5."):
+            flag.touch()
+
+    result = transport.stream(
+        ["/bin/sh", "-c", _WAITS_FOR_ITS_READER, "sh", str(flag)], timeout=20, on_stdout=arrived
+    )
+    return pieces, result.stdout
+
+
+def test_ssh_stream_hands_the_framed_output_over_while_the_command_runs(
+    fake_ssh: dict[str, str], tmp_path: Path
+) -> None:
+    pieces, stdout = _streamed(SshTransport("hpc", environ=fake_ssh), tmp_path / "flag")
+    assert b"".join(pieces) == stdout == b"@0 0 5.\n@1 0 6.\n"  # the banner never reaches it
+
+
+def test_local_stream_hands_the_output_over_while_the_command_runs(tmp_path: Path) -> None:
+    pieces, stdout = _streamed(LocalTransport(), tmp_path / "flag")
+    assert b"".join(pieces) == stdout == b"@0 0 5.\n@1 0 6.\n"
+
+
+@given(st.lists(st.integers(1, 40), max_size=12))
+def test_a_frame_holds_back_only_what_could_begin_its_closing(cuts: list[int]) -> None:
+    frame = Frame("0123456789abcdef0123456789abcdef")
+    heard = bytearray()
+    framed = _Framed(
+        frame.opening, frame.closing + b" ", 1 << 20, with_code=True, listener=heard.extend
+    )
+    body = b"@0 0 5.\n@1 0 6.\n<0123 not the end\n"
+    stream = b"banner\n" + frame.opening + body
+    at = 0
+    for cut in cuts:
+        framed.feed(stream[at : at + cut])
+        at += cut
+    framed.feed(stream[at:])
+    assert bytes(heard) == body[:-1]  # all but the newline that may begin the closing
+    framed.feed(frame.closing + b" 0\n")
+    assert framed.complete and bytes(heard) == body

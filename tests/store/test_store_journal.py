@@ -586,3 +586,19 @@ def test_deep_nesting_in_a_record_is_corrupt_in_plain_words(tmp_path: Path) -> N
         handle.write(codec.frame(nested))
     with pytest.raises(CorruptState, match=r"record 2 is invalid: nested too deeply$"):
         store.read(path)
+
+
+def test_records_written_together_compact_the_journal_as_single_ones_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's intents go in one write: the journal still compacts once it has grown."""
+    monkeypatch.setattr(store, "COMPACT_RECORDS", 4)
+    path = tmp_path / "state"
+    create_state(path, make_tasks("t", 2), appendable=True)
+    with store.writing(path) as writer:
+        for i in range(5):
+            writer.add_all([records.Appended([Task(f"u-{i}-{j}", ["x"])]) for j in range(3)])
+    data = (path / "journal").read_bytes()
+    history = [codec.decode(p) for p in codec.scan(data, "j").payloads]
+    assert isinstance(history[0], records.Snapshot)
+    assert len(Campaign.open(path).tasks) == 17

@@ -44,7 +44,7 @@ from servatus.operations.observation import observe, record
 from servatus.operations.planning import plan_steps, plan_tasks, usable, valid_keys
 from servatus.operations.reconcile import Resolution, reconcile
 from servatus.operations.saved_plan import read_saved_plan, saved_plan_document
-from servatus.operations.submission import Progress
+from servatus.operations.submission import BatchProgress, Progress
 from servatus.operations.submit import Submitted, scripts, start_steps, submit
 from servatus.operations.validate import ShapeCheck, validate
 from servatus.plugins import Hooks, hooks
@@ -370,7 +370,13 @@ class Campaign:
         """
         return read_saved_plan(self.path, path)
 
-    def submit(self, plan: Plan, *, progress: Progress | None = None) -> Submitted:
+    def submit(
+        self,
+        plan: Plan,
+        *,
+        progress: Progress | None = None,
+        batches: BatchProgress | None = None,
+    ) -> Submitted:
         """Submit exactly the reviewed plan, or refuse it as stale.
 
         Under the campaign's lock: the plan must match the current state (same revision, and a
@@ -382,8 +388,10 @@ class Campaign:
             (:class:`~servatus.errors.StalePlan`).
         :param progress: Called after each accepted allocation, to show progress as the
             command line does.
+        :param batches: Called as each batch of allocations goes out in one remote command
+            (ADR 0014), with how many were sent before it, its size and the plan's count.
         """
-        done = submit(self._context(), plan, progress)
+        done = submit(self._context(), plan, progress, batches)
         if plan.allocations:
             self.refresh()
         return done

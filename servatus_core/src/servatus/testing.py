@@ -81,11 +81,12 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from servatus import batch
 from servatus.config import Target
 from servatus.errors import Unavailable
 from servatus.evidence import LOG_ROOT_MISSING, EvidenceReader, MarkerKind
 from servatus.plugins import hooks
-from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
+from servatus.transport import COMMAND_TIMEOUT, CommandResult, OnOutput, Transport
 
 _NAME = re.compile(r"^#SBATCH --job-name=servatus-([0-9a-f]+)$", re.MULTILINE)
 _NTASKS = re.compile(r"^#SBATCH --ntasks=([0-9]+)$", re.MULTILINE)
@@ -223,8 +224,9 @@ class FakeScheduler:
         """Every command run through the fake, as its argv, in order; the one command that reads
         ``squeue`` and the run markers together is recorded as those two commands."""
         self.round_trips = 0
-        """How many commands came through :meth:`run`: the round trips a cluster would see (the
-        listings read together are one)."""
+        """How many commands came through :meth:`run` and :meth:`stream`: the round trips a
+        cluster would see (the listings read together are one, and so is a batch of ``sbatch``)."""
+        self._inside = 0
         self.markers: dict[str, float] = {}
         """Every run marker by file name, with its mtime on :attr:`clock`."""
         self._reader: EvidenceReader | None = None
@@ -481,11 +483,41 @@ class FakeScheduler:
         :param stdin: What the command reads (a batch script, for ``sbatch``).
         :param timeout: Accepted as a Transport's is; the fake answers at once.
         """
-        self.round_trips += 1
-        call = tuple(argv)
-        if _is_script(call) and call[3] == "listings" and len(call) > 8 and call[8].isdigit():
-            return self._listings(call)
-        return self._one(call, stdin)
+        return self.stream(argv, stdin=stdin, timeout=timeout, on_stdout=lambda _: None)
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        timeout: float = COMMAND_TIMEOUT,
+        on_stdout: OnOutput,
+    ) -> CommandResult:
+        """As :meth:`run`, handing stdout to ``on_stdout`` as a cluster's would arrive: a
+        batch program's (ADR 0014) one answer at a time, each ``sbatch`` of it recorded in
+        :attr:`calls` and subject to the controls as a lone one is, so a fault cuts the batch
+        where that ``sbatch`` stands.
+
+        :param argv: The command line, program first.
+        :param stdin: What the command reads.
+        :param timeout: Accepted as a Transport's is; the fake answers at once.
+        :param on_stdout: Takes each piece of stdout.
+        """
+        if not self._inside:  # a batch's own sbatch runs come through run too
+            self.round_trips += 1
+        self._inside += 1
+        try:
+            call = tuple(argv)
+            if _command_name(call) == batch.LABEL:
+                return self._batch(call, stdin, on_stdout)
+            if _is_script(call) and call[3] == "listings" and len(call) > 8 and call[8].isdigit():
+                result = self._listings(call)
+            else:
+                result = self._faulted(call, stdin)
+            on_stdout(result.stdout)
+            return result
+        finally:
+            self._inside -= 1
 
     def _listings(self, call: tuple[str, ...]) -> CommandResult:
         """``sh -c SCRIPT listings QA QB MA MB N QUEUE... LISTING...``: the ``squeue`` of the
@@ -499,7 +531,7 @@ class FakeScheduler:
             (call[4] + call[5], call[9 : 9 + count]),
             (call[6] + call[7], call[9 + count :]),
         ):
-            result = self._one(argv, b"")
+            result = self._faulted(argv, b"")
             code = result.returncode
             out += f"{token}>\n".encode() + result.stdout + f"\n<{token} {code}\n".encode()
             err += f"{token}>\n".encode() + result.stderr + f"\n<{token}\n".encode()
@@ -507,7 +539,7 @@ class FakeScheduler:
                 break
         return CommandResult(call, code, bytes(out), bytes(err))
 
-    def _one(self, call: tuple[str, ...], stdin: bytes) -> CommandResult:
+    def _faulted(self, call: tuple[str, ...], stdin: bytes) -> CommandResult:
         self.calls.append(call)
         name = _control_name(call)
         fault = self._faults.get(name)
@@ -523,6 +555,28 @@ class FakeScheduler:
             self._answer(call, stdin)
             raise Unavailable(f"FakeScheduler: the answer of {program} was lost")
         return self._answer(call, stdin)
+
+    def _batch(self, call: tuple[str, ...], program: bytes, on_stdout: OnOutput) -> CommandResult:
+        """A batch program, run as ``sh`` runs it: each ``sbatch`` in turn (through :meth:`run`),
+        its answer out at once, and the first that gets no job number ends it."""
+        sbatch, items = batch.read_program(program)
+        out, err = bytearray(), bytearray()
+        jobs: list[int] = []
+        for index, item in enumerate(items):
+            after = jobs[item.after_item] if item.after_item is not None else item.after_job
+            depends = () if after is None else (f"--dependency=afterany:{after}",)
+            script = item.script.encode("utf-8", "surrogateescape")
+            # Through run, so a test that wraps run sees each sbatch as it would a lone one.
+            result = self.run((sbatch, "--parsable", *depends), stdin=script)
+            job = batch.job_word(result.stdout) if result.returncode == 0 else None
+            line = batch.answer_line(batch.Answer(index, result.returncode, job))
+            err += b"@servatus-item %d\n" % index + result.stderr
+            out += line
+            on_stdout(line)
+            if job is None:
+                break
+            jobs.append(int(job.partition(";")[0]))
+        return CommandResult(call, 0, bytes(out), bytes(err))
 
     # -- the commands -----------------------------------------------------------------------
 
@@ -992,6 +1046,8 @@ def _command_name(argv: Sequence[str]) -> str:
     clock listing, ``sh`` for doctor's directory probe)."""
     if _is_script(argv):
         return argv[3]
+    if len(argv) == 3 and os.path.basename(argv[0]) == "sh" and argv[1] == "-s":
+        return argv[2]  # a program on stdin, named by its $0 (a batch)
     return os.path.basename(argv[0]) if argv else ""
 
 

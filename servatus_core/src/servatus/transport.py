@@ -8,7 +8,7 @@ that choice (``servatus.testing.FakeScheduler`` is such a replacement).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
@@ -55,6 +55,48 @@ class Transport(Protocol):
     def close(self) -> None:
         """Release the connection; the Transport is not used again."""
         ...
+
+
+OnOutput = Callable[[bytes], None]
+"""Takes each piece of a command's stdout as it arrives (pieces, not lines)."""
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """A Transport that can hand a command's stdout over while the command still runs.
+
+    Batched submission (ADR 0014) records each receipt as its job number arrives, so an
+    interrupted batch leaves unresolved only the allocations whose answer never came. A
+    Transport without ``stream`` still works: its answers are recorded once the command ends.
+    """
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        timeout: float = COMMAND_TIMEOUT,
+        on_stdout: OnOutput,
+    ) -> CommandResult:
+        """As ``run``, and each piece of stdout also goes to ``on_stdout`` as it arrives,
+        before the command ends or the call raises :class:`~servatus.errors.Unavailable`."""
+        ...
+
+
+def run_streaming(
+    transport: Transport,
+    argv: Sequence[str],
+    *,
+    stdin: bytes = b"",
+    timeout: float = COMMAND_TIMEOUT,
+    on_stdout: OnOutput,
+) -> CommandResult:
+    """``stream`` where ``transport`` can; else ``run``, handing the stdout over once it ended."""
+    if isinstance(transport, Streaming):
+        return transport.stream(argv, stdin=stdin, timeout=timeout, on_stdout=on_stdout)
+    result = transport.run(argv, stdin=stdin, timeout=timeout)
+    on_stdout(result.stdout)
+    return result
 
 
 class TransportFactory(Protocol):

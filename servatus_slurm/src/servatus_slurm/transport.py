@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from servatus.errors import ConfigurationError, Unavailable
-from servatus.transport import COMMAND_TIMEOUT, OUTPUT_LIMIT, CommandResult
+from servatus.transport import COMMAND_TIMEOUT, OUTPUT_LIMIT, CommandResult, OnOutput
 
 if TYPE_CHECKING:
     from servatus.config import Target
@@ -94,8 +94,9 @@ def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:
 class _Sink:
     """Keeps at most ``limit`` bytes of a stream and remembers whether more came."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, listener: OnOutput | None = None) -> None:
         self.limit = limit
+        self.listener = listener
         self.data = bytearray()
         self.truncated = False
 
@@ -105,6 +106,8 @@ class _Sink:
             self.truncated = True
             chunk = chunk[: max(room, 0)]
         self.data += chunk
+        if chunk and self.listener is not None:
+            self.listener(chunk)
 
     def close(self) -> None:
         """End of stream; plain sinks need nothing."""
@@ -118,11 +121,19 @@ class _Framed:
     Bytes before ``OPEN`` are discarded as they arrive, so a large banner costs no memory.
     """
 
-    def __init__(self, opening: bytes, closing: bytes, limit: int, *, with_code: bool) -> None:
+    def __init__(
+        self,
+        opening: bytes,
+        closing: bytes,
+        limit: int,
+        *,
+        with_code: bool,
+        listener: OnOutput | None = None,
+    ) -> None:
         self.opening = opening
         self.closing = closing
         self.with_code = with_code
-        self.body = _Sink(limit)
+        self.body = _Sink(limit, listener)
         self.pending = bytearray()
         self.state = "before"
         self.code: int | None = None
@@ -139,8 +150,7 @@ class _Framed:
         if self.state == "inside":
             at = self.pending.find(self.closing)
             if at < 0:
-                keep = len(self.closing) - 1
-                commit = len(self.pending) - keep
+                commit = len(self.pending) - self._held()
                 if commit > 0:
                     self.body.feed(bytes(self.pending[:commit]))
                     del self.pending[:commit]
@@ -162,6 +172,14 @@ class _Framed:
                 self.state = "broken"
         if self.state in ("done", "broken"):
             self.pending.clear()
+
+    def _held(self) -> int:
+        """How many bytes at the end of ``pending`` could begin the closing sentinel: only
+        those wait for more, so the body reaches a listener as soon as it cannot be the frame."""
+        for size in range(min(len(self.closing) - 1, len(self.pending)), 0, -1):
+            if self.pending.endswith(self.closing[:size]):
+                return size
+        return 0
 
     def close(self) -> None:
         """End of stream; an open frame stays open, and :attr:`complete` says so."""
@@ -290,21 +308,50 @@ def _not_started(program: str, exc: OSError) -> tuple[int, bytes, bytes]:
     return 126, b"", f"{message}\n".encode()
 
 
+class _Runs:
+    """``run`` and ``stream`` over one ``_run``, which takes a stdout listener or none."""
+
+    __slots__ = ()
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
+    ) -> CommandResult:
+        return self._run(argv, stdin, timeout, None)
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        timeout: float = COMMAND_TIMEOUT,
+        on_stdout: OnOutput,
+    ) -> CommandResult:
+        """As :meth:`run`, handing each piece of stdout to ``on_stdout`` as it arrives (over
+        ``ssh``, only what lies inside the frame: a banner reaches it no more than ``run``'s
+        answer)."""
+        return self._run(argv, stdin, timeout, on_stdout)
+
+    def _run(
+        self, argv: Sequence[str], stdin: bytes, timeout: float, listener: OnOutput | None
+    ) -> CommandResult:
+        raise NotImplementedError
+
+
 # -- local ---------------------------------------------------------------------------------------
 
 
 @attrs.frozen
-class LocalTransport:
+class LocalTransport(_Runs):
     """Runs commands on this machine (a login node), without a shell."""
 
     environ: Mapping[str, str] = attrs.field(factory=lambda: dict(os.environ))
     output_limit: int = OUTPUT_LIMIT
 
-    def run(
-        self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
+    def _run(
+        self, argv: Sequence[str], stdin: bytes, timeout: float, listener: OnOutput | None
     ) -> CommandResult:
         words = _check_argv(argv)
-        out, err = _Sink(self.output_limit), _Sink(self.output_limit)
+        out, err = _Sink(self.output_limit, listener), _Sink(self.output_limit)
         try:
             code = _exchange(
                 words,
@@ -430,7 +477,7 @@ def check_host(host: str) -> str:
 
 
 @attrs.frozen
-class SshTransport:
+class SshTransport(_Runs):
     """Runs commands on ``host`` through the user's own OpenSSH client, one connection each.
 
     ``ssh`` is found on the caller's ``PATH``; it gets only :data:`SSH_PASSED` from the caller's
@@ -449,12 +496,18 @@ class SshTransport:
             raise ConfigurationError("ssh is not on PATH; install OpenSSH's client")
         return [ssh, *SSH_OPTIONS, check_host(self.host), "--", command]
 
-    def run(
-        self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
+    def _run(
+        self, argv: Sequence[str], stdin: bytes, timeout: float, listener: OnOutput | None
     ) -> CommandResult:
         words = _check_argv(argv)
         frame = Frame.random()
-        out = _Framed(frame.opening, frame.closing + b" ", self.output_limit, with_code=True)
+        out = _Framed(
+            frame.opening,
+            frame.closing + b" ",
+            self.output_limit,
+            with_code=True,
+            listener=listener,
+        )
         err = _Framed(frame.opening, frame.closing + b"\n", self.output_limit, with_code=False)
         tail = bytearray()
         ssh_argv = self.argv(remote_command(words, frame))

@@ -32,6 +32,7 @@ from servatus.cli.output import (
 )
 from servatus.cli.render import (
     accepted_line,
+    batch_line,
     check_line,
     nothing_started_line,
     plan_lines,
@@ -306,9 +307,13 @@ def submit_command(state: str, plan_file: str, as_json: bool) -> None:
         if interactive:
             echo(accepted_line(index, count, allocation_id, job))
 
+    def batches(sent: int, size: int, count: int) -> None:
+        if interactive and size < count:
+            echo(batch_line(sent, size, count))
+
     if as_json:
         describe(lambda: {"receipts": [to_document(receipt) for receipt in accepted]})
-    result = _campaign(state).submit(plan, progress=progress)
+    result = _campaign(state).submit(plan, progress=progress, batches=batches)
     if as_json:
         emit_json({"receipts": [to_document(receipt) for receipt in result.receipts]})
         return

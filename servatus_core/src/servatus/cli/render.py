@@ -321,6 +321,13 @@ def accepted_line(index: int, count: int, allocation_id: str, job: int) -> str:
     return f"allocation {index} of {count}: {allocation_id} accepted as job {job}"
 
 
+def batch_line(sent: int, size: int, count: int) -> str:
+    """``submit``'s progress on a terminal, as each batch goes out in one remote command."""
+    if size == 1:
+        return f"sending allocation {sent + 1} of {count}"
+    return f"sending allocations {sent + 1}-{sent + size} of {count} in one batch"
+
+
 def submitted_lease_lines(receipts: Iterable[SubmittedAllocation]) -> list[str]:
     """Each lease link a ``submit`` sent, in the spec's words."""
     return [f"submitted lease {receipt.allocation_id}: job {receipt.job}" for receipt in receipts]

@@ -334,23 +334,13 @@ class Writer:
         except Rejected as exc:
             raise TaskConflict(str(exc)) from None
         self._append(data, 1)
-        tail = self._end - len(MAGIC) - self._first_size
-        due = self._records > COMPACT_RECORDS_CAP or (
-            self._records > COMPACT_RECORDS and tail * 16 >= self._first_size
-        )
-        if due and not self._compaction_failed:
-            # The record is durable already: a compaction that fails (no room for the new
-            # journal, say) must not report it as failed. The next writer compacts.
-            try:
-                self.compact()
-            except ServatusError:
-                self._compaction_failed = True
+        self._compact_when_grown()
 
     def add_all(self, changes: Sequence[object]) -> None:
         """Append several records with one write and one fsync, so that all are durable before
         anything that depends on them is done (a crash in the write keeps a prefix of them,
-        each whole). A change the fold rejects refuses them all, and this writer then refuses
-        further changes (its fold took the ones before it)."""
+        each whole), and compact as :meth:`add` does. A change the fold rejects refuses them
+        all, and this writer then refuses further changes (its fold took the ones before it)."""
         self._usable()
         if self._fold is None:
             raise ConfigurationError(f"no campaign at {str(self.path)!r}")
@@ -364,6 +354,21 @@ class Writer:
                 self._broken = True
                 raise TaskConflict(str(exc)) from None
         self._append(data, len(changes))
+        self._compact_when_grown()
+
+    def _compact_when_grown(self) -> None:
+        """Compact once the journal has grown past its bounds, after records that are durable
+        already: a compaction that fails (no room for the new journal, say) must not report
+        them as failed. The next writer compacts."""
+        tail = self._end - len(MAGIC) - self._first_size
+        due = self._records > COMPACT_RECORDS_CAP or (
+            self._records > COMPACT_RECORDS and tail * 16 >= self._first_size
+        )
+        if due and not self._compaction_failed:
+            try:
+                self.compact()
+            except ServatusError:
+                self._compaction_failed = True
 
     def _append(self, data: bytes, records: int) -> None:
         """Write and sync framed records at the journal's end; on failure cut the journal back

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from servatus import batch
 from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
 from servatus.engine.plan import Allocation, earlier_links, later_links
@@ -34,7 +35,7 @@ from servatus.script import (
     ScriptStep,
 )
 from servatus.tasks import Task, content_size
-from servatus.transport import CommandResult, Transport
+from servatus.transport import CommandResult, Transport, run_streaming
 
 RUNTIME_VARIABLES = ("SERVATUS_JOB_ID", "SERVATUS_JOB_END_TIME")
 """Reserved variables whose values exist only once the job runs; the script exports them."""
@@ -439,20 +440,23 @@ def submit_allocations(
     spent: Mapping[str, int] | None = None,
     short: Collection[str] = (),
     lease: int | None = None,
+    on_batch: BatchProgress | None = None,
 ) -> tuple[SubmittedAllocation, ...]:
-    """Submit each allocation in order: intent (synced), ``sbatch``, receipt (synced). A chain
-    link's intent records which of its Tasks are ``short``: their links stop short of their
-    budget.
+    """Submit the allocations in order, in batches (ADR 0014): each batch's intents in one
+    synced write, then one remote program runs its ``sbatch`` calls, and each receipt is synced
+    as its job number arrives. A chain link's intent records which of its Tasks are ``short``:
+    their links stop short of their budget.
 
-    A definite refusal by ``sbatch`` records the allocation as not submitted and stops with
-    :class:`ShapeRejected`; no answer, an answer that is not a job number, or a failure that
-    says Slurm was lost mid-request leaves the intent unresolved and stops with
-    :class:`SubmissionInterrupted` (exit 3).
+    A definite refusal by ``sbatch`` ends the batch there: the refused allocation, and the
+    batch's later ones that were never sent, are recorded as not submitted, and the submission
+    stops with :class:`ShapeRejected`. No answer, an answer that is not a job number, or a
+    failure that says Slurm was lost mid-request leaves every allocation of the batch without an
+    answer unresolved and stops with :class:`SubmissionInterrupted` (exit 3).
 
-    With ``lease`` (its number of slots) the allocations are a lease's links (ADR 0009): each
-    intent records the :class:`LeaseTerms`, the link's orders directory is made between its
-    intent and its ``sbatch`` (a refusal there is one as ``sbatch``'s would be), and a later link
-    waits for the one before it with ``afterany``.
+    With ``lease`` (its number of slots) the allocations are a lease's links (ADR 0009), sent
+    one per batch: each intent records the :class:`LeaseTerms`, the link's orders directory is
+    made between its intent and its ``sbatch`` (a refusal there is one as ``sbatch``'s would
+    be), and a later link waits for the one before it with ``afterany``.
     """
     known = set()
     for allocation in allocations:
@@ -470,87 +474,227 @@ def submit_allocations(
     else:
         scripts = lease_scripts(hooks, profile, allocations, lease)
         terms = lease_terms(profile, lease)
-    sbatch = [command(profile.target, "sbatch"), "--parsable"]
+    sending = _Sending(writer, transport, profile, allocations, progress, lease=terms is not None)
+    try:
+        # The Target is recorded once per campaign, before its first intent.
+        target = writer.target(target_identity)
+    except Unavailable as exc:
+        raise Unavailable(f"{exc}; {sending.done}; nothing was sent") from exc
     asked = profile.resources
     slot = TaskResources(asked.cpus, asked.memory_mib, asked.gpus)
-    accepted: list[SubmittedAllocation] = []
-    jobs: dict[str, int] = {}
-    target = ""
-    for index, (allocation, script) in enumerate(zip(allocations, scripts, strict=True), 1):
-        done = f"{len(accepted)} of {len(allocations)} allocations were accepted"
-        link = allocation.link
-        cut = (  # what an interrupted submission leaves of the chain: reconcile and status say
-            f" (chain link {link.position}/{link.of}: its later links were not sent)"
-            if link is not None and link.position < link.of and lease is None
-            else ""
+    intents = [
+        Intent(
+            allocation_id=allocation.allocation_id,
+            task_keys=allocation.task_keys,
+            plan_digest=plan_digest,
+            created_at=0.0,
+            target=target,
+            time_limit=allocation.time_limit(profile.resources),
+            chain=chain_link(allocation, budget, short),
+            lease=terms,
+            resources=None if terms is not None else slot,
         )
-        argv = [*sbatch, *dependency(allocation, jobs)]
-        try:
-            # The Target is recorded once per campaign, before its first intent.
-            target = target or writer.target(target_identity)
-            writer.add(
-                Intent(
-                    allocation_id=allocation.allocation_id,
-                    task_keys=allocation.task_keys,
-                    plan_digest=plan_digest,
-                    created_at=time.time(),
-                    target=target,
-                    time_limit=allocation.time_limit(profile.resources),
-                    chain=chain_link(allocation, budget, short),
-                    lease=terms,
-                    resources=None if terms is not None else slot,
-                )
+        for allocation in allocations
+    ]
+    sizes = [len(script.encode("utf-8", "surrogateescape")) for script in scripts]
+    start = 0
+    while start < len(allocations):
+        group = range(start, start + 1) if terms is not None else next(batch.split(sizes, start))
+        if on_batch is not None:
+            on_batch(start, len(group), len(allocations))
+        start = sending.send(group, [scripts[at] for at in group], intents)
+    return tuple(sending.accepted)
+
+
+BatchProgress = Callable[[int, int, int], None]
+"""Called as each batch goes out: (allocations sent before it, its size, all allocations)."""
+
+
+class _Sending:
+    """One submission's batches in flight: what Slurm accepted so far, and the records each
+    answer makes."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        transport: Transport,
+        profile: Profile,
+        allocations: Sequence[Allocation],
+        progress: Progress | None,
+        *,
+        lease: bool,
+    ) -> None:
+        self.lease = lease
+        self.writer = writer
+        self.transport = transport
+        self.target = profile.target
+        self.allocations = allocations
+        self.progress = progress
+        self.accepted: list[SubmittedAllocation] = []
+        self.jobs: dict[str, int] = {}
+        self.intended: set[str] = set()
+
+    @property
+    def done(self) -> str:
+        return f"{len(self.accepted)} of {len(self.allocations)} allocations were accepted"
+
+    def send(self, group: range, scripts: Sequence[str], intents: Sequence[Intent]) -> int:
+        """Send one batch; returns where the next begins (a batch its time budget ended early
+        goes on from where it stopped, its intents already durable)."""
+        members = [self.allocations[at] for at in group]
+        positions = {allocation.allocation_id: at for at, allocation in enumerate(members)}
+        items = [
+            batch.Item(
+                script,
+                after_job=None
+                if allocation.after in positions
+                else followed_job(allocation, self.jobs),
+                after_item=positions.get(allocation.after) if allocation.after else None,
             )
+            for allocation, script in zip(members, scripts, strict=True)
+        ]
+        program = batch.program(command(self.target, "sbatch"), items)
+        now = time.time()
+        fresh = [
+            attrs.evolve(intents[at], created_at=now)
+            for at in group
+            if intents[at].allocation_id not in self.intended
+        ]
+        try:
+            self.writer.add_all(fresh)  # every intent of the batch is durable before it goes
         except Unavailable as exc:
             raise Unavailable(
-                f"{exc}; {done}; allocation {allocation.allocation_id} was not sent"
+                f"{exc}; {self.done}; allocation {members[0].allocation_id} and the rest were "
+                "not sent"
             ) from exc
-        if terms is not None:
-            _orders_directory(writer, transport, profile.target, allocation, done)
+        self.intended.update(intent.allocation_id for intent in fresh)
+        if self.lease:
+            _orders_directory(self.writer, self.transport, self.target, members[0], self.done)
+        answers = batch.Answers(len(items))
+        answered: list[batch.Answer] = []
+
+        def arrived(chunk: bytes) -> None:
+            taken = answers.feed(chunk)
+            answered.extend(taken)
+            self._receipts(members, taken, group.start)
+
         try:
-            result = transport.run(argv, stdin=script.encode("utf-8", "surrogateescape"))
+            result = run_streaming(
+                self.transport,
+                ["/bin/sh", "-s", batch.LABEL],
+                stdin=program,
+                timeout=batch.timeout(len(items)),
+                on_stdout=arrived,
+            )
         except Unavailable as exc:
-            raise _interrupted(
-                f"no answer from sbatch for allocation {allocation.allocation_id} ({exc}); "
-                f"{done}{cut}"
-            ) from exc
-        if result.returncode != 0:
-            said = result.stderr.decode("utf-8", "replace")
-            reason = said.strip().splitlines()
-            if unanswered(result):
-                raise _interrupted(
-                    f"sbatch lost Slurm while submitting allocation {allocation.allocation_id} "
-                    f"({reason[-1]}); {done}{cut}"
-                )
-            writer.add(Resolved(allocation_id=allocation.allocation_id, job=None))
-            chained = (
-                f" (chain link {link.position}/{link.of}: none of its later links was sent)"
-                if link is not None and link.position < link.of
-                else ""
-            )
-            raise ShapeRejected(
-                f"sbatch refused allocation {allocation.allocation_id}: "
-                f"{reason[-1] if reason else f'exit {result.returncode}'}{chained}; {done}"
-            )
-        job = parse_job(result.stdout)
-        if job is None:
-            raise _interrupted(
-                f"sbatch answered allocation {allocation.allocation_id} with no job number; "
-                f"{done}{cut}"
-            )
+            raise self._unanswered(members, len(answered), f"({exc})") from exc
+        ended = answered[-1] if answered else None
+        if ended is not None and _job(ended) is None:
+            self._ended(members, ended, batch.item_errors(result.stderr).get(ended.index, b""))
+        if answers.stopped is not None and answers.stopped == len(answered):
+            return group.start + answers.stopped
+        if len(answered) < len(members):
+            said = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = f"(exit {result.returncode}: {said[-1] if said else 'no message'})"
+            raise self._unanswered(members, len(answered), why)
+        return group.stop
+
+    def _receipts(
+        self, members: Sequence[Allocation], answers: Sequence[batch.Answer], offset: int
+    ) -> None:
+        """Record each accepted job at once, one synced write for the answers of one piece
+        (``offset``: where the batch begins among all allocations)."""
+        accepted = [
+            (offset + answer.index, members[answer.index], job)
+            for answer in answers
+            if (job := _job(answer)) is not None
+        ]
+        if not accepted:
+            return
         try:
-            writer.add(Receipt(allocation_id=allocation.allocation_id, job=job))
-        except Unavailable as exc:  # the job exists, and its durable intent will be resolved
+            self.writer.add_all(
+                [Receipt(allocation_id=a.allocation_id, job=job) for _, a, job in accepted]
+            )
+        except Unavailable as exc:  # the jobs exist, and their durable intents will be resolved
+            _, first, job = accepted[0]
             raise _interrupted(
-                f"allocation {allocation.allocation_id} was accepted as job {job}, but its "
-                f"receipt could not be recorded ({exc}); {len(accepted) + 1} of "
-                f"{len(allocations)} allocations reached Slurm{cut}"
+                f"allocation {first.allocation_id} was accepted as job {job}, but its receipt "
+                f"could not be recorded ({exc}); {len(self.accepted) + len(accepted)} of "
+                f"{len(self.allocations)} allocations reached Slurm"
             ) from exc
-        accepted.append(SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys))
-        jobs[allocation.allocation_id] = job
-        if progress is not None:
-            progress(index, len(allocations), allocation.allocation_id, job)
-    return tuple(accepted)
+        for at, allocation, job in accepted:
+            self.accepted.append(
+                SubmittedAllocation(allocation.allocation_id, job, allocation.task_keys)
+            )
+            self.jobs[allocation.allocation_id] = job
+            if self.progress is not None:
+                self.progress(at + 1, len(self.allocations), allocation.allocation_id, job)
+
+    def _ended(self, members: Sequence[Allocation], answer: batch.Answer, said: bytes) -> None:
+        """The answer that ended a batch without a job number: no answer from Slurm, or a
+        refusal, which records it and the batch's later allocations, never sent, as not
+        submitted."""
+        allocation = members[answer.index]
+        reason = said.decode("utf-8", "replace").strip().splitlines()
+        link = allocation.link
+        if answer.status == 0 or unanswered(CommandResult((), answer.status, b"", said)):
+            what = (
+                f"sbatch answered allocation {allocation.allocation_id} with no job number"
+                if answer.status == 0
+                else f"sbatch lost Slurm while submitting allocation {allocation.allocation_id} "
+                f"({reason[-1]})"
+            )
+            self._unsent(members[answer.index + 1 :])
+            raise _interrupted(f"{what}; {self.done}{self._cut(allocation, members)}")
+        self._unsent(members[answer.index :])
+        chained = (
+            f" (chain link {link.position}/{link.of}: none of its later links was sent)"
+            if link is not None and link.position < link.of
+            else ""
+        )
+        raise ShapeRejected(
+            f"sbatch refused allocation {allocation.allocation_id}: "
+            f"{reason[-1] if reason else f'exit {answer.status}'}{chained}; {self.done}"
+        )
+
+    def _unsent(self, allocations: Sequence[Allocation]) -> None:
+        """The batch ended before these: none was sent."""
+        if allocations:
+            self.writer.add_all(
+                [Resolved(allocation_id=a.allocation_id, job=None) for a in allocations]
+            )
+
+    def _unanswered(
+        self, members: Sequence[Allocation], answered: int, why: str
+    ) -> SubmissionInterrupted:
+        first = members[answered]
+        rest = len(members) - answered - 1
+        more = (
+            f"; the {rest} allocation{'s' if rest != 1 else ''} after it in its batch may have "
+            "been sent too"
+            if rest
+            else ""
+        )
+        return _interrupted(
+            f"no answer from sbatch for allocation {first.allocation_id} {why}; {self.done}"
+            f"{self._cut(first, members)}{more}"
+        )
+
+    def _cut(self, allocation: Allocation, members: Sequence[Allocation]) -> str:
+        """What an interrupted submission leaves of a chain whose later links were not sent."""
+        link = allocation.link
+        if link is None or link.position >= link.of or self.lease:
+            return ""
+        if any(member.after == allocation.allocation_id for member in members):
+            return ""
+        return f" (chain link {link.position}/{link.of}: its later links were not sent)"
+
+
+def _job(answer: batch.Answer) -> int | None:
+    """The job number an answer gives, if it is one: accepted, and within Slurm's 32 bits."""
+    if answer.status != 0 or answer.job is None:
+        return None
+    return parse_job(answer.job.encode("ascii"))
 
 
 def _orders_directory(
@@ -711,23 +855,23 @@ def submit_steps(
     return tuple(accepted)
 
 
-def dependency(allocation: Allocation, jobs: Mapping[str, int]) -> list[str]:
-    """The ``sbatch`` option that chains a link to the job of the link before it, accepted
-    earlier in the same submission, on the command line (the job number exists only now).
+def followed_job(allocation: Allocation, jobs: Mapping[str, int]) -> int | None:
+    """The job a chain link follows (``--dependency=afterany:JOB``), accepted earlier in the
+    same submission: the job number exists only now.
 
     ``afterany``, for a Task's chain (ADR 0005) and a lease's (ADR 0009) alike: the link becomes
     eligible when the one before it ended, however it ended (``COMPLETED``, ``TIMEOUT``, a raw
     ``scancel``), and the handoff it claims decides what it runs. A link that hands nothing on
     removes the rest of its chain itself, while they are still pending."""
     if allocation.after is None:
-        return []
+        return None
     job = jobs.get(allocation.after)
     if job is None:  # a link whose predecessor was not accepted is never sent
         raise ConfigurationError(
             f"chain link {allocation.allocation_id} follows {allocation.after}, which was not "
             "accepted in this submission"
         )
-    return [f"--dependency=afterany:{job}"]
+    return job
 
 
 def _interrupted(what: str) -> SubmissionInterrupted:

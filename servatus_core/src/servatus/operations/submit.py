@@ -20,6 +20,7 @@ from servatus.lease import orders_path
 from servatus.operations.context import Context
 from servatus.operations.planning import Steps, plan_steps, plan_tasks
 from servatus.operations.submission import (
+    BatchProgress,
     Progress,
     SubmittedAllocation,
     batch_scripts,
@@ -43,9 +44,15 @@ class Submitted:
     names when it starts nothing."""
 
 
-def submit(context: Context, plan: Plan, progress: Progress | None) -> Submitted:
+def submit(
+    context: Context,
+    plan: Plan,
+    progress: Progress | None,
+    on_batch: BatchProgress | None = None,
+) -> Submitted:
     """Under the campaign's lock: refuse a plan of another campaign or an older revision,
-    ping Slurm, then send the plan by its kind (Tasks, a lease, steps into a lease)."""
+    ping Slurm, then send the plan by its kind (Tasks, a lease, steps into a lease);
+    ``on_batch`` hears of each batch of Tasks' allocations as it goes out."""
     if plan.probe and context.probe is None:
         raise PlanRefused(
             "this plan was made with a result probe; submit it from a Campaign with the probe"
@@ -62,15 +69,15 @@ def submit(context: Context, plan: Plan, progress: Progress | None) -> Submitted
             )
         if not plan.allocations:
             return Submitted(receipts=(), held=plan.decision.held)
-        submitting = (
-            _submit_lease
-            if plan.hold is not None
-            else _submit_steps
-            if plan.within is not None
-            else _submit_tasks
-        )
         with _answering(context, plan.profile.target) as transport:
-            receipts = submitting(context, writer, transport, state, plan, progress)
+            if plan.hold is not None:
+                receipts = _submit_lease(context, writer, transport, state, plan, progress)
+            elif plan.within is not None:
+                receipts = _submit_steps(context, writer, transport, state, plan, progress)
+            else:
+                receipts = _submit_tasks(
+                    context, writer, transport, state, plan, progress, on_batch
+                )
     return Submitted(receipts=receipts, held=plan.decision.held)
 
 
@@ -92,6 +99,7 @@ def _submit_tasks(
     state: records.CampaignState,
     plan: Plan,
     progress: Progress | None,
+    on_batch: BatchProgress | None,
 ) -> tuple[SubmittedAllocation, ...]:
     """A plan of Tasks, once a rebuild from this state and Slurm's view gives the same."""
     rebuilt, change = plan_tasks(
@@ -115,6 +123,7 @@ def _submit_tasks(
         budget=budget,
         spent=spent,
         short=_stopping_short(plan),
+        on_batch=on_batch,
     )
 
 
