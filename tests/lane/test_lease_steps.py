@@ -334,7 +334,7 @@ class Meddling(FakeScheduler):
         self.tries: list[str] = []
 
     def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = 30) -> Any:
-        if self.other is not None and os.path.basename(argv[0]) == "squeue":
+        if self.other is not None and any(os.path.basename(word) == "squeue" for word in argv):
             try:
                 self.other.append([Task(f"late-{len(self.tries)}", ["python", "late.py"])])
                 self.tries.append("appended")

@@ -12,9 +12,9 @@ beside it (it consumes the file); "the caller" is the nearest ancestor that runs
             the servatus process) and never run ``sbatch``.
 ``after``   run the real ``sbatch``, keep its answer in ``answer``, then SIGKILL the caller before
             it can record a receipt.
-``hold-sbatch``, ``hold-listing``  (SSH) at the ``sbatch`` call, or at the ``find`` listing of
-            ``log_root`` that ``status`` runs after ``squeue``: write ``held``, wait for the test
-            to write ``go`` (after it stopped sshd), then run the real ``ssh``.
+``hold-sbatch``, ``hold-listing``  (SSH) at the ``sbatch`` call, or at the command that reads
+            ``squeue`` and the ``find`` listing of ``log_root`` for ``status``: write ``held``, wait
+            for the test to write ``go`` (after it stopped sshd), then run the real ``ssh``.
 """
 
 from __future__ import annotations

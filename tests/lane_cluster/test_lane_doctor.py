@@ -48,9 +48,11 @@ cpus = {2 * harness.CPUS}
 
 def doctor(lane: Lane, *args: str) -> tuple[int, dict[str, tuple[str, str]]]:
     result = lane.servatus("doctor", "--json", *args, timeout=200)
+    assert result.stdout, (lane.name, result.stderr)
     document: dict[str, Any] = json.loads(result.stdout)
     checks = {c["name"]: (c["status"], c["detail"]) for c in document["checks"]}
     assert list(checks) == CHECKS, result.stdout
+    assert 0 < document["round_trip"] < 30, result.stdout  # measured, over ssh or on the node
     return result.returncode, checks
 
 

@@ -162,24 +162,18 @@ def test_two_campaigns_on_one_log_root_each_list_only_their_own(ssh_lane: Lane) 
         """
         import json, sys
         from servatus.campaign import Campaign
-        from servatus.plugins import hooks
+        from servatus_slurm.evidence import SlurmEvidenceReader
 
-        factory = hooks().transport("ssh")
         seen = []
+        parse = SlurmEvidenceReader.parse_markers
 
-        class Recording:
-            def __init__(self, inner):
-                self.inner = inner
-            def run(self, argv, **options):
-                result = self.inner.run(argv, **options)
-                if "find" in argv:
-                    seen.append(result.stdout.decode())
-                return result
-            def close(self):
-                self.inner.close()
+        def recording(reader, result):
+            # The marker listing, read back from the one command that also ran squeue.
+            seen.append(result.stdout.decode())
+            return parse(reader, result)
 
-        campaign = Campaign.open(sys.argv[1], connect=lambda t: Recording(factory.connect(t)))
-        campaign.status()
+        SlurmEvidenceReader.parse_markers = recording
+        Campaign.open(sys.argv[1]).status()
         names = [line.split(" ")[0] for text in seen for line in text.splitlines()[1:]]
         print(json.dumps(names))
         """

@@ -2,10 +2,11 @@
 
 A ControlMaster connection outlives sshd: stopping only the listener leaves every command working
 through the master, so "sshd is down" also means closing the master (``ssh -O exit``), which the
-fixture's ``stop_sshd`` does. With both gone, ``status`` exits 75 (even when sshd vanishes between
-its ``squeue`` and its marker listing), a ``submit`` whose ping fails exits 75 and records
-nothing, and a ``submit`` that loses sshd after recording its intent, at the ``sbatch`` call,
-exits 3. After sshd is back, ``reconcile`` and a new plan run the Task exactly once.
+fixture's ``stop_sshd`` does. With both gone, ``status`` exits 75 (also when sshd vanishes as
+it sends its one reading of ``squeue`` and the markers), a ``submit`` whose ping fails exits 75
+and records nothing, and a ``submit`` that loses sshd after recording its intent, at the
+``sbatch`` call, exits 3. After sshd is back, ``reconcile`` and a new plan run the Task exactly
+once.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def test_sshd_stopped_during_status_and_submit(
     lane.ok("plan", "state", "--only", "only", "--output", "plan.json")
     before = lane.journal()
     try:
-        # sshd stopped between status's squeue and its listing of log_root.
+        # sshd stopped at status's one reading of squeue and log_root (issue #33).
         trap.arm("hold-listing")
         status = held_while_sshd_stops(lane, trap, slurm_cluster, "status", "state")
         assert status.returncode == 75, status

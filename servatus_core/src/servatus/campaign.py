@@ -233,8 +233,8 @@ class Campaign:
 
     def status(self, *, offline: bool = False) -> Report:
         """Each Task's state from the record and, unless ``offline``, one ``squeue`` and one
-        run-marker listing per Target (of the markers of allocations not yet settled); records
-        what it finds settled when it can without waiting.
+        run-marker listing per Target, in one remote command (of the markers of allocations not
+        yet settled); records what it finds settled when it can without waiting.
 
         :param offline: Ask Slurm nothing and read no markers: only what the campaign recorded
             (accepted work reads ``ACCEPTED``, run times are unknown).

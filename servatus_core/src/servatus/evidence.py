@@ -1,8 +1,9 @@
 """Scheduler evidence: what ``squeue`` lists and what run markers in ``log_root`` say.
 
-An evidence reader (a plugin, ``servatus_evidence_reader``) names the two listing commands and
-parses their output into these values; status projection in the core reads only these values.
-Readers bound what they accept and drop rows that fail the identity check instead of guessing.
+An evidence reader (a plugin, ``servatus_evidence_reader``) names the two listing commands, runs
+them as one remote command, and parses their output into these values; status projection in the
+core reads only these values. Readers bound what they accept and drop rows that fail the identity
+check instead of guessing.
 """
 
 from __future__ import annotations
@@ -285,7 +286,8 @@ class MarkerQuery:
 
 
 class EvidenceReader(Protocol):
-    """Names the two listing commands for a Target and parses what they print."""
+    """Names the two listing commands for a Target, runs them in one, and parses what they
+    print."""
 
     def queue_command(self, target: Target) -> list[str]:
         """The ``squeue`` argv that lists this user's jobs on ``target``."""
@@ -293,6 +295,22 @@ class EvidenceReader(Protocol):
 
     def parse_queue(self, result: CommandResult) -> list[QueueEntry]:
         """The jobs that listing printed; a row not of the expected form is dropped."""
+        ...
+
+    def run_listings(
+        self, transport: Transport, target: Target, query: MarkerQuery | None = None
+    ) -> tuple[CommandResult, CommandResult | None]:
+        """Run both listings on ``transport`` in one remote command, the queue first and the
+        clock listing (:meth:`marker_command` with ``clock``) after it, and give back what each
+        would have returned run alone; the second is None when the queue listing failed, as it
+        is not run then. This is what makes ``status`` one round trip per Target. Nothing the
+        commands print (a file name, a job name) can end one's output early or start the other's.
+        A reader without this method is asked the two commands in turn.
+
+        :param transport: The Target's transport, for the one command.
+        :param target: The Target whose Slurm and ``log_root`` are read.
+        :param query: The markers needed, as for :meth:`marker_command`.
+        """
         ...
 
     def marker_command(
@@ -364,10 +382,7 @@ class Evidence:
 
 def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) -> list[QueueEntry]:
     """One ``squeue`` call; a nonzero exit is Slurm not answering, not an empty queue."""
-    result = transport.run(reader.queue_command(target))
-    if result.returncode != 0:
-        raise Unavailable(f"squeue failed (exit {result.returncode}): {_first_line(result.stderr)}")
-    return reader.parse_queue(result)
+    return _queue(reader, transport.run(reader.queue_command(target)))
 
 
 def fetch_markers(
@@ -379,7 +394,18 @@ def fetch_markers(
     """One listing of ``log_root``: the user's own markers, the file server's clock (None where
     it could not be read), and files of other users under marker names. An unreadable
     log_root is unavailable evidence, an unwritable one is not."""
-    result = transport.run(reader.marker_command(target, query))
+    return _markers(reader, target, transport.run(reader.marker_command(target, query)))
+
+
+def _queue(reader: EvidenceReader, result: CommandResult) -> list[QueueEntry]:
+    if result.returncode != 0:
+        raise Unavailable(f"squeue failed (exit {result.returncode}): {_first_line(result.stderr)}")
+    return reader.parse_queue(result)
+
+
+def _markers(
+    reader: EvidenceReader, target: Target, result: CommandResult
+) -> tuple[list[Marker], float | None, list[tuple[str, int]]]:
     if result.returncode == LOG_ROOT_MISSING:
         raise ConfigurationError(
             f"log_root {target.log_root} is not a directory on the cluster (purged, or never "
@@ -400,16 +426,25 @@ def fetch(
     target: Target,
     query: MarkerQuery | None = None,
 ) -> Evidence:
-    """Both listings of one Target: at most two remote commands, whatever the campaign size
-    (none for the markers when the query asks for none).
+    """Both listings of one Target in one remote command, whatever the campaign size
+    (:meth:`EvidenceReader.run_listings`; two for a reader without it, and only ``squeue``
+    when the query asks for no markers).
 
-    The queue is read first: a job that leaves the queue between the two calls then has all its
-    markers visible, so it is never mistaken for lost.
+    The queue is read first: a job that leaves the queue between the two listings then has all
+    its markers visible, so it is never mistaken for lost.
     """
-    queue = fetch_queue(transport, reader, target)
     if query is not None and not query.ids:  # no Task runs: no clock needed either
-        return Evidence(queue=tuple(queue), markers=())
-    markers, clock, foreign = fetch_markers(transport, reader, target, query)
+        return Evidence(queue=tuple(fetch_queue(transport, reader, target)), markers=())
+    run_listings = getattr(reader, "run_listings", None)
+    if run_listings is None:  # a reader of its own from before run_listings
+        queue = fetch_queue(transport, reader, target)
+        markers, clock, foreign = fetch_markers(transport, reader, target, query)
+    else:
+        queue_result, marker_result = run_listings(transport, target, query)
+        queue = _queue(reader, queue_result)
+        if marker_result is None:
+            raise Unavailable(f"the marker listing of {target.log_root} did not run")
+        markers, clock, foreign = _markers(reader, target, marker_result)
     return Evidence(queue=tuple(queue), markers=tuple(markers), clock=clock, foreign=tuple(foreign))
 
 

@@ -223,7 +223,12 @@ class FakeScheduler:
         """Every job ``sbatch`` accepted, in submission order."""
         self._numbered: dict[int, FakeJob] = {}
         self.calls: list[tuple[str, ...]] = []
-        """Every command run through the fake, as its argv, in order."""
+        """Every command run through the fake, as its argv, in order; the one command that reads
+        ``squeue`` and the run markers together is recorded as those two commands."""
+        self.round_trips = 0
+        """How many commands came through :meth:`run` and :meth:`stream`: the round trips a
+        cluster would see (the listings read together are one, and so is a batch of ``sbatch``)."""
+        self._inside = 0
         self.markers: dict[str, float] = {}
         """Every run marker by file name, with its mtime on :attr:`clock`."""
         self._reader: EvidenceReader | None = None
@@ -504,12 +509,41 @@ class FakeScheduler:
         :param timeout: Accepted as a Transport's is; the fake answers at once.
         :param on_stdout: Takes each piece of stdout.
         """
-        call = tuple(argv)
-        if _command_name(call) == batch.LABEL:
-            return self._batch(call, stdin, on_stdout)
-        result = self._faulted(call, stdin)
-        on_stdout(result.stdout)
-        return result
+        if not self._inside:  # a batch's own sbatch runs come through run too
+            self.round_trips += 1
+        self._inside += 1
+        try:
+            call = tuple(argv)
+            if _command_name(call) == batch.LABEL:
+                return self._batch(call, stdin, on_stdout)
+            if _is_script(call) and call[3] == "listings" and len(call) > 8 and call[8].isdigit():
+                result = self._listings(call)
+            else:
+                result = self._faulted(call, stdin)
+            on_stdout(result.stdout)
+            return result
+        finally:
+            self._inside -= 1
+
+    def _listings(self, call: tuple[str, ...]) -> CommandResult:
+        """``sh -c SCRIPT listings QA QB MA MB N QUEUE... LISTING...``: the ``squeue`` of the
+        first ``N`` words, then, if it exited 0, the marker listing of the rest, each run as if
+        alone (recorded in :attr:`calls`, controls firing) and printed inside its frame (the
+        token ``QA QB`` joined, then ``MA MB``), its exit code after it."""
+        count = int(call[8])
+        out, err = bytearray(), bytearray()
+        code = 0
+        for token, argv in (
+            (call[4] + call[5], call[9 : 9 + count]),
+            (call[6] + call[7], call[9 + count :]),
+        ):
+            result = self._faulted(argv, b"")
+            code = result.returncode
+            out += f"{token}>\n".encode() + result.stdout + f"\n<{token} {code}\n".encode()
+            err += f"{token}>\n".encode() + result.stderr + f"\n<{token}\n".encode()
+            if code != 0:
+                break
+        return CommandResult(call, code, bytes(out), bytes(err))
 
     def _faulted(self, call: tuple[str, ...], stdin: bytes) -> CommandResult:
         self.calls.append(call)

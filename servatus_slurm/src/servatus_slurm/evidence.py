@@ -18,6 +18,7 @@ import attrs
 from servatus.errors import Unavailable
 from servatus.evidence import LOG_ROOT_MISSING, MAX_JOB, Marker, MarkerKind, MarkerQuery, QueueEntry
 from servatus.lease import orders_directory
+from servatus.transport import CommandResult
 from servatus_slurm.markers import (
     ID_LENGTH,
     MARKER_GLOB,
@@ -27,6 +28,7 @@ from servatus_slurm.markers import (
     marker_name,
     step_log_name,
 )
+from servatus_slurm.transport import Frame, framed, unframe
 
 _new = tuple.__new__
 """Builds a named tuple from a tuple of its fields without its Python ``__new__``: a listing
@@ -34,7 +36,7 @@ holds a row per job or marker (100,000 jobs, 200,000 markers in the benchmarks).
 
 if TYPE_CHECKING:
     from servatus.config import Target
-    from servatus.transport import CommandResult
+    from servatus.transport import Transport
 
 QUEUE_FORMAT = "%A|%j|%T"
 """Job number, name, state. Our names (``servatus-<hex>``) never contain ``|``."""
@@ -96,6 +98,23 @@ removed, then the markers listed. The row is read only from a regular file of th
 file swapped in under the name by someone else is no clock. Where ``log_root`` cannot be
 written, no row is printed and the listing runs anyway: the clock is never why a listing
 fails. Its exit status is the marker ``find``'s."""
+READ_SCRIPT = (
+    "qa=$1 qb=$2 ma=$3 mb=$4 n=$5 && shift 5 && q= i=0 && "
+    'while [ "$i" -lt "$n" ]; do '
+    'i=$((i + 1)); eval "servatus_q$i=\\$1"; q="$q \\"\\$servatus_q$i\\""; shift; done; '
+    + framed('eval "$q"', '"$qa"', '"$qb"')
+    + '; [ "$s" = 0 ] || exit "$s"; '
+    + framed('"$@"', '"$ma"', '"$mb"')
+    + '; exit "$s"'
+)
+"""``sh -c READ_SCRIPT listings QA QB MA MB N QUEUE... LISTING...``: both listings of a Target
+in one command, so one round trip (:meth:`SlurmEvidenceReader.run_listings`). The first ``N``
+words are the ``squeue`` command, run first; the rest are the marker listing, run only after
+``squeue`` exited 0. Each runs inside a frame of its own (the transport's sentinels, from the
+halves ``QA QB`` and ``MA MB``: fresh random tokens each call), its exit status after it, on
+stdout and on stderr, so each is read back as if it had run alone and nothing either prints can
+end a section. The ``squeue`` words are kept in numbered variables and named on the ``eval``
+line by name only (as :data:`_ORDERS` does)."""
 _CLOCK_ROW = re.compile(rb"clock ([0-9]{1,12}(?:\.[0-9]{1,10})?)")
 _FOREIGN_ROW = re.compile(
     rf"\nforeign ([0-9]{{1,10}}) ({MARKER_NAME.pattern})$", re.MULTILINE | re.ASCII
@@ -144,6 +163,19 @@ def _listing(result: CommandResult, what: str) -> str:
     return "\n" + stdout.decode("latin-1")
 
 
+def _section(result: CommandResult, frame: Frame, argv: list[str], what: str) -> CommandResult:
+    """The result of the command that ran inside ``frame`` of a :data:`READ_SCRIPT` answer."""
+    out = unframe(result.stdout, frame, with_code=True)
+    err = unframe(result.stderr, frame, with_code=False)
+    if out is not None and out[1] is not None:
+        return CommandResult(tuple(argv), out[1], out[0], b"" if err is None else err[0])
+    if result.truncated:
+        return CommandResult(tuple(argv), 0, b"", b"", truncated=True)
+    said = result.stderr.decode(errors="replace").strip().splitlines()
+    reason = said[-1][:200] if said else "no message"
+    raise Unavailable(f"no complete answer from {what} (exit {result.returncode}): {reason}")
+
+
 def _selection(query: MarkerQuery | None) -> list[str]:
     """The ``find`` tests choosing which markers a query needs (see :meth:`marker_command`)."""
     if query is not None and len(query.ids) <= MAX_NAMED:
@@ -179,6 +211,35 @@ class SlurmEvidenceReader:
             "--states=all",
             f"--format={QUEUE_FORMAT}",
         ]
+
+    def run_listings(
+        self, transport: Transport, target: Target, query: MarkerQuery | None = None
+    ) -> tuple[CommandResult, CommandResult | None]:
+        """Both listings in one remote command (:data:`READ_SCRIPT`): ``squeue``, then the clock
+        and the marker listing. Each frame is read back into the result its command alone would
+        have given; the listing is None when ``squeue`` failed, since it does not run then. A
+        frame the answer does not hold whole is no answer (:class:`Unavailable`), unless the
+        answer was cut at the read bound: that reads as a partial listing."""
+        queue_argv = self.queue_command(target)
+        marker_argv = self.marker_command(target, query)
+        queue_frame, marker_frame = Frame.random(), Frame.random()
+        result = transport.run(
+            [
+                "/bin/sh",
+                "-c",
+                READ_SCRIPT,
+                "listings",
+                *queue_frame.halves,
+                *marker_frame.halves,
+                str(len(queue_argv)),
+                *queue_argv,
+                *marker_argv,
+            ]
+        )
+        queue = _section(result, queue_frame, queue_argv, "squeue")
+        if queue.returncode != 0 or queue.truncated:
+            return queue, None
+        return queue, _section(result, marker_frame, marker_argv, "the marker listing")
 
     def parse_queue(self, result: CommandResult) -> list[QueueEntry]:
         """Only padding can stretch a row of ours past :data:`MAX_LINE`, so only padded rows are

@@ -431,14 +431,37 @@ def remote_command(argv: Sequence[str], frame: Frame) -> str:
     locale = " ".join(f'${{{name}+"{name}=${name}"}}' for name in KEPT_LOCALE)
     command = " ".join(shlex.quote(word) for word in words)
     return (
+        framed(f"{REMOTE_ENV} -i PATH={SCRUBBED_PATH} {locale} {command}", first, second)
+        + '; exit "$s"'
+    )
+
+
+def framed(command: str, first: str, second: str) -> str:
+    """``sh`` text that runs ``command`` inside a :class:`Frame` on stdout and stderr, the
+    command's exit status after the closing sentinel on stdout and left in ``$s``. ``first``
+    and ``second`` are shell words for the frame's two halves (literal, or ``"$1"``), printed
+    apart so that text echoing the program cannot hold the sentinel; :func:`unframe` reads one
+    stream back."""
+    return (
         f"printf '%s%s>\\n' {first} {second}; "
         f"printf '%s%s>\\n' {first} {second} >&2; "
-        f"{REMOTE_ENV} -i PATH={SCRUBBED_PATH} {locale} {command}; "
+        f"{command}; "
         "s=$?; "
         f"printf '\\n<%s%s %s\\n' {first} {second} \"$s\"; "
-        f"printf '\\n<%s%s\\n' {first} {second} >&2; "
-        'exit "$s"'
+        f"printf '\\n<%s%s\\n' {first} {second} >&2"
     )
+
+
+def unframe(data: bytes, frame: Frame, *, with_code: bool) -> tuple[bytes, int | None] | None:
+    """What :func:`framed` printed inside ``frame`` in ``data`` (one whole stream, already
+    read), and the exit status for stdout (``with_code``); None when the frame is not whole.
+    Bytes outside the frame, such as another frame's, are dropped."""
+    closing = frame.closing + (b" " if with_code else b"\n")
+    reader = _Framed(frame.opening, closing, len(data) + 1, with_code=with_code)
+    reader.feed(data)
+    if not reader.complete:
+        return None
+    return bytes(reader.body.data), reader.code
 
 
 def ssh_environment(environ: Mapping[str, str]) -> dict[str, str]:

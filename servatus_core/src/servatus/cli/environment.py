@@ -76,6 +76,9 @@ def doctor_command(config: str | None, profile_name: str | None, as_json: bool) 
                     for c in diagnosis.checks
                 ],
                 "warnings": with_warnings(diagnosis.warnings),
+                "round_trip": None
+                if diagnosis.round_trip is None
+                else round(diagnosis.round_trip, 6),
             }
         )
     else:

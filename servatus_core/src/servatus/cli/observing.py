@@ -30,8 +30,8 @@ from servatus.errors import ConfigurationError
 def status_command(state: str, offline: bool, as_json: bool) -> None:
     """Task and allocation status.
 
-    STATE is the campaign directory. Unless --offline, it reads one squeue and one run-marker
-    listing for each Target the campaign has submitted to.
+    STATE is the campaign directory. Unless --offline, it reads squeue and the run markers in one
+    remote command for each Target the campaign has submitted to.
     """
     from servatus.cli.status_cache import view  # noqa: PLC0415
 

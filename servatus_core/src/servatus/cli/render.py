@@ -481,12 +481,25 @@ def cancelled_lines(
 
 
 def doctor_lines(diagnosis: Diagnosis) -> list[str]:
-    """The profile ``doctor`` checked, then each check's status, name and what it saw."""
+    """The profile ``doctor`` checked, then each check's status, name and what it saw, then the
+    round trip it measured (when a command answered)."""
     width = max(len(check.name) for check in diagnosis.checks)
-    return [
+    lines = [
         f"doctor: profile {diagnosis.profile}",
         *(
             f"  {check.status:<11}  {check.name.ljust(width)}  {check.detail}"
             for check in diagnosis.checks
         ),
     ]
+    if diagnosis.round_trip is not None:
+        lines.append(
+            f"round trip: {round_trip_text(diagnosis.round_trip)} "
+            f"(the fastest of {plural(diagnosis.commands, 'command')})"
+        )
+    return lines
+
+
+def round_trip_text(seconds: float) -> str:
+    """Milliseconds, with a decimal under 10 ms (a login node, a master connection)."""
+    milliseconds = seconds * 1000
+    return f"{milliseconds:.1f} ms" if milliseconds < 10 else f"{milliseconds:.0f} ms"

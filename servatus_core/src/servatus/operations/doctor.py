@@ -10,7 +10,8 @@ no check sees a compute node.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -27,7 +28,7 @@ from servatus.operations.submission import (
 from servatus.plugins import Hooks
 from servatus.plugins import hooks as default_hooks
 from servatus.tasks import Task
-from servatus.transport import CommandResult, Transport
+from servatus.transport import COMMAND_TIMEOUT, CommandResult, Transport
 
 MIN_VERSION = (23, 2)
 """``--export=NIL`` arrived in Slurm 23.02."""
@@ -65,6 +66,12 @@ class Diagnosis:
     """What passes but is unsafe on a shared cluster: each directory (``work_root``,
     ``log_root``, ``work_root/results``, or a parent of one) that others can write to without
     the sticky bit, with the fix."""
+    round_trip: float | None = None
+    """Seconds the fastest of its commands took, from sending it to its whole answer (through
+    ``ssh``, connecting included): what one reading of Slurm costs from here at least, as
+    ``status`` makes one per Target. None when no command answered."""
+    commands: int = 0
+    """How many commands answered: the round trip is the fastest of them."""
 
     @property
     def exit_code(self) -> int:
@@ -109,14 +116,35 @@ def diagnose(
         raise ConfigurationError(f"profile {profile.name!r}: {'; '.join(problems)}")
     hooks = hooks or default_hooks()
     target = profile.target
-    transport = (connect or _default_connect(hooks))(target)
+    inner = (connect or _default_connect(hooks))(target)
+    transport = _Timed(inner)
     try:
         checks = tuple(_checks(profile, transport, hooks))
-        if checks[0].status == UNAVAILABLE:  # no answer to sbatch --version: it stops there
-            return Diagnosis(profile.name, checks)
-        return Diagnosis(profile.name, checks, _open_directories(target, transport))
+        # No answer to sbatch --version: it stops there.
+        warnings = () if checks[0].status == UNAVAILABLE else _open_directories(target, transport)
     finally:
-        transport.close()
+        inner.close()
+    timed = transport.answered
+    return Diagnosis(profile.name, checks, warnings, min(timed, default=None), len(timed))
+
+
+@attrs.define
+class _Timed:
+    """The transport, timing each command that answered (ran, whatever its exit code)."""
+
+    inner: Transport
+    answered: list[float] = attrs.Factory(list)
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float = COMMAND_TIMEOUT
+    ) -> CommandResult:
+        began = time.monotonic()
+        result = self.inner.run(argv, stdin=stdin, timeout=timeout)
+        self.answered.append(time.monotonic() - began)
+        return result
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def _default_connect(hooks: Hooks) -> Callable[[Target], Transport]:

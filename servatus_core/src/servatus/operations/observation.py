@@ -29,8 +29,9 @@ def gather(
     targets: Iterable[str] = (),
 ) -> dict[str, Evidence]:
     """One ``squeue`` and one run-marker listing per distinct Target of ``targets`` and of
-    ``recorded``, each fetched once; ``asked`` (by Target identity) bounds the marker listings
-    to what can still change an answer (:func:`servatus.engine.settlement.queries`)."""
+    ``recorded``, both in one remote command (:func:`~servatus.evidence.fetch`); ``asked`` (by
+    Target identity) bounds the marker listings to what can still change an answer
+    (:func:`servatus.engine.settlement.queries`)."""
     reader = context.hooks.evidence_reader()
     evidence = {}
     for identity in dict.fromkeys(itertools.chain(targets, (item.target for item in recorded))):
