@@ -675,17 +675,24 @@ def test_a_submit_killed_between_two_links(chains: Chains) -> None:
     [job] = re.findall(r"^([1-9][0-9]*)$", killed["answer"], flags=re.MULTILINE)
     assert after.links("ka")[1][1] == int(job)
     assert after.allocated("ka") == [1, 2]
-    # reconcile: the unsent link 2 waits (75), and 15 minutes on is recorded never submitted;
-    # the answered one is recorded accepted at once. Link 3 was never recorded either way.
-    unsent = before.links("kb")[1][0]
+    # One batch sent all three links' intents (ADR 0014). reconcile: the unsent links wait (75)
+    # and 15 minutes on are recorded never submitted; the answered one is accepted at once, and
+    # link 3 after it, never sent once servatus was killed, waits in the same way.
+    unsent, third = before.links("kb")[1][0], before.links("kb")[2][0]
     assert killed["before-reconcile"].returncode == 75
     assert f"allocation {unsent}: no evidence yet" in killed["before-reconcile"].stdout
+    assert f"allocation {third}: no evidence yet" in killed["before-reconcile"].stdout
     assert killed["before-later"].returncode == 0
     assert f"allocation {unsent}: recorded as not submitted" in killed["before-later"].stdout
-    assert killed["after-reconcile"].returncode == 0
+    assert f"allocation {third}: recorded as not submitted" in killed["before-later"].stdout
+    assert killed["after-reconcile"].returncode == 75
     accepted = f"allocation {after.links('ka')[1][0]}: accepted as job {job}"
     assert accepted in killed["after-reconcile"].stdout
-    assert len(before.links("kb")) == 2 and len(after.links("ka")) == 2
+    never = after.links("ka")[2][0]
+    assert f"allocation {never}: no evidence yet" in killed["after-reconcile"].stdout
+    assert killed["after-later"].returncode == 0
+    assert killed["after-later"].stdout == f"allocation {never}: recorded as not submitted\n"
+    assert len(before.links("kb")) == 3 and len(after.links("ka")) == 3
     # Both chains were cut short: reconcile says so once it decided, and status goes on saying
     # it with the plan that continues the Task.
     cut_after = (
@@ -694,7 +701,7 @@ def test_a_submit_killed_between_two_links(chains: Chains) -> None:
         "ended, continue with: servatus plan after --retry ka --budget 00:03:00 --output "
         "continue.json, and the profile it was planned with"
     )
-    assert killed["after-reconcile"].stderr == f"servatus: warning: {cut_after}\n"
+    assert killed["after-later"].stderr == f"servatus: warning: {cut_after}\n"
     assert cut_after in after.last["warnings"]
     cut_before = (
         f"chain cut short: allocation {before.links('kb')[0][0]} (link 1/3) is the last link of "
@@ -702,8 +709,8 @@ def test_a_submit_killed_between_two_links(chains: Chains) -> None:
     )
     assert cut_before in killed["before-later"].stderr
     assert [w for w in before.last["warnings"] if w.startswith(cut_before)], before.last
-    # kb's link 1 handed on to a link never sent; ka's link 2 yielded to a link never recorded.
-    assert ("UNRESOLVED", None, None, "2/3") in before.readings["kb"]
+    # kb's link 1 handed on to a link never sent; ka's link 2 yielded to a link never sent.
+    assert ("UNRESOLVED", None, None, "3/3") in before.readings["kb"]  # the batch's last link
     assert _reading(before, "kb") == ("STOPPED", "yielded", 1)  # its link 2 was never sent
     assert _reading(after, "ka") == ("STOPPED", "yielded", 2)
     assert after.task("ka")["exit_code"] == 75
