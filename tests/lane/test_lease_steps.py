@@ -403,3 +403,17 @@ def test_start_that_cannot_read_slurm_records_nothing_and_exits_75(
     assert code == 75 and "squeue" in err
     assert store.read(state).intents == before
     assert fake.count("offer") == 0
+
+
+def test_start_is_one_reading_and_one_offer(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #33: no ping, and Slurm's queue, the clock and the markers in one command."""
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    fake.start()
+    before = fake.round_trips
+    tasks = write(project / "t.jsonl", "eval-1", "eval-2")
+    code, _, err = run(["start", state, tasks, "--lease", lease], fake, capsys)
+    assert (code, err) == (0, "")
+    assert fake.round_trips - before == 2
