@@ -17,13 +17,22 @@ from servatus.operations.observation import report as observed_report
 NOT_OWN = 77
 """The exit of :data:`TAIL_OWN` for a log that is a link or not a regular file of the user's."""
 TAIL_OWN = (
-    'p=$4; if [ -h "$p" ] || { [ -e "$p" ] && { [ ! -f "$p" ] || [ ! -O "$p" ]; }; }; then '
-    f'exit {NOT_OWN}; fi; exec /usr/bin/tail "$@"'
+    f'p=$4; if [ -h "$p" ] || {{ [ -e "$p" ] && [ ! -f "$p" ]; }}; then exit {NOT_OWN}; fi; '
+    'if [ ! -e "$p" ]; then '
+    """echo "tail: cannot open '$p' for reading: No such file or directory" >&2; exit 1; fi; """
+    'own() { if [ -h "$p" ] || [ ! -f /dev/fd/3 ] || [ ! -O /dev/fd/3 ] '
+    f'|| [ ! "$p" -ef /dev/fd/3 ]; then exit {NOT_OWN}; fi; '
+    'exec /usr/bin/tail -c "$2" <&3 3<&-; }; '
+    'own "$@" 3<"$p"'
 )
 """``sh -c TAIL_OWN tail -c N -- PATH``: the last N bytes of a log only if it is a regular file
-of the user's, never what a link someone planted at its name points to (issue #30). A name
-swapped between the test and ``tail``'s open, where others can rename entries in ``log_root``,
-is not caught; the log is only shown to the user, never used."""
+of the user's, never what a link someone planted at its name points to (issue #30). The log is
+opened first and the open file checked (``/dev/fd/3``: a regular file, the user's), then the
+name checked to be no link and the same file; ``tail`` reads the open file, never the name. So
+a name swapped between the checks and the read, where others can rename entries in
+``log_root``, is refused, never followed. A name swapped for a FIFO just before the open can
+hold it until the command's time limit; nothing is read from it. A missing log gets ``tail``'s
+own words, which :func:`why_no_log` reads."""
 
 
 def logs(
