@@ -16,7 +16,8 @@ from servatus import Campaign, Profile, Task
 from servatus.engine.status_values import StopReason
 from servatus.errors import Busy
 from servatus.journal import store
-from servatus.testing import FakeScheduler
+from servatus.lease import GUARDED_OFFER_SCRIPT, OFFER_SCRIPT
+from servatus.testing import FakeJob, FakeScheduler
 from testkit import run
 
 LOG_ROOT = "/scratch/alice/train/logs"
@@ -365,55 +366,167 @@ def sent(fake: FakeScheduler) -> dict[str, int]:
     return {name: fake.count(name) for name in names if fake.count(name)}
 
 
-def test_start_is_one_slurm_reading_and_one_offer_that_wakes_a_running_lease(
+def test_start_is_one_guarded_offer_that_wakes_only_a_running_lease(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No ``sbatch --version`` ping: the reading under the same lock proved Slurm answers. The
-    offer wakes the lease's batch shell (its own job, from the journal) only once it runs."""
+    """Issue #33: new Tasks into a lease are planned from the journal alone and offered in one
+    command, no ping and no reading; the guard on the cluster checks the link the plan assumed
+    and wakes its batch shell (its own job, from the journal) only once it runs."""
     fake = FakeScheduler()
     state, (lease,) = leased(project, capsys, fake)
     (job,) = fake.jobs
     fake.calls.clear()
+    before = fake.round_trips
     assert run(["start", state, write(project / "t.jsonl", "q-1"), "--lease", lease],
                fake, capsys)[0] == 0  # fmt: skip
-    assert (sent(fake), len(fake.calls)) == ({"squeue": 1, "find": 1, "offer": 1}, 3)
-    (offered,) = fake.calls[-1:]
-    assert offered[3] == "offer" and offered[7] == ""  # pending: its first poll reads the order
-    assert fake.wakes == []
+    assert (sent(fake), fake.round_trips - before) == ({"offer": 1}, 1)
+    (offered,) = fake.calls
+    assert offered[2] == GUARDED_OFFER_SCRIPT and offered[5] == str(job.job)
+    assert offered[7:10] == ("/usr/bin/scancel", "/usr/bin/squeue", f"servatus-{lease}")
+    assert offered[10] == f"{LOG_ROOT}/servatus-{lease}.{job.job}.limit"
+    assert fake.wakes == []  # pending: its first poll reads the order
     fake.start(job.job)
     fake.calls.clear()
     assert run(["start", state, write(project / "u.jsonl", "w-1"), "--lease", lease],
                fake, capsys)[0] == 0  # fmt: skip
-    assert (sent(fake), len(fake.calls)) == ({"squeue": 1, "find": 1, "offer": 1}, 3)
-    (offered,) = fake.calls[-1:]
-    assert offered[3] == "offer" and offered[5:8] == (str(job.job), offered[6], "/usr/bin/scancel")
+    assert sent(fake) == {"offer": 1}
     assert fake.wakes == [job.job]
+    assert set(fake.steps(job.job)) == {
+        i.allocation_id for i in store.read(state).intents if i.within == lease
+    }
 
 
-def test_start_that_cannot_read_slurm_records_nothing_and_exits_75(
+def test_a_failed_guard_reads_slurm_and_plans_again(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The link the journal names had its pre-limit signal: the guard writes nothing, its
+    steps are recorded unsent, and the reading decides as it always did (here: no link can
+    take steps). No step is left unresolved, and none was ever offered."""
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    (job,) = fake.jobs
+    fake.start(job.job)
+    fake.markers[f"servatus-{lease}.{job.job}.limit"] = fake.clock()
+    fake.calls.clear()
+    code, _, err = run(["start", state, write(project / "t.jsonl", "q-1"), "--lease", lease],
+                       fake, capsys)  # fmt: skip
+    assert code == 1 and "no link can take steps" in err
+    assert sent(fake) == {"offer": 1, "squeue": 1, "find": 1}
+    steps = [i.allocation_id for i in store.read(state).intents if i.within == lease]
+    resolved = {r.allocation_id: r.job for r in store.read(state).resolutions}
+    assert steps and all(resolved.get(step, "unresolved") is None for step in steps)
+    assert fake.orders[f"{LOG_ROOT}/servatus-{lease}.orders"] == {}
+    assert fake.steps(job.job) == {}
+    code, out, _ = run(["status", state, "--json"], fake, capsys)
+    document = json.loads(out)
+    assert [t["execution"] for t in document["tasks"] if t["key"] == "q-1"] == ["NOT_SUBMITTED"]
+
+
+def test_a_failed_guard_then_starts_the_steps_the_reading_plans(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The journal's guess is wrong but the lease still takes steps (Slurm forgot nothing, the
+    job only left squeue's view for the guard): the fallback offers the reading's plan, and
+    each Task runs once."""
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    (job,) = fake.jobs
+    fake.start(job.job)
+    fake.fail("squeue")  # the guard's squeue and the reading's first try both fail...
+    code, _, _ = run(["start", state, write(project / "t.jsonl", "q-1", "q-2"), "--lease", lease],
+                     fake, capsys)  # fmt: skip
+    assert code == 75  # ...and the reading says so: nothing was offered, nothing unresolved
+    intents = [i for i in store.read(state).intents if i.within == lease]
+    resolved = {r.allocation_id: r.job for r in store.read(state).resolutions}
+    assert len(intents) == 2 and all(resolved[i.allocation_id] is None for i in intents)
+    fake.calls.clear()
+    code, _, err = run(["start", state, write(project / "t.jsonl", "q-1", "q-2"), "--lease", lease],
+                       fake, capsys)  # fmt: skip
+    assert (code, err) == (0, "")
+    assert sent(fake) == {"offer": 1}
+    running = fake.steps(job.job)
+    keys = sorted(i.task_keys for i in store.read(state).intents if i.allocation_id in running)
+    assert keys == [("q-1",), ("q-2",)]
+
+
+def q1_started(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[FakeScheduler, str, str, FakeJob]:
+    """A running lease with the Task q-1 started in it: the fake, the state, the lease, its job."""
+    fake = FakeScheduler()
+    state, (lease,) = leased(project, capsys, fake)
+    (job,) = fake.jobs
+    fake.start(job.job)
+    assert run(["start", state, write(project / "t.jsonl", "q-1"), "--lease", lease],
+               fake, capsys)[0] == 0  # fmt: skip
+    return fake, state, lease, job
+
+
+def test_a_retry_of_settled_work_reads_before_it_offers(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Task that ran shows what it did; a plan from the journal alone is made only for Tasks
+    no job ever took, so a failed guard could never hide a result behind NOT_SUBMITTED."""
+    fake, state, lease, job = q1_started(project, capsys)
+    (step,) = fake.steps(job.job)
+    fake.finish_step(step, 0)
+    assert run(["status", state], fake, capsys)[0] == 0
+    fake.calls.clear()
+    tasks = write(project / "u.jsonl", "q-1")
+    assert run(["start", state, tasks, "--lease", lease, "--retry", "q-1"], fake, capsys)[0] == 0
+    assert sent(fake) == {"squeue": 1, "find": 1, "offer": 1}
+
+
+def test_start_of_tasks_with_unsettled_work_reads_before_it_offers(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Task whose step has not settled may be running: only a reading can say, so the plan
+    is made from one, as before: two round trips."""
+    fake, state, lease, job = q1_started(project, capsys)
+    fake.calls.clear()
+    before = fake.round_trips
+    tasks = write(project / "u.jsonl", "q-1", "q-2")
+    assert run(["start", state, tasks, "--lease", lease], fake, capsys)[0] == 0
+    assert (sent(fake), fake.round_trips - before) == ({"squeue": 1, "find": 1, "offer": 1}, 2)
+    assert fake.calls[-1][2] == OFFER_SCRIPT
+    running = fake.steps(job.job)
+    keys = sorted(i.task_keys for i in store.read(state).intents if i.allocation_id in running)
+    assert keys == [("q-1",), ("q-2",)]  # q-1 once, still its first step
+
+
+def test_start_that_never_reached_the_cluster_offered_nothing_and_exits_75(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ssh could not connect, so the offer certainly did not run: its steps are recorded unsent
+    (no order of them can exist), never left for reconcile, and the exit is 75, retry later."""
     fake = FakeScheduler()
     state, (lease,) = leased(project, capsys, fake)
     fake.start()
-    before = store.read(state).intents
-    fake.unavailable("squeue")
+    fake.unreachable("offer")
     code, _, err = run(["start", state, write(project / "t.jsonl", "x-1"), "--lease", lease],
                        fake, capsys)  # fmt: skip
-    assert code == 75 and "squeue" in err
-    assert store.read(state).intents == before
-    assert fake.count("offer") == 0
+    assert code == 75 and "never reached the cluster" in err and "none of 1 steps" in err
+    steps = [i.allocation_id for i in store.read(state).intents if i.within == lease]
+    resolved = {r.allocation_id: r.job for r in store.read(state).resolutions}
+    assert len(steps) == 1 and resolved[steps[0]] is None
+    assert run(["start", state, write(project / "t.jsonl", "x-1"), "--lease", lease],
+               fake, capsys)[0] == 0  # fmt: skip
+    assert fake.count("offer") == 2
 
 
-def test_start_is_one_reading_and_one_offer(
+def test_start_whose_offer_got_no_answer_is_left_to_reconcile(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue #33: no ping, and Slurm's queue, the clock and the markers in one command."""
+    """An answer lost after the command may have run is not a refusal: exit 3, the step
+    unresolved until reconcile reads its claim."""
     fake = FakeScheduler()
     state, (lease,) = leased(project, capsys, fake)
     fake.start()
-    before = fake.round_trips
-    tasks = write(project / "t.jsonl", "eval-1", "eval-2")
-    code, _, err = run(["start", state, tasks, "--lease", lease], fake, capsys)
-    assert (code, err) == (0, "")
-    assert fake.round_trips - before == 2
+    fake.lose_answer("offer")
+    code, _, err = run(["start", state, write(project / "t.jsonl", "x-1"), "--lease", lease],
+                       fake, capsys)  # fmt: skip
+    assert code == 3 and "UNRESOLVED" in err
+    steps = [i.allocation_id for i in store.read(state).intents if i.within == lease]
+    assert len(steps) == 1 and steps[0] not in {
+        r.allocation_id for r in store.read(state).resolutions
+    }

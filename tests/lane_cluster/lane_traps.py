@@ -28,6 +28,9 @@ from pathlib import Path
 from lane_helpers import Lane
 
 SSH = "/usr/bin/ssh"
+TIMED_OUT = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+"""What ``sbatch`` says when slurmctld did not answer: the wrappers that drop a submission say
+it too (the job was not sent)."""
 SLURM_COMMANDS = ("squeue", "scancel", "scontrol", "srun", "sinfo")
 
 _CHOOSE = """\

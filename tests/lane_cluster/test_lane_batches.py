@@ -36,7 +36,7 @@ from lane_helpers import (
     one_line_error,
     wait_until,
 )
-from lane_traps import KILL_CALLER, Trap, killed_when_asked, wrap_sbatch
+from lane_traps import KILL_CALLER, TIMED_OUT, Trap, killed_when_asked, wrap_sbatch
 
 from cluster.fixture import SlurmCluster
 
@@ -74,7 +74,7 @@ hold)
 refuse)
     exec /usr/bin/sbatch --partition=nosuch "$@" ;;
 drop)
-    echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' >&2
+    echo '{TIMED_OUT}' >&2
     exit 1 ;;
 esac
 exec /usr/bin/sbatch "$@"

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 from lane_helpers import INNER_PYTHON, STEPPED, Lane, allocation_ids, wait_until
-from lane_traps import wrap_sbatch
+from lane_traps import TIMED_OUT, wrap_sbatch
 
 pytestmark = pytest.mark.cluster
 
 
-SECOND_TIMES_OUT = """\
+SECOND_TIMES_OUT = f"""\
 #!/bin/sh
 here=$(dirname "$0")
 case " $* " in
@@ -35,7 +35,7 @@ esac
 n=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" >"$here/count"
 if [ "$n" -eq 2 ]; then
-    echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' >&2
+    echo '{TIMED_OUT}' >&2
     exit 1
 fi
 exec /usr/bin/sbatch "$@"

@@ -57,7 +57,7 @@ from lane_helpers import (
     one_line_error,
     wait_until,
 )
-from lane_traps import wrap_sbatch
+from lane_traps import TIMED_OUT, wrap_sbatch
 
 from cluster.fixture import SlurmCluster
 
@@ -72,7 +72,6 @@ after the ``scancel`` here)."""
 PURGED = 180
 """Seconds to wait for Slurm to forget ended jobs (MinJobAge 30 purges 35 to 55 s after)."""
 
-TIMED_OUT = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
 
 WRAPPER = f"""\
 #!/bin/sh

@@ -5,6 +5,8 @@ this file by the test), then acts by destination host:
 
 * ``down``: says what ssh says when a host refuses, exits 255 (no command ran);
 * ``hang``: starts a sleeping child, records its PID, and sleeps (a stalled login);
+* ``dropped``: runs the command, then says what ssh says when a host refuses and exits 255,
+  so a command that ran comes back with a message no real session could print;
 * anything else: prints a login banner and shell-startup noise on stdout and stderr, then runs
   the remote command with ``/bin/sh -c`` in a login-like environment, as sshd would.
 """
@@ -42,4 +44,8 @@ remote_env = {
     "REMOTE_JUNK": "1",
     "SLURM_CONF": "/wrong",
 }
+if host == "dropped":
+    subprocess.run(["/bin/sh", "-c", args[-1]], env=remote_env, check=False)
+    sys.stderr.write("ssh: connect to host dropped port 22: Connection refused\r\n")
+    sys.exit(255)
 os.execve("/bin/sh", ["sh", "-c", args[-1]], remote_env)

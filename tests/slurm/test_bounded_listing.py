@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_transport import fake_ssh  # noqa: F401 - the fixture
 
-from servatus.evidence import MarkerKind, MarkerQuery
+from servatus.evidence import LOG_ROOT_MISSING, MarkerKind, MarkerQuery
 from servatus_slurm import evidence
-from servatus_slurm.evidence import MAX_NAMED, SlurmEvidenceReader
+from servatus_slurm.evidence import MAX_NAMED, NAMED_IN_FIND, SlurmEvidenceReader
 from servatus_slurm.markers import marker_name, step_log_name
 from servatus_slurm.transport import Frame, LocalTransport, SshTransport, remote_command
 from testkit import make_target
@@ -76,8 +76,52 @@ def test_the_named_bound_fits_one_ssh_argument(tmp_path: Path) -> None:
     target = make_target(tmp_path, log_root="/scratch/alice/a rather long/log root/" + "x" * 200)
     ids = [os.urandom(12).hex() for _ in range(MAX_NAMED)]
     command = remote_command(READER.marker_command(target, MarkerQuery.of(ids)), Frame.random())
-    assert "-newermt" not in command and command.count("-name 'servatus-") == MAX_NAMED
+    assert "-newermt" not in command and all(command.count(i) == 1 for i in ids)
     assert len(command.encode()) < ARG_MAX_STRLEN // 2, len(command)
+
+
+@pytest.mark.parametrize("extra", [NAMED_IN_FIND - 2, NAMED_IN_FIND - 1, MAX_NAMED - 2])
+def test_either_side_of_the_find_names_the_same_markers_are_listed(
+    tmp_path: Path, extra: int
+) -> None:
+    """Up to NAMED_IN_FIND ids are find's -name tests, beyond it the awk filter's list: the
+    same markers come back, the clock row first, and a foreign file only under a named id."""
+    populate(tmp_path / "logs")
+    target = make_target(tmp_path, log_root=str(tmp_path / "logs"))
+    ids = [IDS[1], IDS[4], *(os.urandom(12).hex() for _ in range(extra))]
+    command = READER.marker_command(target, MarkerQuery.of(ids))
+    assert (command[3] == evidence.FILTER_LABEL) == (len(ids) > NAMED_IN_FIND)
+    assert listed_ids(LocalTransport(), target, MarkerQuery.of(ids)) == [IDS[1], IDS[4]]
+    assert listed_ids(LocalTransport(), target, MarkerQuery.of(ids[2:])) == []
+
+
+def test_the_filter_keeps_the_listings_failure(tmp_path: Path) -> None:
+    """A log_root that is gone, or a listing killed, is the listing's own exit status through
+    the filter, and one whose status line never came is a failure (125), never a success."""
+    target = make_target(tmp_path, log_root=str(tmp_path / "gone"))
+    ids = [os.urandom(12).hex() for _ in range(NAMED_IN_FIND + 1)]
+    command = READER.marker_command(target, MarkerQuery.of(ids))
+    result = LocalTransport().run(command)
+    assert result.returncode == LOG_ROOT_MISSING and b"is not a directory" in result.stderr
+    killed = [*command[:5], "/bin/sh", "-c", 'echo "clock 5.0"; kill -9 $$']
+    result = LocalTransport().run(killed)
+    assert result.returncode == 128 + 9 and result.stdout == b"clock 5.0\n"
+    # The subshell that would print the status line dies with it: no line, so 125.
+    lost = [*command[:5], "/bin/sh", "-c", 'echo "clock 5.0"; kill -9 $PPID']
+    result = LocalTransport().run(lost)
+    assert result.returncode == 125 and result.stdout == b"clock 5.0\n"
+
+
+def test_a_forged_status_line_cannot_end_the_filter(tmp_path: Path) -> None:
+    """Only the listing's last line is its status: a row cannot hold one, since no marker name
+    has a "!" in it and the find prints no other name."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "!exit 0").touch()
+    target = make_target(tmp_path, log_root=str(logs))
+    ids = [os.urandom(12).hex() for _ in range(NAMED_IN_FIND + 1)]
+    result = LocalTransport().run(READER.marker_command(target, MarkerQuery.of(ids)))
+    assert result.returncode == 0 and b"!exit" not in result.stdout
 
 
 def test_the_named_listing_runs_through_ssh(

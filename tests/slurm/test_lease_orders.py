@@ -15,6 +15,8 @@ import pytest
 
 from servatus.errors import ConfigurationError
 from servatus.lease import (
+    GUARD_FAILED,
+    Guard,
     Offer,
     OfferAnswer,
     Verdict,
@@ -297,3 +299,93 @@ def test_no_wake_up_without_an_order_in_place(orders: Path, tmp_path: Path) -> N
 def test_the_wake_up_is_an_absolute_command() -> None:
     with pytest.raises(ConfigurationError):
         offer_command("/orders", JOB, {step_id(1): order_text(step_id(1))}, "n", "scancel")
+
+
+# -- the guarded offer (start in one round trip) ---------------------------------------------------
+
+
+def guarded(tmp_path: Path, answer: str) -> Guard:
+    """A guard whose ``squeue`` stand-in prints ``answer`` for job JOB (and notes its words)."""
+    squeue = stand_in(
+        tmp_path / "squeue",
+        f'echo "$@" >"{tmp_path}/squeue.args"\n'
+        f'case "$*" in *--jobs={JOB}*) printf "%s\\n" "{answer}" ;; esac',
+    )
+    return Guard(str(squeue), f"servatus-{LEASE}", str(tmp_path / f"servatus-{LEASE}.{JOB}.limit"))
+
+
+@pytest.mark.parametrize(
+    ("answer", "woken"),
+    [(f"servatus-{LEASE}|RUNNING", True), (f"  servatus-{LEASE}|PENDING ", False)],
+)
+def test_a_guarded_offer_offers_to_a_live_link_and_wakes_only_a_running_one(
+    orders: Path, tmp_path: Path, answer: str, woken: bool
+) -> None:
+    called = tmp_path / "called"
+    scancel = stand_in(tmp_path / "scancel", f'echo "$@" >"{called}"')
+    texts = {step_id(1): order_text(step_id(1)), step_id(2): order_text(step_id(2))}
+    guard = guarded(tmp_path, answer)
+    answers = offer(LocalTransport(), str(orders), JOB, texts, str(scancel), guard)
+    assert answers == dict.fromkeys(texts, OfferAnswer(Offer.OFFERED))
+    assert sorted(os.listdir(orders)) == sorted(texts)
+    asked = (tmp_path / "squeue.args").read_text().split()
+    assert asked == ["--me", "--noheader", "--states=all", f"--jobs={JOB}", "--format=%j|%T"]
+    time.sleep(0.5)
+    assert called.exists() == woken
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        f"servatus-{LEASE}|COMPLETING",  # live, but not a state the guess can vouch for
+        f"servatus-{LEASE}|COMPLETED",
+        f"servatus-{'0' * 24}|RUNNING",  # another job under that number
+        "",  # squeue forgot it, or failed
+        f"servatus-{LEASE}|RUNNING\nservatus-{LEASE}|RUNNING",
+    ],
+)
+def test_a_guard_that_fails_writes_nothing_and_withdraws_every_step(
+    orders: Path, tmp_path: Path, answer: str
+) -> None:
+    called = tmp_path / "called"
+    scancel = stand_in(tmp_path / "scancel", f': >"{called}"')
+    texts = {step_id(1): order_text(step_id(1)), step_id(2): order_text(step_id(2))}
+    answers = offer(
+        LocalTransport(), str(orders), JOB, texts, str(scancel), guarded(tmp_path, answer)
+    )
+    assert answers == dict.fromkeys(texts, OfferAnswer(Offer.WITHDRAWN, GUARD_FAILED))
+    assert os.listdir(orders) == []
+    time.sleep(0.3)
+    assert not called.exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "foreign link", "directory"])
+def test_a_limit_marker_of_any_kind_fails_the_guard(
+    orders: Path, tmp_path: Path, kind: str
+) -> None:
+    """The guard cannot tell a planted file from the lease's own marker, and need not: failing
+    it only costs the reading a plan would have made anyway."""
+    guard = guarded(tmp_path, f"servatus-{LEASE}|RUNNING")
+    limit = Path(guard.limit)
+    if kind == "file":
+        limit.touch()
+    elif kind == "foreign link":
+        limit.symlink_to(tmp_path / "nowhere")
+    else:
+        limit.mkdir()
+    texts = {step_id(1): order_text(step_id(1))}
+    answers = offer(LocalTransport(), str(orders), JOB, texts, None, guard)
+    assert answers == {step_id(1): OfferAnswer(Offer.WITHDRAWN, GUARD_FAILED)}
+    assert os.listdir(orders) == []
+
+
+def test_a_withdrawal_says_guard_only_when_a_guard_failed() -> None:
+    """Without the reason a withdrawal is the claim's (an offer whose rename failed); any
+    other reason is no clear answer."""
+    step = step_id(1)
+    assert read_offers(f"withdrawn {step}\n".encode(), [step]) == {
+        step: OfferAnswer(Offer.WITHDRAWN)
+    }
+    assert read_offers(f"withdrawn {step} directory\n".encode(), [step]) == {
+        step: OfferAnswer(Offer.UNDECIDED)
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from slurm_helpers import PYTHON, make_target
 
 from servatus.config import Target
-from servatus.errors import ConfigurationError, Unavailable
+from servatus.errors import ConfigurationError, Unavailable, Unreached
 from servatus.transport import OUTPUT_LIMIT
 from servatus_slurm.transport import (
     SSH_OPTIONS,
@@ -169,8 +170,26 @@ def test_missing_remote_program_is_127(fake_ssh: dict[str, str]) -> None:
 
 
 def test_connection_failure_is_unavailable(fake_ssh: dict[str, str]) -> None:
-    with pytest.raises(Unavailable, match=r"cannot reach down: .*Connection refused"):
+    with pytest.raises(Unreached, match=r"cannot reach down: .*Connection refused"):
         SshTransport("down", environ=fake_ssh).run(["/bin/true"])
+
+
+def test_a_host_that_does_not_resolve_is_unreached_by_the_real_client() -> None:
+    """OpenSSH's own words for a connection never made (issue #33: a start that never ran
+    records its steps unsent instead of leaving them to reconcile)."""
+    if shutil.which("ssh") is None:
+        pytest.skip("no OpenSSH client")
+    with pytest.raises(Unreached, match="Could not resolve hostname"):
+        SshTransport("servatus-no-such-host.invalid").run(["/bin/true"], timeout=30)
+
+
+def test_a_command_that_ran_is_never_unreached(fake_ssh: dict[str, str], tmp_path: Path) -> None:
+    """Once a frame opened, the command ran, whatever ssh says after it: no complete answer is
+    a lost one (reconcile decides), never "nothing ran"."""
+    ran = tmp_path / "ran"
+    with pytest.raises(Unavailable) as caught:
+        SshTransport("dropped", environ=fake_ssh).run(["/bin/sh", "-c", f": >{ran}; kill -9 $PPID"])
+    assert ran.exists() and not isinstance(caught.value, Unreached)
 
 
 def test_remote_shell_dying_mid_command_is_unavailable(fake_ssh: dict[str, str]) -> None:

@@ -79,6 +79,12 @@ class Unavailable(ServatusError):
     """:data:`EXIT_TEMPFAIL`, for this error and its subclasses: try again later."""
 
 
+class Unreached(Unavailable):
+    """No connection to the cluster was made, so the command certainly did not run there
+    (``ssh`` could not connect, or could not resolve the host): unlike a lost answer, what it
+    would have done is known not to have happened."""
+
+
 class Busy(Unavailable):
     """Another process holds the campaign or workspace lock."""
 
@@ -151,6 +157,7 @@ __all__ = [
     "SubmissionInterrupted",
     "TaskConflict",
     "Unavailable",
+    "Unreached",
     "UnsafeFilesystem",
     "WorkspaceConflict",
 ]

@@ -119,6 +119,10 @@ class Verdict(enum.Enum):
     UNDECIDED = "undecided"
 
 
+GUARD_FAILED = "guard"
+"""The reason of a step a guarded offer withdrew unwritten: its lease link was not as assumed."""
+
+
 class Offer(enum.Enum):
     """What offering one order came to. ``REFUSED`` means no order can ever exist for it."""
 
@@ -130,7 +134,8 @@ class Offer(enum.Enum):
 
 @attrs.frozen
 class OfferAnswer:
-    """One step's offer outcome; ``reason`` names a refusal (``directory``, ``write``)."""
+    """One step's offer outcome; ``reason`` names a refusal (``directory``, ``write``), or a
+    withdrawal before anything was written (:data:`GUARD_FAILED`)."""
 
     outcome: Offer
     reason: str | None = None
@@ -217,6 +222,26 @@ done
 reads ``<step id>.stop`` in its orders directory at each poll and stops that step, once, if it
 took it and it has not ended (ADR 0009, "Stopping a step")."""
 
+_GUARD = r"""
+# A plan made from the journal alone holds only while the link's job is queued or running under
+# the link's name and its limit marker is not there; else nothing is written.
+unguarded() {
+    while [ "$#" -gt 1 ]; do echo "withdrawn $1 guard"; shift 2; done
+    exit 0
+}
+q=$(LC_ALL=C "$squeue" --me --noheader --states=all --jobs="$job" --format='%j|%T' \
+    </dev/null 2>/dev/null | tr -d ' \t\r')
+case $q in
+"$name|RUNNING") ;;
+"$name|PENDING") wake= ;;
+*) unguarded "$@" ;;
+esac
+if [ -e "$limit" ] || [ -h "$limit" ]; then unguarded "$@"; fi
+""".lstrip("\n")
+"""What :data:`GUARDED_OFFER_SCRIPT` checks before it offers: only a running batch shell is woken
+(Slurm refuses to signal a pending job), and any other state, or a file of anyone's under the
+limit marker's name, withdraws every step unwritten (``withdrawn STEP guard``)."""
+
 OFFER_SCRIPT = (
     "umask 077\n"
     "d=$1 job=$2 nonce=$3 wake=$4\nshift 4\n"
@@ -278,6 +303,17 @@ one ``offered|withdrawn|undecided STEP`` or ``refused STEP REASON`` line per ste
 size check comes before any rename, so a refusal means no order of that step exists. ``WAKE``,
 when not empty, is the ``scancel`` that sends the lease's batch shell :data:`WAKE_SIGNAL` after a
 rename, so it takes the order now instead of at its next poll."""
+GUARDED_OFFER_SCRIPT = (
+    "umask 077\n"
+    "d=$1 job=$2 nonce=$3 wake=$4 squeue=$5 name=$6 limit=$7\nshift 7\n"
+    + _GUARD
+    + OFFER_SCRIPT.split("shift 4\n", 1)[1]
+)
+"""``sh -c GUARDED_OFFER_SCRIPT offer DIR JOB NONCE WAKE SQUEUE NAME LIMIT STEP SIZE...``: the
+offer of a plan made from the journal alone (``start`` in one round trip), made only if the
+lease link's job is still queued or running as ``NAME`` and ``LIMIT`` does not exist
+(:data:`_GUARD`); its answer lines are the offer's."""
+
 
 MKDIR_SCRIPT = (
     "umask 077\n"
@@ -350,14 +386,34 @@ def stop_command(directory: str, step_ids: Sequence[str]) -> list[str]:
     return ["/bin/sh", "-c", STOP_SCRIPT, "stop", directory, *step_ids]
 
 
+@attrs.frozen
+class Guard:
+    """What a plan of steps made from the journal alone assumed of its lease link, for the
+    offer to check on the cluster before it writes (:data:`GUARDED_OFFER_SCRIPT`)."""
+
+    squeue: str
+    """The absolute path of ``squeue`` on the cluster."""
+    name: str
+    """The link's job name, ``servatus-<link id>``."""
+    limit: str
+    """The absolute path of the link's ``limit`` marker, which must not exist."""
+
+
 def offer_command(
-    directory: str, job: int, orders: Mapping[str, str], nonce: str, wake: str | None = None
+    directory: str,
+    job: int,
+    orders: Mapping[str, str],
+    nonce: str,
+    wake: str | None = None,
+    guard: Guard | None = None,
 ) -> tuple[list[str], bytes]:
     """The argv and stdin that offer ``orders`` (step id to rendered order text); with ``wake``
-    (the absolute path of ``scancel``) the same command then wakes lease job ``job``."""
+    (the absolute path of ``scancel``) the same command then wakes lease job ``job``; with a
+    ``guard``, only if the link is as the guard says."""
     _check_ids(directory, job, list(orders))
-    if wake is not None and not wake.startswith("/"):
-        raise ConfigurationError(f"the wake-up command must be absolute, got {wake!r}")
+    for path in (wake, *(() if guard is None else (guard.squeue, guard.limit))):
+        if path is not None and not path.startswith("/"):
+            raise ConfigurationError(f"a path on the cluster must be absolute, got {path!r}")
     words: list[str] = []
     data = bytearray()
     for step, text in orders.items():
@@ -366,8 +422,11 @@ def offer_command(
             raise ConfigurationError(f"the order of step {step} does not end with a newline")
         words += [step, str(len(encoded))]
         data += encoded
-    argv = ["/bin/sh", "-c", OFFER_SCRIPT, "offer", directory, str(job), nonce, wake or "", *words]
-    return argv, bytes(data)
+    argv = ["/bin/sh", "-c", OFFER_SCRIPT, "offer", directory, str(job), nonce, wake or ""]
+    if guard is not None:
+        argv[2] = GUARDED_OFFER_SCRIPT
+        argv += [guard.squeue, guard.name, guard.limit]
+    return [*argv, *words], bytes(data)
 
 
 def _answers(stdout: bytes, step_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
@@ -416,6 +475,8 @@ def read_offers(stdout: bytes, step_ids: Sequence[str]) -> dict[str, OfferAnswer
         word, reason = answers.get(step, ("undecided", None))
         if word == "refused" and reason is not None:
             result[step] = OfferAnswer(Offer.REFUSED, reason)
+        elif word == "withdrawn" and reason == GUARD_FAILED:
+            result[step] = OfferAnswer(Offer.WITHDRAWN, reason)
         elif word in ("offered", "withdrawn") and reason is None:
             result[step] = OfferAnswer(Offer(word))
         else:
@@ -474,11 +535,13 @@ def offer(
     job: int,
     orders: Mapping[str, str],
     wake: str | None = None,
+    guard: Guard | None = None,
 ) -> dict[str, OfferAnswer]:
     """Offer each order to lease job ``job``: written under a temporary name, size-checked, then
     renamed into place; with ``wake`` (``scancel``'s path), the lease is then woken in the same
-    command. Raises :class:`~servatus.errors.Unavailable` when no answer came back."""
-    argv, data = offer_command(directory, job, orders, nonce(), wake)
+    command; with a ``guard``, only if the link is still as it says. Raises
+    :class:`~servatus.errors.Unavailable` when no answer came back."""
+    argv, data = offer_command(directory, job, orders, nonce(), wake, guard)
     result = transport.run(argv, stdin=data)
     if result.returncode != 0 or result.truncated:
         return dict.fromkeys(orders, OfferAnswer(Offer.UNDECIDED))

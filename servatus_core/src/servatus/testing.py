@@ -85,8 +85,10 @@ import attrs
 
 from servatus import batch
 from servatus.config import Target
-from servatus.errors import Unavailable
+from servatus.errors import Unavailable, Unreached
 from servatus.evidence import LOG_ROOT_MISSING, EvidenceReader, MarkerKind
+from servatus.ids import ALLOCATION_ID_HEX
+from servatus.lease import GUARD_FAILED, GUARDED_OFFER_SCRIPT
 from servatus.plugins import hooks
 from servatus.transport import COMMAND_TIMEOUT, CommandResult, OnOutput, Transport
 
@@ -182,7 +184,9 @@ class FakeLease:
 
 @attrs.define
 class _Fault:
-    mode: str  # "fail" (ran and said no), "unavailable" (no answer), "lose" (ran, answer lost)
+    mode: str
+    """``fail`` (ran and said no), ``unavailable`` (no answer), ``unreached`` (never ran),
+    ``lose`` (ran, answer lost)."""
     times: int
     returncode: int = 1
     stderr: str = ""
@@ -191,8 +195,8 @@ class _Fault:
 class FakeScheduler:
     """An in-memory Slurm: call it with a Target to get a Transport (``connect=``).
 
-    A control (``fail``, ``unavailable``, ``lose_answer``) fires on the next ``times`` runs;
-    ``times`` below 1 is refused with ``ValueError``, never read as "once".
+    A control (``fail``, ``unavailable``, ``unreachable``, ``lose_answer``) fires on the next
+    ``times`` runs; ``times`` below 1 is refused with ``ValueError``, never read as "once".
 
     :param version: What ``sbatch --version`` prints.
     :param min_job_age: The ``MinJobAge`` in seconds that ``scontrol show config`` reports.
@@ -289,6 +293,16 @@ class FakeScheduler:
         :param times: How many runs in a row it fires for, at least 1.
         """
         self._faults[self._known(command, times)] = _Fault("unavailable", times)
+
+    def unreachable(self, command: str, *, times: int = 1) -> None:
+        """The next ``times`` runs of ``command`` never reach the cluster (``ssh`` could not
+        connect): they do nothing, and say so (:class:`~servatus.errors.Unreached`).
+
+        :param command: The command, by basename (``"sbatch"``, ``"squeue"``, ...), or
+            ``"ping"`` for the ``sbatch --version`` check; an unknown name is ``ValueError``.
+        :param times: How many runs in a row it fires for, at least 1.
+        """
+        self._faults[self._known(command, times)] = _Fault("unreached", times)
 
     def lose_answer(self, command: str = "sbatch", *, times: int = 1) -> None:
         """The next ``times`` runs of ``command`` take effect, but their answer never arrives.
@@ -556,6 +570,8 @@ class FakeScheduler:
             program = _program(name)
             if fault.mode == "unavailable":
                 raise Unavailable(f"FakeScheduler: no answer from {program}")
+            if fault.mode == "unreached":
+                raise Unreached(f"FakeScheduler: {program} never reached the cluster")
             if fault.mode == "fail":
                 return CommandResult(call, fault.returncode, b"", fault.stderr.encode())
             self._answer(call, stdin)
@@ -587,12 +603,28 @@ class FakeScheduler:
     # -- the commands -----------------------------------------------------------------------
 
     def _answer(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        if _is_script(argv) and argv[3] == "filter":
+            return self._filtered(argv, stdin)
         base = _command_name(argv)
         handler = getattr(self, f"_cmd_{base}", None)
         if handler is None:
             return CommandResult(argv, 127, b"", f"{base}: command not found\n".encode())
         result: CommandResult = handler(argv, stdin)
         return result
+
+    def _filtered(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
+        """``sh -c FILTER filter IDS LISTING...``: the listing, keeping the clock row and the
+        rows whose name (the third word of a ``foreign`` row) is a marker of one of ``IDS``."""
+        wanted = frozenset(argv[4].split())
+        inner = self._answer(argv[5:], stdin)
+        kept = []
+        for row in inner.stdout.decode().splitlines(keepends=True):
+            words = row.split()
+            name = words[2] if words[:1] == ["foreign"] and len(words) > 2 else words[0]
+            marker = _FILTERED_NAME.match(name)
+            if row.startswith("clock ") or (marker is not None and marker[1] in wanted):
+                kept.append(row)
+        return attrs.evolve(inner, argv=argv, stdout="".join(kept).encode())
 
     def _cmd_sbatch(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
         if "--version" in argv:
@@ -732,12 +764,25 @@ class FakeScheduler:
         return CommandResult(argv, 0, f"{answer}\n".encode(), b"")
 
     def _cmd_offer(self, argv: tuple[str, ...], stdin: bytes) -> CommandResult:
-        """``sh -c OFFER_SCRIPT offer DIR JOB NONCE WAKE STEP SIZE...``, the orders on stdin."""
+        """``sh -c OFFER_SCRIPT offer DIR JOB NONCE WAKE STEP SIZE...``, the orders on stdin;
+        the guarded offer (``... WAKE SQUEUE NAME LIMIT STEP SIZE...``) withdraws every step
+        unwritten unless job JOB is pending or running as NAME, no marker is named as LIMIT is,
+        and ``squeue`` has no control set, and wakes only a running one."""
         directory, job, wake = argv[4], int(argv[5]), argv[7]
         words = argv[8:]
+        known = self._numbered.get(job)
+        unguarded = False
+        if argv[2] == GUARDED_OFFER_SCRIPT:
+            name, limit, words = argv[9], argv[10], argv[11:]
+            live = known is not None and known.listed and known.state in ("RUNNING", "PENDING")
+            named = known is not None and f"servatus-{known.allocation_id}" == name
+            down = "squeue" in self._faults  # the guard's own squeue fails as a lone one would
+            unguarded = down or not (live and named) or os.path.basename(limit) in self.markers
         pairs = list(zip(words[::2], map(int, words[1::2]), strict=True))
         lines = []
-        if directory not in self.orders:
+        if unguarded:
+            lines = [f"withdrawn {step} {GUARD_FAILED}" for step, _ in pairs]
+        elif directory not in self.orders:
             lines = [f"refused {step} directory" for step, _ in pairs]
         else:
             offset = 0
@@ -749,7 +794,6 @@ class FakeScheduler:
                 else:
                     self.orders[directory][step] = data
                     lines.append(f"offered {step}")
-        known = self._numbered.get(job)
         offered = any(line.startswith("offered") for line in lines)
         if wake and offered and known is not None and known.state == "RUNNING":
             self.wakes.append(job)
@@ -1050,9 +1094,14 @@ def _is_script(argv: Sequence[str]) -> bool:
     return len(argv) > 3 and os.path.basename(argv[0]) == "sh" and argv[1] == "-c"
 
 
+_FILTERED_NAME = re.compile(rf"servatus-([0-9a-f]{{{ALLOCATION_ID_HEX}}})\.")
+
+
 def _command_name(argv: Sequence[str]) -> str:
     """The basename of the program, or the ``$0`` a ``sh -c`` script is given (``find`` for the
-    clock listing, ``sh`` for doctor's directory probe)."""
+    clock listing, ``sh`` for doctor's directory probe); a filtered listing is its listing's."""
+    if _is_script(argv) and argv[3] == "filter":
+        return _command_name(argv[5:])
     if _is_script(argv):
         return argv[3]
     if len(argv) == 3 and os.path.basename(argv[0]) == "sh" and argv[1] == "-s":

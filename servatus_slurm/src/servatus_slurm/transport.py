@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from servatus.errors import ConfigurationError, Unavailable
+from servatus.errors import ConfigurationError, Unavailable, Unreached
 from servatus.transport import COMMAND_TIMEOUT, OUTPUT_LIMIT, CommandResult, OnOutput
 
 if TYPE_CHECKING:
@@ -469,6 +469,18 @@ def ssh_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in SSH_PASSED if name in environ}
 
 
+_NOT_CONNECTED = re.compile(r"ssh: (?:connect to host \S+ port \S+|Could not resolve hostname) ")
+"""What OpenSSH's client prints when it made no connection at all: no session can have
+started, so no command ran."""
+
+
+def _never_connected(out: _Framed, err: _Framed, said: Sequence[str]) -> bool:
+    """Whether a failed ``ssh`` certainly ran nothing: it said it could not connect, and no
+    frame was opened on either stream (the remote side opens them before the command)."""
+    opened = out.state != "before" or err.state != "before"
+    return not opened and any(_NOT_CONNECTED.match(line) for line in said)
+
+
 def check_host(host: str) -> str:
     """Refuse a destination ``ssh`` would read as an option or that is not one word."""
     if not host or host.startswith("-") or not _HOST.fullmatch(host):
@@ -523,6 +535,8 @@ class SshTransport(_Runs):
         if not out.complete or out.code is None:
             said = tail.decode(errors="replace").strip().splitlines()
             reason = said[-1] if said else f"ssh exited {status} without an answer"
+            if status == SSH_UNAVAILABLE and _never_connected(out, err, said):
+                raise Unreached(f"cannot reach {self.host}: {reason}")
             if status == SSH_UNAVAILABLE:
                 raise Unavailable(f"cannot reach {self.host}: {reason}")
             raise Unavailable(f"no complete answer from {self.host}: {reason}")

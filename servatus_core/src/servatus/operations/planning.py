@@ -14,7 +14,7 @@ from servatus.continuation import Continuation
 from servatus.engine.plan import Plan, Request, Work, consults, work_from_report
 from servatus.engine.planning import make_plan, make_step_plan
 from servatus.engine.status_inputs import submissions
-from servatus.engine.status_values import Outcome
+from servatus.engine.status_values import Outcome, Report
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence
 from servatus.journal import records
@@ -208,9 +208,70 @@ def plan_steps(
             )
         raise ConfigurationError(no_current_link(lease_id))
     link = next(intent for intent in links if intent.allocation_id == current)
+    running = any(
+        entry.job == jobs[current] and entry.state == "RUNNING" for entry in reading.queue or ()
+    )
+    return _steps_into(
+        context, state, link, jobs[current], report, change, request, budget, running
+    )
+
+
+def guess_steps(
+    context: Context,
+    state: records.CampaignState,
+    lease_id: str,
+    request: Request,
+    budget: int | None,
+) -> Steps | None:
+    """The plan :func:`plan_steps` would make, made from the journal alone, or None where a
+    reading could change it: ``start`` then offers it in one round trip, guarded by what it
+    assumed of Slurm (:class:`~servatus.lease.Guard`), and reads only when the guard fails.
+
+    It assumes that the lease's current link is its first link with a job that has not
+    settled, which the guard checks (queued or running, no ``limit`` marker): an earlier link
+    settled has ended. And it is made only for Tasks no job ever took (new ones, or ones whose
+    every submission was never sent): their projection reads no evidence, so it is the one a
+    reading would give, and a guard that fails, recording the steps unsent, leaves each as
+    ``status`` showed it (``NOT_SUBMITTED``)."""
+    links = lease_links(state.intents, lease_id)
+    recorded = submissions(state)
+    by_id = {item.allocation_id: item for item in recorded}
+    open_links = [
+        intent
+        for intent in links
+        if (item := by_id.get(intent.allocation_id)) is not None
+        and item.job is not None
+        and item.settled is None
+    ]
+    if not open_links or request.only is None:
+        return None
+    wanted = set(request.only)
+    for item in recorded:
+        if item.outcome is not Outcome.NOT_SUBMITTED and wanted.intersection(item.task_keys):
+            return None
+    link = open_links[0]
+    job = by_id[link.allocation_id].job
+    assert job is not None
+    report, change, _ = observe(context, state, offline=True)
+    return _steps_into(context, state, link, job, report, change, request, budget, False)
+
+
+def _steps_into(
+    context: Context,
+    state: records.CampaignState,
+    link: records.Intent,
+    job: int,
+    report: Report,
+    change: records.Settled,
+    request: Request,
+    budget: int | None,
+    running: bool,
+) -> Steps:
+    """The plan of the request's Tasks as steps into lease ``link`` (job ``job``) from
+    ``report``, each step's order rendered."""
     terms = link.lease
     assert terms is not None
-    target = target_from_identity(identity)
+    target = target_from_identity(state.target_identities()[link.target])
     profile = Profile(
         terms.profile,
         target,
@@ -228,7 +289,7 @@ def plan_steps(
         campaign_id=state.campaign_id,
         revision=state.revision,
         salt=str(len(state.intents)),
-        within=current,
+        within=link.allocation_id,
         keys=state.tasks.keys,
         profile=profile,
         request=request,
@@ -245,14 +306,11 @@ def plan_steps(
     orders = step_orders(
         context.hooks,
         profile,
-        current,
+        link.allocation_id,
         made.allocations,
         state.tasks.by_key(),
         launcher,
         run_times={**measured, **made.decision.spent},
         budget=budget,
     )
-    running = any(
-        entry.job == jobs[current] and entry.state == "RUNNING" for entry in reading.queue or ()
-    )
-    return Steps(made, change, link, jobs[current], orders, running)
+    return Steps(made, change, link, job, orders, running)

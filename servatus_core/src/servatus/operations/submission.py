@@ -19,12 +19,26 @@ from servatus import batch
 from servatus.config import Profile, Target
 from servatus.continuation import MAX_LINKS, Link
 from servatus.engine.plan import Allocation, earlier_links, later_links
-from servatus.errors import ConfigurationError, ShapeRejected, SubmissionInterrupted, Unavailable
+from servatus.errors import (
+    ConfigurationError,
+    ShapeRejected,
+    SubmissionInterrupted,
+    Unavailable,
+    Unreached,
+)
 from servatus.evidence import MAX_JOB
 from servatus.journal.records import ChainLink, Intent, LeaseTerms, Receipt, Resolved, TaskResources
 from servatus.journal.store import Writer
 from servatus.launcher import Launcher
-from servatus.lease import Directory, Offer, make_directory, offer, orders_path
+from servatus.lease import (
+    GUARD_FAILED,
+    Directory,
+    Guard,
+    Offer,
+    make_directory,
+    offer,
+    orders_path,
+)
 from servatus.plugins import Hooks
 from servatus.script import (
     BUDGET_VARIABLE,
@@ -779,13 +793,18 @@ def submit_steps(
     progress: Progress | None = None,
     budget: int | None = None,
     wake: str | None = None,
-) -> tuple[SubmittedAllocation, ...]:
+    guard: Guard | None = None,
+) -> tuple[SubmittedAllocation, ...] | None:
     """Offer steps to a lease link (ADR 0009): every step's intent in one synced write (with
     the steps' ``budget``, so ``status`` shows it), then
     one offer of all their orders into its orders directory (which, given ``scancel``'s path
     as ``wake``, then wakes the lease in the same command), then, in one synced write, a
     receipt with the lease's job for each one offered and ``Resolved(job=None)`` for each one
     refused or withdrawn (no order of it can ever run).
+
+    With a ``guard`` (a plan made from the journal alone), a link that is not as the guard
+    says gets nothing written: every step is resolved unsent and the answer is None, for the
+    caller to read Slurm and plan again.
 
     A step with no clear answer stays unresolved (:class:`SubmissionInterrupted`, exit 3:
     ``reconcile`` decides it by its claim). Otherwise a refusal for a full filesystem is
@@ -807,7 +826,13 @@ def submit_steps(
     writer.add_all(intents)  # every intent is durable before any order can exist
     count = f"of {len(allocations)} steps"
     try:
-        answers = offer(transport, directory, job, orders, wake)
+        answers = offer(transport, directory, job, orders, wake, guard)
+    except Unreached as exc:  # nothing ran: no order of any step can exist
+        try:
+            writer.add_all([Resolved(allocation_id=i.allocation_id, job=None) for i in intents])
+        except Unavailable as lost:
+            raise _interrupted(f"{exc}, and that could not be recorded ({lost})") from lost
+        raise Unavailable(f"{exc}; none {count} was offered") from exc
     except Unavailable as exc:
         raise _interrupted(
             f"no answer from the offer to lease {lease.allocation_id} ({exc}); none {count} "
@@ -817,11 +842,15 @@ def submit_steps(
     accepted: list[SubmittedAllocation] = []
     refused: list[str] = []
     undecided: list[str] = []
+    unguarded: list[str] = []
     full = False
     for allocation in allocations:
         step = allocation.allocation_id
         answer = answers[step]
-        if answer.outcome is Offer.OFFERED:
+        if answer.outcome is Offer.WITHDRAWN and answer.reason == GUARD_FAILED:
+            outcomes.append(Resolved(allocation_id=step, job=None))
+            unguarded.append(f"{step} ({', '.join(allocation.task_keys)}: its link changed)")
+        elif answer.outcome is Offer.OFFERED:
             outcomes.append(Receipt(allocation_id=step, job=job))
             accepted.append(SubmittedAllocation(step, job, allocation.task_keys))
         elif answer.outcome is Offer.UNDECIDED:
@@ -838,6 +867,9 @@ def submit_steps(
             f"the offer to lease {lease.allocation_id} was answered, but its outcome could not "
             f"be recorded ({exc})"
         ) from exc
+    if len(unguarded) == len(allocations):
+        return None
+    refused += unguarded  # a guard holds for all steps or none: never seen, never dropped
     if progress is not None:
         for index, receipt in enumerate(accepted, 1):
             progress(index, len(allocations), receipt.allocation_id, receipt.job)

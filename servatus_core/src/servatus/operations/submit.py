@@ -15,10 +15,11 @@ from servatus.engine.plan import Hold, Plan, Request
 from servatus.engine.plan_document import plan_to_document
 from servatus.engine.planning import make_lease_plan
 from servatus.errors import ConfigurationError, PlanRefused, StalePlan
+from servatus.evidence import MarkerKind
 from servatus.journal import records, store
-from servatus.lease import orders_path
+from servatus.lease import Guard, orders_path
 from servatus.operations.context import Context
-from servatus.operations.planning import Steps, plan_steps, plan_tasks
+from servatus.operations.planning import Steps, guess_steps, plan_steps, plan_tasks
 from servatus.operations.submission import (
     BatchProgress,
     Progress,
@@ -151,7 +152,9 @@ def _submit_steps(
     steps = plan_steps(context, state, plan.within, plan.request, budget)
     if not steps.plan.same_as(plan):
         raise StalePlan("the plan no longer matches the campaign, the lease and Slurm; plan again")
-    return _send_steps(writer, transport, steps, budget, progress)
+    sent = _send_steps(writer, transport, steps, budget, progress)
+    assert sent is not None  # only a guarded offer answers None
+    return sent
 
 
 def _submit_lease(
@@ -198,10 +201,24 @@ def start_steps(
 ) -> Submitted:
     """Plan the request's Tasks into the lease and send them, under one lock: no other start,
     cancel or Slurm reading can come between the plan and its sending, so nobody reviewed a
-    plan that could go stale."""
+    plan that could go stale.
+
+    Where the journal alone decides the plan (:func:`guess_steps`), it is offered at once,
+    guarded by what it assumed of the lease link: one round trip. Only when the guard fails
+    (the link ended, or had its pre-limit signal) are Slurm read and the steps planned again,
+    as they always are where the journal cannot decide."""
     with store.writing(context.path) as writer:
         state = writer.state
         assert state is not None
+        guess = guess_steps(context, state, lease, request, budget)
+        if guess is not None and guess.plan.allocations:
+            with _answering(context, guess.plan.profile.target, pinged=False) as transport:
+                guard = _guard(context, guess)
+                sent = _send_steps(writer, transport, guess, budget, progress, guard=guard)
+            if sent is not None:
+                return Submitted(receipts=sent, held=guess.plan.decision.held)
+            state = writer.state  # the guard failed: its steps are recorded unsent
+            assert state is not None
         steps = plan_steps(context, state, lease, request, budget)
         plan = steps.plan
         if not plan.allocations:
@@ -209,6 +226,7 @@ def start_steps(
             return Submitted(receipts=(), held=plan.decision.held)
         with _answering(context, plan.profile.target, pinged=False) as transport:
             receipts = _send_steps(writer, transport, steps, budget, progress)
+    assert receipts is not None  # only a guarded offer answers None
     return Submitted(receipts=receipts, held=plan.decision.held)
 
 
@@ -224,8 +242,13 @@ def _send_steps(
     steps: Steps,
     budget: int | None,
     progress: Progress | None,
-) -> tuple[SubmittedAllocation, ...]:
-    """Record what the plan's Slurm reading settled, then each step's intent and order."""
+    *,
+    guard: Guard | None = None,
+) -> tuple[SubmittedAllocation, ...] | None:
+    """Record what the plan's Slurm reading settled, then each step's intent and order; with
+    a ``guard`` (a plan made from the journal alone) only if the link is as it assumed, and
+    None when it was not. The guard decides the wake-up on the cluster, from the state it
+    sees there."""
     _settle_reading(writer, steps.change)
     plan = steps.plan
     assert plan.within is not None
@@ -240,7 +263,20 @@ def _send_steps(
         plan_digest=plan_to_document(plan)["digest"],
         progress=progress,
         budget=budget,
-        wake=command(plan.profile.target, "scancel") if steps.running else None,
+        wake=command(plan.profile.target, "scancel") if steps.running or guard else None,
+        guard=guard,
+    )
+
+
+def _guard(context: Context, steps: Steps) -> Guard:
+    """What a plan of steps made from the journal alone assumed of its lease link."""
+    target = steps.plan.profile.target
+    link = steps.link.allocation_id
+    marker = context.hooks.evidence_reader().marker_name(link, steps.job, MarkerKind.LIMIT)
+    return Guard(
+        squeue=command(target, "squeue"),
+        name=f"servatus-{link}",
+        limit=f"{target.log_root.rstrip('/')}/{marker}",
     )
 
 
