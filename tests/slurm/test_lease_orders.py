@@ -389,3 +389,23 @@ def test_a_withdrawal_says_guard_only_when_a_guard_failed() -> None:
     assert read_offers(f"withdrawn {step} directory\n".encode(), [step]) == {
         step: OfferAnswer(Offer.UNDECIDED)
     }
+
+
+def test_a_slow_squeue_fails_the_guard_within_its_bound(orders: Path, tmp_path: Path) -> None:
+    """Review of #33: a slurmctld slower than the guard's bound fails the guard (nothing written,
+    every step withdrawn) instead of holding the offer past the command's time limit, to write
+    its orders after the client gave up. The bound is 10 s; here 1 s, on the same text."""
+    squeue = stand_in(tmp_path / "squeue", f'sleep 3; echo "servatus-{LEASE}|RUNNING"')
+    guard = Guard(str(squeue), f"servatus-{LEASE}", str(tmp_path / "limit"))
+    texts = {step_id(1): order_text(step_id(1))}
+    argv, data = offer_command(str(orders), JOB, texts, "n0nce", None, guard)
+    assert "timeout 10 " in argv[2]
+    argv[2] = argv[2].replace("timeout 10 ", "timeout 1 ")
+    began = time.monotonic()
+    result = LocalTransport().run(argv, stdin=data)
+    assert time.monotonic() - began < 4
+    assert read_offers(result.stdout, list(texts)) == {
+        step_id(1): OfferAnswer(Offer.WITHDRAWN, GUARD_FAILED)
+    }
+    time.sleep(3)  # past the stand-in's answer: the offer never went on to write
+    assert os.listdir(orders) == []

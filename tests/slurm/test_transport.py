@@ -183,6 +183,18 @@ def test_a_host_that_does_not_resolve_is_unreached_by_the_real_client() -> None:
         SshTransport("servatus-no-such-host.invalid").run(["/bin/true"], timeout=30)
 
 
+def test_a_refused_hop_before_a_session_is_no_proof_nothing_ran(
+    fake_ssh: dict[str, str], tmp_path: Path
+) -> None:
+    """Review of #33: ssh said a first gateway refused, then reached the host another way, ran
+    the command and lost its answer. Only an ssh that said nothing but that it could not
+    connect is Unreached."""
+    ran = tmp_path / "ran"
+    with pytest.raises(Unavailable) as caught:
+        SshTransport("hop", environ=fake_ssh).run(["/bin/sh", "-c", f": >{ran}"])
+    assert ran.exists() and not isinstance(caught.value, Unreached)
+
+
 def test_a_command_that_ran_is_never_unreached(fake_ssh: dict[str, str], tmp_path: Path) -> None:
     """Once a frame opened, the command ran, whatever ssh says after it: no complete answer is
     a lost one (reconcile decides), never "nothing ran"."""

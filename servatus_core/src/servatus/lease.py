@@ -229,18 +229,21 @@ unguarded() {
     while [ "$#" -gt 1 ]; do echo "withdrawn $1 guard"; shift 2; done
     exit 0
 }
-q=$(LC_ALL=C "$squeue" --me --noheader --states=all --jobs="$job" --format='%j|%T' \
-    </dev/null 2>/dev/null | tr -d ' \t\r')
+q=$(LC_ALL=C timeout 10 "$squeue" --me --noheader --states=all --jobs="$job" \
+    --format='%j|%T' </dev/null 2>/dev/null | tr -d ' \t\r')
 case $q in
 "$name|RUNNING") ;;
 "$name|PENDING") wake= ;;
 *) unguarded "$@" ;;
 esac
-if [ -e "$limit" ] || [ -h "$limit" ]; then unguarded "$@"; fi
+if [ -h "$limit" ] || [ -e "$limit" ]; then unguarded "$@"; fi
 """.lstrip("\n")
 """What :data:`GUARDED_OFFER_SCRIPT` checks before it offers: only a running batch shell is woken
 (Slurm refuses to signal a pending job), and any other state, or a file of anyone's under the
-limit marker's name, withdraws every step unwritten (``withdrawn STEP guard``)."""
+limit marker's name, withdraws every step unwritten (``withdrawn STEP guard``). ``squeue`` gets
+10 s (``timeout``): a slurmctld slower than that fails the guard, and the reading that follows
+says so, instead of the whole offer outliving the command's time limit. The name is tested as
+a link first, so a planted link to a hung mount is never followed."""
 
 OFFER_SCRIPT = (
     "umask 077\n"

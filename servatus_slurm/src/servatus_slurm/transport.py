@@ -475,10 +475,14 @@ started, so no command ran."""
 
 
 def _never_connected(out: _Framed, err: _Framed, said: Sequence[str]) -> bool:
-    """Whether a failed ``ssh`` certainly ran nothing: it said it could not connect, and no
-    frame was opened on either stream (the remote side opens them before the command)."""
+    """Whether a failed ``ssh`` certainly ran nothing: every line it printed says it could not
+    connect, and no frame was opened on either stream (the remote side opens them before the
+    command). Any other line, before or after (a hop that failed before another connected, a
+    banner, "Connection closed by remote host"), may mean a session ran the command: that is a
+    lost answer, never this."""
     opened = out.state != "before" or err.state != "before"
-    return not opened and any(_NOT_CONNECTED.match(line) for line in said)
+    lines = [line for line in said if line.strip()]
+    return not opened and bool(lines) and all(_NOT_CONNECTED.match(line) for line in lines)
 
 
 def check_host(host: str) -> str:

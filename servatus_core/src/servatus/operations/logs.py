@@ -20,19 +20,22 @@ TAIL_OWN = (
     f'p=$4; if [ -h "$p" ] || {{ [ -e "$p" ] && [ ! -f "$p" ]; }}; then exit {NOT_OWN}; fi; '
     'if [ ! -e "$p" ]; then '
     """echo "tail: cannot open '$p' for reading: No such file or directory" >&2; exit 1; fi; """
-    'own() { if [ -h "$p" ] || [ ! -f /dev/fd/3 ] || [ ! -O /dev/fd/3 ] '
-    f'|| [ ! "$p" -ef /dev/fd/3 ]; then exit {NOT_OWN}; fi; '
+    "own() { "
+    'name=$(find "$p" -prune -type f -links 1 -user "$(id -u)" -printf "%D:%i" 2>/dev/null); '
+    'open=$(find -L /dev/fd/3 -prune -type f -printf "%D:%i" 2>/dev/null); '
+    f'if [ -z "$name" ] || [ "$name" != "$open" ]; then exit {NOT_OWN}; fi; '
     'exec /usr/bin/tail -c "$2" <&3 3<&-; }; '
     'own "$@" 3<"$p"'
 )
 """``sh -c TAIL_OWN tail -c N -- PATH``: the last N bytes of a log only if it is a regular file
-of the user's, never what a link someone planted at its name points to (issue #30). The log is
-opened first and the open file checked (``/dev/fd/3``: a regular file, the user's), then the
-name checked to be no link and the same file; ``tail`` reads the open file, never the name. So
-a name swapped between the checks and the read, where others can rename entries in
-``log_root``, is refused, never followed. A name swapped for a FIFO just before the open can
-hold it until the command's time limit; nothing is read from it. A missing log gets ``tail``'s
-own words, which :func:`why_no_log` reads."""
+of the user's with no other name, never what a link someone planted at its name points to
+(issue #30). The log is opened first; then one ``lstat`` of the name (``find`` without ``-L``:
+a link is no ``-type f``) must give a regular file of the user's with one link, and the same
+device and inode as the open file (``/dev/fd/3``, followed), and ``tail`` reads the open file,
+never the name. A name swapped to a link and back between the open and the check is refused:
+the open file is then the link's target, which the name is not. A name swapped for a FIFO
+just before the open can hold it until the command's time limit; nothing is read from it. A
+missing log gets ``tail``'s own words, which :func:`why_no_log` reads."""
 
 
 def logs(
