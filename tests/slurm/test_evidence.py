@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from slurm_helpers import ALLOCATION, make_target
 
 from servatus.errors import ConfigurationError, Unavailable
-from servatus.evidence import Marker, MarkerKind, QueueEntry, fetch_markers
+from servatus.evidence import (
+    Marker,
+    MarkerKind,
+    MarkerQuery,
+    QueueEntry,
+    _renamed,
+    fetch_markers,
+    renamed_warning,
+)
 from servatus.transport import CommandResult
 from servatus_slurm import evidence
 from servatus_slurm.evidence import SlurmEvidenceReader
@@ -21,6 +29,8 @@ from servatus_slurm.markers import marker_name, parse_marker_name, step_log_name
 from servatus_slurm.transport import LocalTransport
 
 READER = SlurmEvidenceReader()
+OTHERS = [f"{n:024x}" for n in range(1, 30)]
+"""More ids than the listing names as find tests, so the awk filter runs."""
 OTHER = "fedcba9876543210fedcba98"
 
 
@@ -200,8 +210,8 @@ def test_real_find_lists_markers_but_not_logs(tmp_path: Path) -> None:
         (logs / name).touch()
     before = sorted(path.name for path in logs.iterdir())
     result = LocalTransport().run(READER.marker_command(make_target(tmp_path, log_root=str(logs))))
-    clock, *rows = (line.split(b" ")[0].decode() for line in result.stdout.splitlines())
-    assert clock == "clock"
+    clock, root, *rows = (line.split(b" ")[0].decode() for line in result.stdout.splitlines())
+    assert (clock, root) == ("clock", "root")
     assert sorted(rows) == sorted(markers)
     assert len(READER.parse_markers(result)) == len(markers)
     assert sorted(path.name for path in logs.iterdir()) == before  # the clock file is gone
@@ -311,4 +321,55 @@ def test_log_paths_match_what_the_script_writes(tmp_path: Path) -> None:
     )
     assert READER.log_path(target, ALLOCATION, 41, 2) == (
         f"{tmp_path}/logs/servatus-{ALLOCATION}-41.2.out"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "chown", "who"),
+    [
+        (0o755, None, None),
+        (0o700, None, None),
+        (0o2775, None, "its group"),
+        (0o757, None, "others"),
+        (0o777, None, "group and others"),
+        (0o1777, None, None),  # sticky and the user's own: only she renames her files
+        (0o1777, 0, None),  # /tmp's way: sticky, root's
+        (0o1777, 4242, "uid 4242"),  # sticky, but its owner may rename anything in it
+    ],
+)
+def test_status_says_when_others_can_rename_markers_in_log_root(
+    tmp_path: Path, mode: int, chown: int | None, who: str | None
+) -> None:
+    """Issue #30's open end (ADR 0012): where others can rename entries in log_root, the user's
+    own markers can be renamed into another outcome, which ownership cannot tell. The listing
+    reads log_root's mode and owner in the same find; status then says so every time."""
+    if chown is not None and os.geteuid() != 0:
+        pytest.skip("needs root to give log_root another owner")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / marker_name(ALLOCATION, 9, MarkerKind.START)).touch()
+    if chown is not None:
+        os.chown(logs, chown, -1)
+    logs.chmod(mode)
+    target = make_target(tmp_path, log_root=str(logs))
+    for query in (None, MarkerQuery.of([ALLOCATION]), MarkerQuery.of([ALLOCATION, *OTHERS])):
+        result = LocalTransport().run(READER.marker_command(target, query))
+        assert result.returncode == 0, result.stderr
+        assert READER.parse_root(result) == (mode, os.stat(logs).st_uid, os.geteuid())
+        assert len(READER.parse_markers(result)) == 1
+        renamed = _renamed(READER, target, result)
+        if who is None:
+            assert renamed is None
+        else:
+            assert renamed == renamed_warning(str(logs), mode, who)
+
+
+def test_no_row_but_the_first_two_can_be_the_root_row() -> None:
+    rows = b"clock 5.0\nservatus-x 1 0\nroot 0777 1 1\n"
+    assert READER.parse_root(CommandResult(("find",), 0, rows, b"")) is None
+    assert READER.parse_root(CommandResult(("find",), 1, b"root 0777 1 1\n", b"")) is None
+    assert READER.parse_root(CommandResult(("find",), 0, b"root 0777 1 1\n", b"")) == (
+        0o777,
+        1,
+        1,
     )

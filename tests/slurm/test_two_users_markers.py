@@ -16,7 +16,8 @@ import pytest
 from slurm_helpers import ALLOCATION, HERE, direct_step, job_env, make_spec
 from test_script import chain_spec, chain_step
 
-from servatus.evidence import MarkerKind
+from servatus.evidence import MarkerKind, _renamed, renamed_warning
+from servatus.transport import CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
 from servatus_slurm.markers import allocation_log_name, marker_name, step_log_name
 from servatus_slurm.script import render
@@ -262,3 +263,26 @@ def test_a_name_with_a_newline_never_prints_a_row_of_its_own(scene: Scene, junk:
 def test_the_scene_needs_both_shells() -> None:
     for shell in ("dash", "bash"):
         assert subprocess.run(["which", shell], capture_output=True).returncode == 0
+
+
+def test_a_marker_she_renames_reads_as_another_outcome_and_the_listing_says_it_could(
+    scene: Scene,
+) -> None:
+    """ADR 0012's open end, shown for real: in the project's log_root (group-writable, no
+    sticky bit) Mallory renames the victim's own end.0.3 to end.0.0, and the victim's file now
+    says success: ownership cannot tell. What the listing can say is that she could, and it
+    does, in the same find: status names it as a warning every time it reads the markers."""
+    failed = marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=3)
+    forged = marker_name(ALLOCATION, JOB, MarkerKind.END, slot=0, exit_code=0)
+    assert scene.victim.sh(f"umask 077 && : >{scene.logs / failed}").returncode == 0
+    renamed = scene.mallory.run(["/bin/mv", str(scene.logs / failed), str(scene.logs / forged)])
+    assert renamed.returncode == 0, renamed.stderr
+    reader = SlurmEvidenceReader()
+    argv = reader.marker_command(scene.target)
+    done = scene.victim.run(argv)
+    assert done.returncode == 0, done.stderr.decode()
+    listed = CommandResult(tuple(argv), 0, done.stdout, done.stderr)
+    assert [(m.kind, m.exit_code) for m in reader.parse_markers(listed)] == [(MarkerKind.END, 0)]
+    assert reader.parse_root(listed) == (0o770, 0, scene.victim.uid)
+    warning = _renamed(reader, scene.target, listed)
+    assert warning == renamed_warning(scene.target.log_root, 0o770, "its group")

@@ -285,6 +285,29 @@ class MarkerQuery:
         return cls(frozenset(ids), since, frozenset(leases))
 
 
+def renamers(mode: int, owner: int, me: int) -> str | None:
+    """Who besides the user can rename or replace entries in a directory of ``mode`` owned by
+    uid ``owner``, for user ``me``: those who can write it without the sticky bit (``its
+    group``, ``others``, ``group and others``), or, in a sticky one, an owner other than the
+    user and root (``uid N``); None where nobody else can (ADR 0012)."""
+    if mode & 0o022 and not mode & 0o1000:
+        if mode & 0o022 == 0o022:
+            return "group and others"
+        return "its group" if mode & 0o020 else "others"
+    if mode & 0o022 and owner not in (me, 0):
+        return f"uid {owner}"
+    return None
+
+
+def renamed_warning(log_root: str, mode: int, who: str) -> str:
+    """The line ``status`` adds while ``log_root`` lets ``who`` rename the user's markers."""
+    return (
+        f"{log_root} lets {who} rename files in it (mode {mode:04o}): a run marker renamed "
+        "there would read as another outcome, and status cannot tell; servatus doctor says how "
+        "to close it"
+    )
+
+
 class EvidenceReader(Protocol):
     """Names the two listing commands for a Target, runs them in one, and parses what they
     print."""
@@ -378,6 +401,9 @@ class Evidence:
     clock: float | None = None
     foreign: tuple[tuple[str, int], ...] = ()
     """Files under a marker's name owned by another user (name, uid): ignored, and warned of."""
+    renamed: str | None = None
+    """A warning that others can rename entries in ``log_root`` (:func:`renamed_warning`), as
+    the listing found its mode and owner; None where nobody else can, or it was not read."""
 
 
 def fetch_queue(transport: Transport, reader: EvidenceReader, target: Target) -> list[QueueEntry]:
@@ -401,6 +427,18 @@ def _queue(reader: EvidenceReader, result: CommandResult) -> list[QueueEntry]:
     if result.returncode != 0:
         raise Unavailable(f"squeue failed (exit {result.returncode}): {_first_line(result.stderr)}")
     return reader.parse_queue(result)
+
+
+def _renamed(reader: EvidenceReader, target: Target, result: CommandResult) -> str | None:
+    """The warning for a ``log_root`` others can rename entries in, from the listing's ``root``
+    row (a reader without ``parse_root`` reads none)."""
+    parse_root = getattr(reader, "parse_root", None)
+    root = None if parse_root is None else parse_root(result)
+    if root is None:
+        return None
+    mode, owner, me = root
+    who = renamers(mode, owner, me)
+    return None if who is None else renamed_warning(target.log_root, mode, who)
 
 
 def _markers(
@@ -445,6 +483,8 @@ def fetch(
         if marker_result is None:
             raise Unavailable(f"the marker listing of {target.log_root} did not run")
         markers, clock, foreign = _markers(reader, target, marker_result)
+        renamed = _renamed(reader, target, marker_result)
+        return Evidence(tuple(queue), tuple(markers), clock, tuple(foreign), renamed)
     return Evidence(queue=tuple(queue), markers=tuple(markers), clock=clock, foreign=tuple(foreign))
 
 

@@ -68,6 +68,7 @@ _CLOCK = (
 _ORDERS = (
     "LC_ALL=C && export LC_ALL && root=$1 format=$2 n=$3 && shift 3 && points= i=0 && "
     "me=$(id -u) && "
+    '{ find -H "$root" -maxdepth 0 -printf "root %m %U $me\\n" 2>/dev/null; true; } && '
     "foreign='foreign %U %f\\n' odd='*[!-.0-9a-z]*' && "
     'while [ "$i" -lt "$n" ]; do '
     'i=$((i + 1)); if [ -d "$1" ]; then eval "servatus_d$i=\\$1"; '
@@ -84,6 +85,10 @@ ones are put in numbered variables and named on the ``find`` line by ``eval`` (o
 variables' names are in the evaluated text, never their values), so the tests stay in ``$@``
 untouched, however many they are.
 
+Before the markers, one ``root MODE OWNER ME`` row gives ``log_root``'s permission bits (octal,
+the sticky bit included), its owner's uid and the user's: whether others can rename the user's
+markers there (:func:`servatus.evidence.renamers`), which ``status`` then says.
+
 A name with any character a marker's name cannot hold (``odd``: anything but ``-``, ``.``,
 digits and lowercase letters; a newline above all, which would let one file print two rows) is
 never printed; ``LC_ALL=C`` makes every test bytewise, so no byte escapes the pattern. Only a
@@ -97,6 +102,7 @@ _FILTER = (
     '\'BEGIN { n = split(ids, list, " "); for (i = 1; i <= n; i++) want[list[i]] = 1; code = 125 } '
     '$1 == "!exit" && NF == 2 { code = $2; next } '
     'NR == 1 && $1 == "clock" { print; next } '
+    'NR <= 2 && $1 == "root" && NF == 4 { print; next } '
     '{ name = $1 == "foreign" ? $3 : $1 } '
     f'substr(name, 1, 9) == "servatus-" && substr(name, {10 + ID_LENGTH}, 1) == "." '
     f"&& (substr(name, 10, {ID_LENGTH}) in want) {{ print }} "
@@ -139,6 +145,7 @@ stdout and on stderr, so each is read back as if it had run alone and nothing ei
 end a section. The ``squeue`` words are kept in numbered variables and named on the ``eval``
 line by name only (as :data:`_ORDERS` does)."""
 _CLOCK_ROW = re.compile(rb"clock ([0-9]{1,12}(?:\.[0-9]{1,10})?)")
+_ROOT_ROW = re.compile(rb"root ([0-7]{3,4}) ([0-9]{1,10}) ([0-9]{1,10})")
 _FOREIGN_ROW = re.compile(
     rf"\nforeign ([0-9]{{1,10}}) ({MARKER_NAME.pattern})$", re.MULTILINE | re.ASCII
 )
@@ -347,6 +354,19 @@ class SlurmEvidenceReader:
         if result.returncode != 0 or match is None:
             return None
         return float(match[1])
+
+    def parse_root(self, result: CommandResult) -> tuple[int, int, int] | None:
+        """``log_root``'s mode, its owner's uid and the user's, from the ``root`` row a
+        listing prints before its markers (the first line, or the second after the clock);
+        None when there is none or the listing failed. No marker row can pose as it: every
+        one starts ``servatus-`` or ``foreign``."""
+        if result.returncode != 0:
+            return None
+        for line in result.stdout.split(b"\n", 2)[:2]:
+            match = _ROOT_ROW.fullmatch(line)
+            if match is not None:
+                return int(match[1], 8), int(match[2]), int(match[3])
+        return None
 
     def marker_name(
         self,

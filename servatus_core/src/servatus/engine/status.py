@@ -75,6 +75,8 @@ def _context(
     markers, strays = own_job(evidence.markers, jobs)
     folded = fold_markers(markers)
     warnings.extend(evidence_warnings(evidence.foreign, strays, folded, jobs))
+    if evidence.renamed is not None:
+        warnings.append(evidence.renamed)
     return queue, folded, evidence.clock
 
 

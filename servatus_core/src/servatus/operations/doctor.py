@@ -18,6 +18,7 @@ import attrs
 from servatus.config import Profile, Target, profile_problems
 from servatus.engine.plan import Allocation
 from servatus.errors import EXIT_ERROR, EXIT_OK, EXIT_TEMPFAIL, ConfigurationError, Unavailable
+from servatus.evidence import renamers
 from servatus.operations.submission import (
     PING_UNANSWERED,
     command,
@@ -282,18 +283,14 @@ def _open_directories(target: Target, transport: Transport) -> tuple[str, ...]:
             continue
         seen.add(path)
         mode, owner = int(mode_text, 8), int(owner_text)
-        if mode & 0o022 and not mode & 0o1000:
-            who = (
-                "group and others"
-                if mode & 0o022 == 0o022
-                else ("its group" if mode & 0o020 else "others")
-            )
+        who = renamers(mode, owner, me)
+        if who is not None and not mode & 0o1000:
             warnings.append(
                 f"{path} is writable by {who} without the sticky bit (mode {mode:04o}): another "
                 f"user could rename or replace entries in it; run chmod go-w {path} "
                 f"(or chmod +t {path} if others must write there)"
             )
-        elif mode & 0o022 and owner not in (me, 0):
+        elif who is not None:
             warnings.append(
                 f"{path} is sticky but belongs to uid {owner} (mode {mode:04o}): its owner can "
                 "rename or replace any entry in it; keep your work in a directory of your own"
