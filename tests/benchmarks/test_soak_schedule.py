@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -30,7 +31,7 @@ def test_same_seed_same_plan_and_another_seed_another() -> None:
 def test_the_plan_round_trips_through_json() -> None:
     plan = plan_faults(5, 600, nodes=NODES)
     assert FaultPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
-    with pytest.raises(ValueError, match="not a servatus.soak.faults/1"):
+    with pytest.raises(ValueError, match=r"not a servatus\.soak\.faults/1"):
         FaultPlan.from_json({"schema": "other"})
 
 
@@ -61,7 +62,7 @@ def test_events_are_ordered_bounded_and_well_formed() -> None:
         assert (fault.step != 0) == (fault.kind is FaultKind.STEP_CLOCK)
     for kind in RESTARTED | {FaultKind.FILL_LOG_ROOT}:
         mine = [f for f in plan.faults if f.kind is kind]
-        for before, after in zip(mine, mine[1:], strict=False):
+        for before, after in itertools.pairwise(mine):
             assert after.at >= before.at + before.hold, (kind, before, after)
 
 
