@@ -29,6 +29,7 @@ if os.path.exists(os.path.join(here, "refuse")):
 def make_lane(root: Path, count: int = 4) -> tuple[Path, Path, Path]:
     """The fake lane under ``root`` and a roster of ``count`` Tasks; returns the config, the
     log root and the roster."""
+    root.mkdir(exist_ok=True)
     config, logs = soak_fake_bin.make_fake_bin(root)
     sbatch = root / "bin" / "sbatch"
     text = sbatch.read_text()
@@ -40,6 +41,13 @@ def make_lane(root: Path, count: int = 4) -> tuple[Path, Path, Path]:
     text = text.replace('end.{slot}.0"', 'end.{slot}.{code}"')
     assert "failing" in text and "refuse" in text
     sbatch.write_text(text)
+    # Chains (plan --budget) need the pre-limit signal.
+    config.write_text(
+        config.read_text().replace(
+            'time_limit = "00:05:00"\n', 'time_limit = "00:05:00"\nsignal_before_end = "00:01:00"\n'
+        )
+    )
+    assert "signal_before_end" in config.read_text()
     (root / "results").mkdir()
     tasks = root / "tasks.jsonl"
     tasks.write_text(
