@@ -2,10 +2,11 @@
 command ends, so a soak killed half-way still leaves every command before the kill.
 
 A line (schema ``servatus.soak.command/1``) holds the command's argv, start and end (the client's
-clock), exit code (None when the driver itself killed it: ``killed`` then says so), stdout and
-stderr, the saved plan it wrote or submitted, and what the driver read around it: the campaign
-journal's revision before and after (None when the journal did not open), and the published
-results it saw after (:class:`ResultSeen`). Those snapshots are what the invariants need and
+clock), exit code (None when the driver itself killed it: ``killed`` then says so; a command
+killed at the driver's timeout keeps its -9 and says ``timed_out``), stdout and stderr, the saved
+plan it wrote or submitted, and what the driver read around it: the campaign journal's revision
+before and after (None when the journal did not open), and the published results it saw after
+(:class:`ResultSeen`). Those snapshots are what the invariants need and
 Servatus does not keep: the revision a submit began at, and how a destination looked over time.
 ``status --json`` runs as a command of its own after every other one, and its stdout is the
 snapshot of outcomes over time.
@@ -64,6 +65,8 @@ class CommandRecord:
     killed: bool
     stdout: str
     stderr: str
+    timed_out: bool = False
+    """The driver killed it after its timeout: a hang, not a planned fault."""
     plan: str | None = None
     revision_before: int | None = None
     revision_after: int | None = None
@@ -86,6 +89,7 @@ class CommandRecord:
             "ended": self.ended,
             "exit_code": self.exit_code,
             "killed": self.killed,
+            "timed_out": self.timed_out,
             "stdout": self.stdout,
             "stderr": self.stderr,
             "plan": self.plan,
@@ -105,6 +109,7 @@ class CommandRecord:
             ended=float(data["ended"]),
             exit_code=None if data["exit_code"] is None else int(data["exit_code"]),
             killed=bool(data["killed"]),
+            timed_out=bool(data["timed_out"]),
             stdout=str(data["stdout"]),
             stderr=str(data["stderr"]),
             plan=data["plan"],

@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -120,25 +121,27 @@ class Driver:
         argv = (*s.servatus, *args)
         before = evidence.journal_revision(s.state)
         env = dict(os.environ) if s.env is None else dict(s.env)
-        started = time.time()
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-        killed = False
-        try:
-            out, err = process.communicate(
-                timeout=kill_after if kill_after is not None else s.timeout
-            )
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGKILL)  # the process alone: its own children see it die
-            out, err = process.communicate()
-            killed = kill_after is not None
-        ended = time.time()
+        # Output goes to files, not pipes: a killed command's children (an sbatch in flight)
+        # may hold its stdout open for as long as they run, and the driver must not wait on them.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            started = time.time()
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+            killed = timed_out = False
+            try:
+                process.wait(timeout=kill_after if kill_after is not None else s.timeout)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)  # the process alone, as a client dies
+                process.wait()
+                killed = kill_after is not None
+                timed_out = not killed
+            ended = time.time()
+            out.seek(0)
+            err.seek(0)
+            stdout = out.read().decode("utf-8", "replace")
+            stderr = err.read().decode("utf-8", "replace")
         record = CommandRecord(
             index=self.index,
             argv=tuple(argv),
@@ -146,17 +149,19 @@ class Driver:
             ended=ended,
             exit_code=None if killed else process.returncode,
             killed=killed,
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
+            timed_out=timed_out,
+            stdout=stdout,
+            stderr=stderr,
             plan=None if plan is None else str(plan),
             revision_before=before,
             revision_after=evidence.journal_revision(s.state),
-            results=evidence.snapshot_results(s.results) if s.results is not None else (),
         )
+        if self.after is not None:  # before the results are read: it may publish some
+            self.after(record)
+        if s.results is not None:
+            record = attrs.evolve(record, results=evidence.snapshot_results(s.results))
         self.index += 1
         commandlog.append(s.log, record)
-        if self.after is not None:
-            self.after(record)
         return record
 
     def new_plan(self) -> Path:

@@ -121,6 +121,22 @@ def results_whole(evidence: SoakEvidence) -> list[Violation]:
             continue
         for problem in result.problems:
             found.append(Violation(name, result.key, f"published incomplete: {problem}"))
+    # While the run went on: a worker publishes before its step returns, and the step's end
+    # marker comes after that, so a Task a snapshot shows SUCCEEDED has its result by then.
+    by_index = {record.index: record for record in evidence.commands}
+    early: set[str] = set()
+    for snapshot in evidence.statuses:
+        published = {seen.key for seen in by_index[snapshot.index].results}
+        for key, execution, _ in snapshot.tasks:
+            if execution == "SUCCEEDED" and key not in published and key not in early:
+                early.add(key)
+                found.append(
+                    Violation(
+                        name,
+                        key,
+                        f"reads SUCCEEDED after command {snapshot.index}, nothing published then",
+                    )
+                )
     # Destinations over time: each must keep the inode and writer it was first seen with, and
     # never leave; the end is one more reading.
     first: dict[str, tuple[int, str | None, int]] = {}
@@ -210,7 +226,9 @@ def commands_in_table(evidence: SoakEvidence) -> list[Violation]:
         subject = f"command {record.index} ({' '.join(record.argv[-3:])})"
         if TRACEBACK in record.stdout or TRACEBACK in record.stderr:
             found.append(Violation(name, subject, "printed a traceback"))
-        if not record.killed and record.exit_code not in EXIT_CODES:
+        if record.timed_out:
+            found.append(Violation(name, subject, "hung: killed at the driver's timeout"))
+        elif not record.killed and record.exit_code not in EXIT_CODES:
             found.append(Violation(name, subject, f"exit code {record.exit_code} not in the table"))
         if (
             record.verb == "status"

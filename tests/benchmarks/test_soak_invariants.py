@@ -100,14 +100,24 @@ def test_a_task_in_two_allocations_at_once(tmp_path: Path) -> None:
     assert "never ended" in violation.reason
 
 
-@pytest.mark.parametrize("damage", ["incomplete", "missing", "overwritten"])
+@pytest.mark.parametrize("damage", ["early", "incomplete", "missing", "overwritten"])
 def test_a_published_result_damaged(tmp_path: Path, damage: str) -> None:
     s = run_small(tmp_path)
     results = tmp_path / "results"
     succeeded = sorted(p.name for p in results.iterdir())
     assert succeeded
     key = succeeded[0]
-    if damage == "incomplete":
+    if damage == "early":
+        # A snapshot showed a Task SUCCEEDED before its result was there.
+        records = commandlog.read(s.log)
+        snapshot = next(r for r in records if "--json" in r.argv and r.results)
+        seen = snapshot.results[0]
+        key = seen.key
+        soakkit.rewrite(s, snapshot.index, results=snapshot.results[1:])
+        expected = [f"reads SUCCEEDED after command {snapshot.index}, nothing published then"]
+        later = [r for r in records[snapshot.index + 1 :] if r.results]
+        assert later and all(seen in r.results for r in later)
+    elif damage == "incomplete":
         (results / key / worker.PAYLOAD).write_bytes(b"cut short")
         expected = ["published incomplete: payload digest differs"]
     elif damage == "missing":
@@ -170,14 +180,20 @@ def test_a_traceback_and_an_exit_code_outside_the_table(tmp_path: Path) -> None:
     s = run_small(tmp_path, actions={"status": 1.0}, max_commands=1)
     crash = soakkit.settings(tmp_path, servatus=(sys.executable, "-c", "raise RuntimeError('x')"))
     odd = soakkit.settings(tmp_path, servatus=(sys.executable, "-c", "raise SystemExit(4)"))
+    hang = soakkit.settings(
+        tmp_path, servatus=(sys.executable, "-c", "import time; time.sleep(30)"), timeout=0.5
+    )
     first = drive.Driver(crash).run("status", killable=False)
     second = drive.Driver(odd).run("status", killable=False)
-    assert (first.exit_code, second.exit_code) == (1, 4)
+    third = drive.Driver(hang).run("status", killable=False)
+    assert (first.exit_code, second.exit_code, third.exit_code) == (1, 4, -9)
+    assert third.timed_out and not third.killed
     found = only(soakkit.collect(s))
     assert list(found) == ["commands-in-table"]
     assert [(v.subject.split()[1], v.reason) for v in found["commands-in-table"]] == [
         (str(first.index), "printed a traceback"),
         (str(second.index), "exit code 4 not in the table"),
+        (str(third.index), "hung: killed at the driver's timeout"),
     ]
 
 
