@@ -22,15 +22,18 @@ def build(
     evidence: SoakEvidence,
     checked: Mapping[str, Sequence[Violation]],
     *,
-    injected: Sequence[str] | None = None,
+    injected: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The JSON report. ``injected``: the kinds of the faults really injected, one per fault
-    (default: the plan's, as planned; the injector passes what it did)."""
-    kinds = [f.kind.value for f in plan.faults] if plan is not None else []
-    faults = Counter(injected if injected is not None else kinds)
+    """The JSON report. ``injected``: the kinds of the faults the injector really injected,
+    one per fault; the client kills are counted from the command log (the driver does them), so
+    a kill planned for a command that ended first is planned, not injected."""
+    faults: Counter[str] = Counter(kind for kind in injected if kind != FaultKind.KILL_CLIENT.value)
+    faults[FaultKind.KILL_CLIENT.value] = sum(1 for r in evidence.commands if r.killed)
+    planned: Counter[str] = Counter(f.kind.value for f in plan.faults) if plan else Counter()
     if plan is not None:
         for kind, _ in plan.rates:
             faults.setdefault(kind.value, 0)
+            planned.setdefault(kind.value, 0)
     commands: dict[str, Counter[str]] = {}
     for record in evidence.commands:
         code = KILLED if record.killed else str(record.exit_code)
@@ -47,6 +50,7 @@ def build(
         "seed": plan.seed if plan is not None else None,
         "duration": plan.duration if plan is not None else None,
         "faults": dict(sorted(faults.items())),
+        "faults_planned": dict(sorted(planned.items())),
         "commands": {verb: dict(sorted(c.items())) for verb, c in sorted(commands.items())},
         "invariants": [{"name": name, "violations": len(checked[name])} for name in checked],
         "violations": violations,
@@ -61,8 +65,10 @@ def table(document: Mapping[str, Any]) -> str:
     seed = document.get("seed")
     duration = document.get("duration")
     rows.append(("soak", f"seed {'-' if seed is None else seed}, {duration or '-'} s", ""))
-    for kind, count in document["faults"].items():
-        rows.append(("fault", kind, str(count)))
+    planned = document["faults_planned"]
+    for kind in sorted({*document["faults"], *planned}):
+        injected = document["faults"].get(kind, 0)
+        rows.append(("fault", f"{kind} (of {planned.get(kind, 0)} planned)", str(injected)))
     for verb, codes in document["commands"].items():
         for code, count in codes.items():
             rows.append(
@@ -95,7 +101,8 @@ def validate(document: Any) -> list[str]:
     reads a report only once this is empty.
 
     The schema: ``schema`` the name; ``seed`` an int and ``duration`` a number (both null
-    without a fault plan); ``faults`` fault kind to count; ``commands`` subcommand to exit
+    without a fault plan); ``faults`` fault kind to count injected, ``faults_planned`` to count
+    planned; ``commands`` subcommand to exit
     code (a decimal string, or ``killed``) to count; ``invariants`` one ``{name, violations}``
     per invariant, every one, in order; ``violations`` a list of ``{invariant, subject,
     reason}`` strings, as many per invariant as it counts; ``tasks`` execution to count; ``ok``
@@ -103,8 +110,8 @@ def validate(document: Any) -> list[str]:
     problems: list[str] = []
     if not isinstance(document, dict):
         return ["not an object"]
-    expected = {"schema", "seed", "duration", "faults", "commands", "invariants", "violations",
-                "tasks", "ok"}  # fmt: skip
+    expected = {"schema", "seed", "duration", "faults", "faults_planned", "commands",
+                "invariants", "violations", "tasks", "ok"}  # fmt: skip
     if set(document) != expected:
         problems.append(f"keys {sorted(document)}, expected {sorted(expected)}")
         return problems
@@ -119,6 +126,7 @@ def validate(document: Any) -> list[str]:
         problems.append("duration is not a number")
     kinds = {kind.value for kind in FaultKind}
     problems += _counts(document["faults"], "faults", lambda k: k in kinds)
+    problems += _counts(document["faults_planned"], "faults_planned", lambda k: k in kinds)
     commands = document["commands"]
     if not isinstance(commands, dict):
         problems.append("commands is not an object")

@@ -64,6 +64,9 @@ def test_a_client_killed_mid_submit_and_the_finale_reconciles_it(tmp_path: Path)
     [resolved] = found.journal.state.resolutions
     assert resolved.job == 1001
     assert soakkit.soak_fake_bin.submitted(tmp_path) == [(resolved.allocation_id, 1001)]
+    document = report.build(faults, found, invariants.check(found))
+    assert document["faults"] == {"kill-client": 1} == document["faults_planned"]
+    assert document["commands"]["submit"] == {"killed": 1}
 
 
 def test_the_report_and_its_schema(tmp_path: Path) -> None:
@@ -76,7 +79,11 @@ def test_the_report_and_its_schema(tmp_path: Path) -> None:
     clean = report.build(plan, found, invariants.check(found))
     assert report.validate(json.loads(json.dumps(clean))) == []
     assert clean["ok"] is True and clean["violations"] == []
-    assert clean["seed"] == 34 and clean["faults"] == plan.by_kind()
+    assert clean["seed"] == 34 and clean["faults_planned"] == plan.by_kind()
+    assert clean["faults"] == dict.fromkeys(plan.by_kind(), 0)  # no injector, no client killed
+    injected = report.build(plan, found, {}, injected=["kill-sshd", "kill-sshd", "kill-client"])
+    assert injected["faults"]["kill-sshd"] == 2
+    assert injected["faults"]["kill-client"] == 0  # counted from the commands the driver killed
     assert sum(sum(codes.values()) for codes in clean["commands"].values()) == len(found.commands)
     assert [e["name"] for e in clean["invariants"]] == [n for n, _ in invariants.INVARIANTS]
     assert clean["tasks"] == {"SUCCEEDED": 4}
@@ -98,7 +105,8 @@ def test_the_report_and_its_schema(tmp_path: Path) -> None:
     assert ["invariant", "results-whole", "1"] in rows
     assert ["invariant", "journal-sound", "0"] in rows
     assert ["command", "submit", "exit", "0", "2"] in rows
-    assert ["fault", "kill-client", str(plan.by_kind()["kill-client"])] in rows
+    planned = plan.by_kind()["kill-client"]
+    assert ["fault", "kill-client", "(of", str(planned), "planned)", "0"] in rows
     assert ["tasks", "SUCCEEDED", "4"] in rows
     assert rows[-1] == ["verdict", "VIOLATIONS", "1"]
     # Broken documents are named.
