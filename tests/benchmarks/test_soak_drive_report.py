@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import attrs
+import pytest
 import soakkit
 from soak import commandlog, drive, evidence, invariants, report, schedule
 from soak.schedule import Fault, FaultKind, FaultPlan
@@ -151,3 +152,28 @@ def test_the_command_line(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.splitlines()[0].split() == ["SECTION", "WHAT", "COUNT"]
     assert "verdict    ok" in checked.stdout
+
+
+def test_the_command_log_drops_only_a_last_line_cut_short(tmp_path: Path) -> None:
+    log = tmp_path / "commands.jsonl"
+    records = [
+        commandlog.CommandRecord(
+            index=i,
+            argv=("servatus", "status", "state"),
+            started=1.0 + i,
+            ended=2.0 + i,
+            exit_code=0,
+            killed=False,
+            stdout="",
+            stderr="",
+        )
+        for i in range(3)
+    ]
+    commandlog.write(log, records)
+    assert commandlog.read(log) == tuple(records)
+    whole = log.read_bytes()
+    log.write_bytes(whole[:-20])  # the driver killed while it wrote the third line
+    assert commandlog.read(log) == tuple(records[:2])
+    log.write_bytes(whole.replace(b'"index": 1', b'"index": ', 1))  # damage inside: refused
+    with pytest.raises(ValueError, match="Expecting value"):
+        commandlog.read(log)
