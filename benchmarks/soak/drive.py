@@ -91,6 +91,8 @@ class Driver:
             if f.kind is FaultKind.KILL_CLIENT
         )
         self.after = after
+        self.recent: list[str] = []
+        """The Tasks of the last plan submitted: what ``cancel`` picks from."""
         self.began = time.monotonic()
         (settings.work / "plans").mkdir(parents=True, exist_ok=True)
         # A driver over an earlier one's work carries on its numbering: indices, plans, Tasks.
@@ -184,10 +186,13 @@ class Driver:
             return
         if go_stale:
             self.grow()
-        self.run("submit", str(s.state), str(path), plan=path)
+        sent = self.run("submit", str(s.state), str(path), plan=path)
+        if sent.exit_code == 0:
+            planned = json.loads(path.read_text()).get("allocations") or []
+            self.recent = [key for a in planned for key in a.get("task_keys") or ()] or self.recent
 
-    def grow(self) -> None:
-        """Append one new Task (a copy of the first's command under a fresh key)."""
+    def grow(self) -> str:
+        """Append one new Task (a copy of the first's command under a fresh key); its key."""
         s = self.settings
         first = json.loads(s.tasks.read_text().splitlines()[0])
         self.grown += 1
@@ -196,17 +201,21 @@ class Driver:
         with grown.open("a") as out:
             out.write(json.dumps(first) + "\n")
         self.run("ensure", str(s.state), str(grown))
+        return str(first["key"])
 
     def step(self, action: str) -> None:
         s = self.settings
         if action == "sweep":
             self.plan_and_submit()
         elif action == "chain" and s.budget is not None:
-            self.plan_and_submit("--budget", s.budget, "--max-links", str(s.max_links))
+            key = self.grow()  # a Task of its own, so the chain has one to run
+            budget = ("--budget", s.budget, "--max-links", str(s.max_links))
+            self.plan_and_submit(*budget, "--only", key)
         elif action == "status":
             self.run("status", str(s.state))
-        elif action == "cancel":
-            self.run("cancel", str(s.state), "--task", self.rng.choice(self.keys()))
+        elif action == "cancel":  # most often a Task just submitted, which may still run
+            recent = self.recent or self.keys()
+            self.run("cancel", str(s.state), "--task", self.rng.choice(recent))
         elif action == "reconcile":
             self.run("reconcile", str(s.state))
         elif action == "retry":
