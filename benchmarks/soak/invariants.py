@@ -42,8 +42,9 @@ class Violation:
 @attrs.frozen
 class Span:
     """A Task's run in one job of one allocation, by the file server's clock: from the job's
-    start (a lease step's own step-start) to its slot's end marker, else the job's stop
-    marker, else open (``math.inf``)."""
+    start (a lease step's own step-start; a later chain link's claim on its handoff, without
+    which it did not run the Task) to its slot's end marker, else the job's stop marker, else
+    open (``math.inf``)."""
 
     key: str
     allocation_id: str
@@ -61,6 +62,11 @@ def spans(evidence: SoakEvidence) -> tuple[Span, ...]:
     for marker in evidence.markers:
         by_job[(marker.allocation_id, marker.job)].append(marker)
     slots = {intent.allocation_id: intent for intent in state.intents}
+    taken = {
+        (m.allocation_id, m.slot): m.at
+        for m in evidence.markers
+        if m.kind is MarkerKind.TAKEN and (m.size or 0) > 0
+    }
     found: list[Span] = []
     for (allocation_id, job), markers in sorted(by_job.items()):
         intent = slots.get(allocation_id)
@@ -72,9 +78,18 @@ def spans(evidence: SoakEvidence) -> tuple[Span, ...]:
             continue
         stops = [m.at for m in markers if m.kind is MarkerKind.STOP]
         for slot, key in enumerate(intent.task_keys):
+            start = min(starts)
+            if intent.chain is not None and intent.chain.position > 1:
+                # A later link runs a slot only on the handoff it took (its claim on the
+                # predecessor's handoff, nonempty); a link that started with nothing handed to
+                # it ran nothing, and has no end marker to show for it.
+                handed = taken.get((intent.chain.after, slot))
+                if handed is None:
+                    continue
+                start = max(start, handed)
             ends = [m.at for m in markers if m.kind is MarkerKind.END and m.slot == slot]
             end = max(ends) if ends else max(stops) if stops else math.inf
-            found.append(Span(key, allocation_id, job, min(starts), end))
+            found.append(Span(key, allocation_id, job, start, end))
     return tuple(found)
 
 
