@@ -25,7 +25,7 @@ def test_same_seed_same_plan_and_another_seed_another() -> None:
     assert first == again
     assert json.dumps(first.to_json()) == json.dumps(again.to_json())
     assert first.faults != other.faults
-    assert len(first.faults) > 20  # about 56 at the default rates over 30 minutes
+    assert len(first.faults) > 15  # 56 an hour at the default rates: about 28 in 30 minutes
 
 
 def test_the_plan_round_trips_through_json() -> None:
