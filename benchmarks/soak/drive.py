@@ -1,0 +1,268 @@
+"""The soak's driver: a seeded loop of the commands a user runs (plan and submit of plain sweeps
+and budgeted chains, status, cancel, reconcile, plan --retry-failed, start into a lease, and a
+plan left to go stale), each a fresh ``servatus`` process, recorded in the command log
+(:mod:`soak.commandlog`) with the snapshots the invariants need. The client kills of the fault
+plan (``KILL_CLIENT``) are the driver's to do: the command running at that moment is SIGKILLed
+``hold`` seconds in. Every other fault kind is the injector's.
+
+After every command it runs ``status --json`` (never killed) and reads the journal's revision
+and the published results; at the end it runs ``reconcile`` until it exits 0 or the finale's
+time is up, then a last ``status --json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from soak import commandlog, evidence
+from soak.commandlog import CommandRecord
+from soak.schedule import FaultKind, FaultPlan
+
+ACTIONS: Mapping[str, float] = {
+    "sweep": 3.0,
+    "chain": 1.0,
+    "status": 2.0,
+    "cancel": 1.0,
+    "reconcile": 1.0,
+    "retry": 2.0,
+    "stale": 0.5,
+    "grow": 0.5,
+    "start": 1.0,
+}
+"""Relative weights of the user's moves. ``grow`` appends new Tasks; ``stale`` saves a plan,
+grows the campaign, then submits the plan (Servatus must refuse it)."""
+
+
+@attrs.frozen
+class Settings:
+    """One drive. ``work`` receives the command log (``commands.jsonl``) and saved plans
+    (``plans/``); ``results`` is where the Tasks publish (None: they publish nothing);
+    ``budget`` enables chains (``plan --budget``), ``lease`` enables ``start`` into that lease.
+    """
+
+    state: Path
+    config: Path
+    tasks: Path
+    work: Path
+    seed: int
+    duration: float
+    results: Path | None = None
+    servatus: tuple[str, ...] = (sys.executable, "-m", "servatus")
+    budget: str | None = None
+    max_links: int = 2
+    lease: str | None = None
+    actions: Mapping[str, float] = ACTIONS
+    max_commands: int | None = None
+    finale: float = 60.0
+    reconcile_every: float = 5.0
+    timeout: float = 600.0
+    env: Mapping[str, str] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.work / "commands.jsonl"
+
+
+class Driver:
+    """Runs commands and records them; :func:`drive` is its loop."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        faults: FaultPlan | None = None,
+        after: Callable[[CommandRecord], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.rng = random.Random(f"servatus-soak-drive/{settings.seed}")
+        self.kills = sorted(
+            (f.at, f.hold)
+            for f in (faults.faults if faults else ())
+            if f.kind is FaultKind.KILL_CLIENT
+        )
+        self.after = after
+        self.recent: list[str] = []
+        """The Tasks of the last plan submitted: what ``cancel`` picks from."""
+        self.began = time.monotonic()
+        (settings.work / "plans").mkdir(parents=True, exist_ok=True)
+        # A driver over an earlier one's work carries on its numbering: indices, plans, Tasks.
+        earlier = commandlog.read(settings.log) if settings.log.exists() else ()
+        self.index = max((r.index for r in earlier), default=-1) + 1
+        self.plans = len(list((settings.work / "plans").glob("*.json")))
+        grown = settings.work / "grown.jsonl"
+        self.grown = len(grown.read_text().splitlines()) if grown.exists() else 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    def run(self, *args: str, plan: Path | None = None, killable: bool = True) -> CommandRecord:
+        """Run ``servatus ARGS`` and log it, then (unless it is itself a status snapshot) take
+        the ``status --json`` snapshot."""
+        delay: float | None = None
+        if killable and self.kills and self.kills[0][0] <= self.elapsed():
+            delay = self.kills.pop(0)[1]
+        record = self._run(args, plan, delay)
+        if killable:
+            self._run(("status", str(self.settings.state), "--json"), None, None)
+        return record
+
+    def _run(
+        self, args: Sequence[str], plan: Path | None, kill_after: float | None
+    ) -> CommandRecord:
+        s = self.settings
+        argv = (*s.servatus, *args)
+        before = evidence.journal_revision(s.state)
+        env = dict(os.environ) if s.env is None else dict(s.env)
+        # Output goes to files, not pipes: a killed command's children (an sbatch in flight)
+        # may hold its stdout open for as long as they run, and the driver must not wait on them.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            started = time.time()
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+            killed = timed_out = False
+            try:
+                process.wait(timeout=kill_after if kill_after is not None else s.timeout)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)  # the process alone, as a client dies
+                process.wait()
+                killed = kill_after is not None
+                timed_out = not killed
+            ended = time.time()
+            out.seek(0)
+            err.seek(0)
+            stdout = out.read().decode("utf-8", "replace")
+            stderr = err.read().decode("utf-8", "replace")
+        record = CommandRecord(
+            index=self.index,
+            argv=tuple(argv),
+            started=started,
+            ended=ended,
+            exit_code=None if killed else process.returncode,
+            killed=killed,
+            timed_out=timed_out,
+            stdout=stdout,
+            stderr=stderr,
+            plan=None if plan is None else str(plan),
+            revision_before=before,
+            revision_after=evidence.journal_revision(s.state),
+        )
+        if self.after is not None:  # before the results are read: it may publish some
+            self.after(record)
+        if s.results is not None:
+            record = attrs.evolve(record, results=evidence.snapshot_results(s.results))
+        self.index += 1
+        commandlog.append(s.log, record)
+        return record
+
+    def new_plan(self) -> Path:
+        self.plans += 1
+        return self.settings.work / "plans" / f"{self.plans:04d}.json"
+
+    def keys(self) -> list[str]:
+        roster = self.settings.tasks.read_text().splitlines()
+        grown = self.settings.work / "grown.jsonl"
+        if grown.exists():
+            roster += grown.read_text().splitlines()
+        return [json.loads(line)["key"] for line in roster if line.strip()]
+
+    def plan_and_submit(self, *extra: str, go_stale: bool = False) -> None:
+        s = self.settings
+        path = self.new_plan()
+        args = ["plan", str(s.state), "--config", str(s.config), "--output", str(path), *extra]
+        made = self.run(*args, plan=path)
+        if made.exit_code != 0 or not path.exists():
+            return
+        if go_stale:
+            self.grow()
+        sent = self.run("submit", str(s.state), str(path), plan=path)
+        if sent.exit_code == 0:
+            planned = json.loads(path.read_text()).get("allocations") or []
+            self.recent = [key for a in planned for key in a.get("task_keys") or ()] or self.recent
+
+    def grow(self) -> str:
+        """Append one new Task (a copy of the first's command under a fresh key); its key."""
+        s = self.settings
+        first = json.loads(s.tasks.read_text().splitlines()[0])
+        self.grown += 1
+        first["key"] = f"grown-{s.seed}-{self.grown}"
+        grown = s.work / "grown.jsonl"
+        with grown.open("a") as out:
+            out.write(json.dumps(first) + "\n")
+        self.run("ensure", str(s.state), str(grown))
+        return str(first["key"])
+
+    def step(self, action: str) -> None:
+        s = self.settings
+        if action == "sweep":
+            self.plan_and_submit()
+        elif action == "chain" and s.budget is not None:
+            key = self.grow()  # a Task of its own, so the chain has one to run
+            budget = ("--budget", s.budget, "--max-links", str(s.max_links))
+            self.plan_and_submit(*budget, "--only", key)
+        elif action == "status":
+            self.run("status", str(s.state))
+        elif action == "cancel":  # most often a Task just submitted, which may still run
+            recent = self.recent or self.keys()
+            self.run("cancel", str(s.state), "--task", self.rng.choice(recent))
+        elif action == "reconcile":
+            self.run("reconcile", str(s.state))
+        elif action == "retry":
+            self.plan_and_submit("--retry-failed")
+        elif action == "stale":
+            self.plan_and_submit(go_stale=True)
+        elif action == "grow":
+            self.grow()
+        elif action == "start" and s.lease is not None:
+            key = self.rng.choice(self.keys())
+            one = s.work / "start.jsonl"
+            roster = [*s.tasks.read_text().splitlines()]
+            grown = s.work / "grown.jsonl"
+            if grown.exists():
+                roster += grown.read_text().splitlines()
+            one.write_text(
+                "".join(line + "\n" for line in roster if json.loads(line)["key"] == key)
+            )
+            self.run("start", str(s.state), str(one), "--lease", s.lease)
+
+    def finale(self) -> None:
+        """Reconcile until it exits 0 or the finale's time is up; then the last snapshot."""
+        s = self.settings
+        deadline = time.monotonic() + s.finale
+        while True:
+            done = self.run("reconcile", str(s.state), killable=False)
+            if done.exit_code == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(min(s.reconcile_every, max(0.0, deadline - time.monotonic())))
+        self._run(("status", str(s.state), "--json"), None, None)
+
+
+def drive(
+    settings: Settings,
+    faults: FaultPlan | None = None,
+    after: Callable[[CommandRecord], None] | None = None,
+) -> tuple[CommandRecord, ...]:
+    """Create (or extend) the campaign from ``settings.tasks``, run seeded user moves until
+    ``duration`` seconds or ``max_commands`` commands, then the finale; returns the log."""
+    s = settings
+    driver = Driver(s, faults, after)
+    driver.run("ensure", str(s.state), str(s.tasks), killable=False)
+    moves = [a for a, w in s.actions.items() if w > 0]
+    weights = [s.actions[a] for a in moves]
+    while driver.elapsed() < s.duration and (
+        s.max_commands is None or driver.index < s.max_commands
+    ):
+        driver.step(driver.rng.choices(moves, weights)[0])
+    driver.finale()
+    return commandlog.read(s.log)

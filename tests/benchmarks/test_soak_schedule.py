@@ -1,0 +1,75 @@
+"""``benchmarks/soak/schedule.py``: the fault plan is a function of its seed and rates alone."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from soak.schedule import (
+    DEFAULT_RATES,
+    HOLD_RANGE,
+    RESTARTED,
+    FaultKind,
+    FaultPlan,
+    plan_faults,
+)
+
+NODES = ("node1", "node2")
+
+
+def test_same_seed_same_plan_and_another_seed_another() -> None:
+    first = plan_faults(34, 1800, nodes=NODES)
+    again = plan_faults(34, 1800, nodes=NODES)
+    other = plan_faults(35, 1800, nodes=NODES)
+    assert first == again
+    assert json.dumps(first.to_json()) == json.dumps(again.to_json())
+    assert first.faults != other.faults
+    assert len(first.faults) > 15  # 56 an hour at the default rates: about 28 in 30 minutes
+
+
+def test_the_plan_round_trips_through_json() -> None:
+    plan = plan_faults(5, 600, nodes=NODES)
+    assert FaultPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    with pytest.raises(ValueError, match=r"not a servatus\.soak\.faults/1"):
+        FaultPlan.from_json({"schema": "other"})
+
+
+def test_a_kind_keeps_its_events_when_another_kind_changes() -> None:
+    full = plan_faults(9, 3600, nodes=NODES)
+    fewer = dict(DEFAULT_RATES, **{})
+    fewer[FaultKind.STEP_CLOCK] = 0.0
+    fewer[FaultKind.KILL_CLIENT] = 100.0
+    changed = plan_faults(9, 3600, rates=fewer, nodes=NODES)
+    for kind in (FaultKind.KILL_SLURMCTLD, FaultKind.KILL_SLURMD, FaultKind.FILL_LOG_ROOT):
+        assert [f for f in full.faults if f.kind is kind] == [
+            f for f in changed.faults if f.kind is kind
+        ]
+    assert not [f for f in changed.faults if f.kind is FaultKind.STEP_CLOCK]
+    assert changed.by_kind()["kill-client"] > full.by_kind()["kill-client"]
+
+
+def test_events_are_ordered_bounded_and_well_formed() -> None:
+    plan = plan_faults(11, 1800, nodes=NODES, quiet_tail=120)
+    times = [f.at for f in plan.faults]
+    assert times == sorted(times)
+    assert all(0 <= t < 1800 - 120 for t in times)
+    assert set(plan.by_kind()) == {kind.value for kind in FaultKind}
+    for fault in plan.faults:
+        low, high = HOLD_RANGE[fault.kind]
+        assert low <= fault.hold <= high
+        assert (fault.node in NODES) == (fault.kind is FaultKind.KILL_SLURMD)
+        assert (fault.step != 0) == (fault.kind is FaultKind.STEP_CLOCK)
+    for kind in RESTARTED | {FaultKind.FILL_LOG_ROOT}:
+        mine = [f for f in plan.faults if f.kind is kind]
+        for before, after in itertools.pairwise(mine):
+            assert after.at >= before.at + before.hold, (kind, before, after)
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        plan_faults(1, 0)
+    with pytest.raises(ValueError, match="negative"):
+        plan_faults(1, 60, rates={FaultKind.STEP_CLOCK: -1.0})
+    with pytest.raises(ValueError, match="node"):
+        plan_faults(1, 60, nodes=())
