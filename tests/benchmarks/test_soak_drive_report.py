@@ -14,6 +14,9 @@ import soakkit
 from soak import commandlog, drive, evidence, invariants, report, schedule
 from soak.schedule import Fault, FaultKind, FaultPlan
 
+pytestmark = pytest.mark.slow  # the soak's own checks: once, in the trials, not per Python
+
+
 SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak"
 EVERY_MOVE = {"sweep": 2.0, "chain": 1.0, "status": 1.0, "cancel": 1.0, "reconcile": 1.0,
               "retry": 2.0, "stale": 1.0, "grow": 1.0}  # fmt: skip

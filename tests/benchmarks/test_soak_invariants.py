@@ -17,6 +17,9 @@ from soak import commandlog, drive, invariants, worker
 from soak.evidence import SoakEvidence
 from soak.invariants import Violation
 
+pytestmark = pytest.mark.slow  # the soak's own checks: once, in the trials, not per Python
+
+
 MOVES = {"sweep": 1.0, "retry": 1.0, "status": 1.0}
 
 

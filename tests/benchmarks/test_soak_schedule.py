@@ -15,6 +15,9 @@ from soak.schedule import (
     plan_faults,
 )
 
+pytestmark = pytest.mark.slow  # the soak's own checks: once, in the trials, not per Python
+
+
 NODES = ("node1", "node2")
 
 

@@ -10,11 +10,15 @@ import sys
 from pathlib import Path
 
 import attrs
+import pytest
 import soakkit
 from soak import drive, invariants, report
 from soak.evidence import SoakEvidence
 
 from testkit import CPU_PROFILE
+
+pytestmark = pytest.mark.slow  # the soak's own checks: once, in the trials, not per Python
+
 
 WORLD = Path(__file__).resolve().parent / "fakeworld.py"
 MOVES = {"sweep": 2.0, "chain": 1.0, "status": 1.0, "cancel": 1.0, "reconcile": 1.0,
