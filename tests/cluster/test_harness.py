@@ -518,4 +518,5 @@ def test_up_recovers_when_every_cluster_process_was_killed(slurm_cluster: SlurmC
     assert harness.status()["up"] is True
     assert sorted(outside_mounts(root)) == ["/scratch"]
     assert cluster.ssh("/usr/bin/squeue --me -h").returncode == 0
-    assert cluster.login([f"{cluster.slurm_bin}/sinfo", "-h", "-o", "%T"]).stdout.strip() == "idle"
+    idle = cluster.login([f"{cluster.slurm_bin}/sinfo", "-h", "-p", harness.PARTITION, "-o", "%T"])
+    assert idle.stdout.strip() == "idle"
