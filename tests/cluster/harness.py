@@ -94,7 +94,7 @@ that never names ``nodes`` sees the one-node cluster. Each node has the feature 
 so a profile's ``constraint = "n2"`` (or ``"n1|n2"``) places work on it."""
 NODE_PORT = 17001
 """n1's slurmd port; n2's is the next, and so on (the first node keeps Slurm's 6818)."""
-NODE_CPUS = 4
+NODE_CPUS = 8
 NODE_MEMORY_MIB = 2000
 NODES_PARTITION = "nodes"
 LEGACY_SLURMD_PID = "run/slurmd.pid"
