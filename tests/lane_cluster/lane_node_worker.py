@@ -9,13 +9,15 @@ leaves ``runs/<key>.<job>.<pid>.end`` with the time and its exit code; a run kil
 leaves none.
 
 ``exitN`` sleeps 1 s, then exits N. ``gateN`` waits until ``gates/<key>.<link>`` exists, then exits
-N. ``sleepS`` sleeps S seconds, then exits 0. ``failonce`` exits 3 on the key's first run and 0 on
+N. ``sleepS`` sleeps S seconds ignoring ``SIGUSR1`` (which Slurm may send up to a minute
+early), then exits 0. ``failonce`` exits 3 on the key's first run and 0 on
 any later one. ``hangonce`` sleeps until killed on the key's first run, and exits 0 at once on any
 later one.
 """
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -55,6 +57,7 @@ if mode.startswith("gate"):
         time.sleep(0.2)
     end(int(mode[4:]))
 if mode.startswith("sleep"):
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     time.sleep(int(mode[5:]))
     end(0)
 if mode == "failonce":

@@ -230,7 +230,7 @@ def _failure(lane: Lane, seen: dict[str, Any]) -> None:
     [(lease, lease_job)] = [(i, int(j)) for i, j in LEASED.findall(held.stdout)]
     seen["lease"], seen["lease_job"], seen["lease_plan"] = lease, lease_job, planned.stdout
     # Plain one-Task allocations on the other nodes, running through the failure.
-    lane.ok("ensure", "plain", _tasks(lane, "plain", {"plain-a": "sleep45", "plain-b": "sleep45"}))
+    lane.ok("ensure", "plain", _tasks(lane, "plain", {"plain-a": "sleep60", "plain-b": "sleep60"}))
     seen["plain_plan"] = _plan(lane, "plain", "--profile", "single", output="p.json")
     lane.ok("submit", "plain", "p.json")
     # A budgeted chain on n3, and a packed allocation of three Tasks on n3.
@@ -514,6 +514,7 @@ def test_a_node_failure_kills_every_process_on_it_and_nothing_on_the_other_nodes
         assert (task["execution"], task["exit_code"]) == ("SUCCEEDED", 0), task
         [run] = seen["records"][task["key"]]
         assert seen["nodes"][run["job"]] in PAIR and run["ended"][1] == 0, (run, seen["nodes"])
+        assert run["started"] < seen["failed_at"] < run["ended"][0], (run, seen["failed_at"])
 
 
 def test_status_reads_a_failed_nodes_work_ending_then_lost_and_exits_0(
