@@ -551,7 +551,8 @@ def test_each_node_has_its_own_slurmd_and_its_steps_are_told_apart_then_one_fail
             steps = {
                 n: [c for c in p.values() if c.startswith("slurmstepd:")] for n, p in found.items()
             }
-            return found if all(len(s) == 2 for s in steps.values()) else None
+            sleeping = all("/usr/bin/sleep 120" in p.values() for p in found.values())
+            return found if sleeping and all(len(s) == 2 for s in steps.values()) else None
 
         deadline = time.monotonic() + 60
         while (found := placed()) is None:
