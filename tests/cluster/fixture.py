@@ -239,6 +239,35 @@ class SlurmCluster:
         finally:
             self.start_sshd()
 
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The extra nodes (n1, n2, n3), each its own slurmd, in partition :attr:`nodes_partition`
+        and with its own name as a feature (``constraint = "n2"`` places work on n2)."""
+        return harness.NODES
+
+    @property
+    def nodes_partition(self) -> str:
+        return harness.NODES_PARTITION
+
+    def fail_node(self, node: str, reason: str = "servatus-test node failure") -> dict[int, str]:
+        """Kill ``node`` for real (its slurmd, its slurmstepd daemons and every process under
+        them), then mark it DOWN; its jobs end NODE_FAIL. What was killed, pid to command."""
+        return harness.fail_node(node, reason)
+
+    def return_node(self, node: str) -> None:
+        """Start the node's slurmd again and RESUME it; returns once it is idle."""
+        harness.return_node(node)
+
+    def drain_node(self, node: str, reason: str = "servatus-test drain") -> None:
+        harness.drain_node(node, reason)
+
+    def undrain_node(self, node: str) -> None:
+        harness.undrain_node(node)
+
+    def node_states(self) -> dict[str, str]:
+        """Each node's ``sinfo -N`` state, e.g. ``{"n1": "idle", "n3": "down", ...}``."""
+        return harness.node_states(self.root)
+
     def scancel_all(self) -> None:
         """Cancel every job alice has, so a test leaves the node free."""
         harness.login([f"{self.slurm_bin}/scancel", "--user", self.user])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real, local, one-node Slurm 24.11 cluster for Servatus's tests.
+"""A real, local Slurm 24.11 cluster for Servatus's tests: one node most tests use, three more.
 
 Usage (as root)::
 
@@ -87,12 +87,28 @@ DEFAULT_PROCTRACK = "proctrack/linuxproc"
 DISTRIBUTIONS = ("servatus_core", "servatus_publish", "servatus_slurm", "servatus_apptainer", ".")
 INNER_PYTHON = "3.13"
 
+NODES = ("n1", "n2", "n3")
+"""More compute nodes, each its own ``slurmd -N NAME`` on this machine, in partition ``nodes``
+only: the node named after ``hostname`` and partition ``debug`` stay as they were, so a test
+that never names ``nodes`` sees the one-node cluster. Each node has the feature of its own name,
+so a profile's ``constraint = "n2"`` (or ``"n1|n2"``) places work on it."""
+NODE_PORT = 17001
+"""n1's slurmd port; n2's is the next, and so on (the first node keeps Slurm's 6818)."""
+NODE_CPUS = 8
+NODE_MEMORY_MIB = 2000
+NODES_PARTITION = "nodes"
+LEGACY_SLURMD_PID = "run/slurmd.pid"
+"""Where slurmd's pid file was before the nodes had one each; a running cluster started then
+has its slurmd found and stopped through it."""
+
 # Daemons in start order; each writes its pid file inside the namespace, and is stopped by it.
-DAEMONS = ("munged", "slurmctld", "slurmd", "sshd")
+# "slurmd" is the first node's; "slurmd@n1" and so on the other nodes'.
+DAEMONS = ("munged", "slurmctld", "slurmd", *(f"slurmd@{name}" for name in NODES), "sshd")
 PID_FILES = {
     "munged": "run/munge/munged.pid",
     "slurmctld": "run/slurmctld.pid",
-    "slurmd": "run/slurmd.pid",
+    "slurmd": f"run/slurmd-{socket.gethostname().split('.')[0]}.pid",
+    **{f"slurmd@{name}": f"run/slurmd-{name}.pid" for name in NODES},
     "sshd": "run/sshd.pid",
 }
 
@@ -677,11 +693,23 @@ def ensure_scratch(root: Path, uid: int, gid: int) -> None:
 # ---------------------------------------------------------------- slurm configuration
 
 
+def node_lines() -> str:
+    """One line per extra node: its own port, its name as its feature, this machine as host."""
+    return "".join(
+        f"NodeName={name} NodeHostname={node_name()} Port={NODE_PORT + index} CPUs={NODE_CPUS}"
+        f" RealMemory={NODE_MEMORY_MIB} Features={name} State=UNKNOWN\n"
+        for index, name in enumerate(NODES)
+    )
+
+
 def slurm_conf(settings: Settings) -> str:
     node = node_name()
     gres = f"gpu:{GPU_TYPE}:{GPU_COUNT}"
+    extra = ",".join(NODES)
     return f"""\
-# Written by tests/cluster/harness.py; one node, no accounting, fast scheduling.
+# Written by tests/cluster/harness.py; no accounting, fast scheduling. The first node and
+# partition debug are the one-node cluster most tests use; n1..n3 are more slurmd daemons on this
+# machine (their own ports; %n gives each its own spool, log and pid file), partition nodes.
 ClusterName=servatus
 SlurmctldHost={node}
 SlurmUser=root
@@ -689,11 +717,11 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
 ProctrackType={settings.proctrack}
 TaskPlugin=task/none
 MpiDefault=none
@@ -710,7 +738,8 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 GresTypes=gpu
 NodeName={node} CPUs={CPUS} RealMemory={REAL_MEMORY_MIB} Gres={gres} State=UNKNOWN
-PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP
+{node_lines()}PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP
+PartitionName={NODES_PARTITION} Nodes={extra} Default=NO MaxTime=INFINITE State=UP
 """
 
 
@@ -729,7 +758,8 @@ def ensure_configs(root: Path, settings: Settings) -> bool:
         cgroup = "CgroupPlugin=disabled\n"
     changed |= write_if_changed(etc / "cgroup.conf", cgroup)
     write_if_changed(root / "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.0.1\t{node}\n")
-    for sub in ("var/spool/slurmctld", "var/spool/slurmd", "var/log/slurm"):
+    spools = [f"var/spool/slurmd/{name}" for name in (node, *NODES)]
+    for sub in ("var/spool/slurmctld", *spools, "var/log/slurm"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     return changed
 
@@ -835,8 +865,10 @@ def start_daemon(root: Path, daemon: str, *, keep_state: bool = False) -> None:
         argv = [*enter, *as_user(uid, gid), "/usr/sbin/munged"]
     elif daemon == "slurmctld":
         argv = [*enter, "/usr/sbin/slurmctld", *(() if keep_state else ("-c",))]
-    elif daemon == "slurmd":
-        argv = [*enter, "/usr/sbin/slurmd"]
+    elif daemon.startswith("slurmd"):
+        # Named with -N even for the first node: the extra nodes share its hostname, so slurmd
+        # must not guess which node it is from that.
+        argv = [*enter, "/usr/sbin/slurmd", "-N", slurmd_node(daemon)]
     else:
         (run_dir / "sshd").mkdir(mode=0o755, exist_ok=True)
         argv = [
@@ -863,6 +895,39 @@ def start_daemon(root: Path, daemon: str, *, keep_state: bool = False) -> None:
     wait_for(lambda: pid_of(root, daemon) is not None, 20, f"{daemon} to write its pid file")
     if daemon == "sshd":
         wait_for(lambda: port_open(SSH_PORT), 10, "sshd to listen")
+
+
+def slurmd_node(daemon: str) -> str:
+    """The node a slurmd daemon is: ``slurmd`` the first node, ``slurmd@n2`` node n2."""
+    return node_name() if daemon == "slurmd" else daemon.removeprefix("slurmd@")
+
+
+def node_daemon(node: str) -> str:
+    """The harness's name for a node's slurmd, the inverse of :func:`slurmd_node`."""
+    if node == node_name():
+        return "slurmd"
+    if node not in NODES:
+        raise HarnessError(
+            f"no such node: {node} (the nodes are {node_name()}, {', '.join(NODES)})"
+        )
+    return f"slurmd@{node}"
+
+
+SLURMDS = tuple(daemon for daemon in DAEMONS if daemon.startswith("slurmd"))
+
+
+def stop_legacy_slurmd(root: Path) -> None:
+    """Stop a slurmd that a harness from before the extra nodes started (pid file without the
+    node's name), so the first node's slurmd can take its port."""
+    path = inside(root) / LEGACY_SLURMD_PID
+    try:
+        pid = int(path.read_text().split()[0])
+    except (FileNotFoundError, NotADirectoryError, ValueError, IndexError):
+        return
+    mine = not zombie(pid) and identity(f"/proc/{pid}/root") == identity(root)
+    if mine and "slurmd" in command_line(pid):
+        terminate([pid])
+    path.unlink(missing_ok=True)
 
 
 def as_user(uid: int, gid: int, groups: Sequence[int] = ()) -> list[str]:
@@ -894,6 +959,32 @@ def wait_for(predicate: object, seconds: float, what: str) -> None:
             return
         time.sleep(0.2)
     raise HarnessError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+
+def node_states(root: Path) -> dict[str, str]:
+    """Each node's state as ``sinfo -N`` prints it (``idle``, ``down*``, ``drained``, ...)."""
+    result = in_root(
+        root, [f"{SLURM_BIN}/sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=10
+    )
+    if result.returncode != 0:
+        return {}
+    return dict(line.split() for line in result.stdout.splitlines() if len(line.split()) == 2)
+
+
+def resume_left_nodes(root: Path) -> None:
+    """Return an extra node a test left down or drained (a test that failed midway): `up`
+    brings every node up. The first node is never touched."""
+    for node, state in node_states(root).items():
+        if node in NODES and state.rstrip("*~#").startswith(("down", "drain")):
+            log(f"node {node} was left {state}: resuming it")
+            scontrol_node(root, node, "RESUME")
+
+
+def scontrol_node(root: Path, node: str, state: str, reason: str | None = None) -> None:
+    argv = [f"{SLURM_BIN}/scontrol", "update", f"NodeName={node}", f"State={state}"]
+    if reason is not None:
+        argv.append(f"Reason={reason}")
+    in_root(root, argv, timeout=20)
 
 
 def node_ready(root: Path) -> bool:
@@ -936,7 +1027,11 @@ def close_master() -> None:
 def remove_slurm_cgroups() -> None:
     """slurmd with proctrack/cgroup makes slurm_NODE cgroups on the host; remove the empty ones."""
     base = Path("/sys/fs/cgroup")
-    for top in [*base.glob(f"*/slurm_{node_name()}"), base / f"slurm_{node_name()}"]:
+    names = (node_name(), *NODES)
+    tops = [
+        path for name in names for path in (*base.glob(f"*/slurm_{name}"), base / f"slurm_{name}")
+    ]
+    for top in tops:
         if not top.is_dir():
             continue
         for directory in sorted((p for p in top.rglob("*") if p.is_dir()), reverse=True):
@@ -1063,14 +1158,16 @@ def up(
         ensure_scratch(root, uid, gid)
         ensure_ssh(root, uid, gid)
         changed = ensure_configs(root, settings)
-        running = [d for d in ("slurmd", "slurmctld") if pid_of(root, d) is not None]
+        stop_legacy_slurmd(root)
+        running = [d for d in (*SLURMDS, "slurmctld") if pid_of(root, d) is not None]
         if running and (changed or (previous is not None and previous.settings != settings)):
             log(f"slurm configuration changed: restarting slurmctld and slurmd with {settings}")
             for daemon in running:
                 stop_daemon(root, daemon)
         for daemon in DAEMONS:
             start_daemon(root, daemon)
-        wait_for(lambda: node_ready(root), 60, "the node to become idle")
+        resume_left_nodes(root)
+        wait_for(lambda: node_ready(root), 60, "every node to become idle")
         if wheels is not None:
             install_wheels(root, wheels)
         return state
@@ -1100,6 +1197,7 @@ def down(purge: bool = False) -> list[str]:
         cancel_jobs(root)
         for daemon in reversed(DAEMONS):
             stop_daemon(root, daemon)
+        stop_legacy_slurmd(root)
         # Job steps (slurmstepd and its children), login() leftovers and the namespace's holder
         # outlive the daemons; when the last of them is gone, so are the namespace and its mounts.
         terminate(processes_in(root, namespace), grace=2)
@@ -1143,6 +1241,7 @@ def status() -> dict[str, object]:
         "namespace_mounts": namespace_mounts(live),
         "ssh_include": SSH_INCLUDE.exists(),
         "settings": asdict(state.settings) if state is not None else None,
+        "nodes": node_states(root) if live is not None and daemons["slurmctld"] else {},
         "up": live is not None and all(pid is not None for pid in daemons.values()),
     }
 
@@ -1162,6 +1261,10 @@ def environment() -> dict[str, object]:
         "slurm_bin": SLURM_BIN,
         "node": node_name(),
         "partition": PARTITION,
+        "nodes": list(NODES),
+        "nodes_partition": NODES_PARTITION,
+        "node_cpus": NODE_CPUS,
+        "node_memory_mib": NODE_MEMORY_MIB,
         "cpus": CPUS,
         "real_memory_mib": REAL_MEMORY_MIB,
         "gres": f"gpu:{GPU_TYPE}:{GPU_COUNT}",
@@ -1290,6 +1393,130 @@ def start_sshd() -> None:
     start_daemon(Path(state.root), "sshd")
 
 
+def node_processes(node: str) -> dict[int, str]:
+    """Every process running on ``node``: its ``slurmstepd`` daemons and all their descendants
+    (batch shell, ``srun``, step processes), pid to command line; its slurmd is not among them.
+
+    All nodes share this machine's pids, and a ``slurmstepd`` names only its step on its command
+    line (``slurmstepd: [JOB.STEP]``). What tells its node is its spool: it listens on a unix
+    socket ``SlurmdSpoolDir/NODE_JOB.STEP``, and SlurmdSpoolDir is ``/var/spool/slurmd/%n``. A
+    stepd is the node's when one of its open sockets is bound under that node's spool directory
+    (``/proc/net/unix`` gives the bound path of each socket inode), or when it has the node's
+    own log file (``SlurmdLogFile=/var/log/slurm/slurmd-%n.log``) open, as every stepd does.
+    """
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    node_daemon(node)  # refuses an unknown node
+    spool = f"/var/spool/slurmd/{node}/"
+    bound = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 8 and fields[7].startswith(spool):
+                bound.add(f"socket:[{fields[6]}]")
+    own_log = f"/var/log/slurm/slurmd-{node}.log"
+    everything = processes_in(Path(state.root))
+    steps = set()
+    for pid in everything:
+        if not command_line(pid).startswith("slurmstepd:"):
+            continue
+        try:
+            opened = {os.readlink(entry) for entry in Path(f"/proc/{pid}/fd").iterdir()}
+        except OSError:
+            continue
+        if opened & bound or own_log in opened:
+            steps.add(pid)
+    parents = {pid: parent_of(pid) for pid in everything}
+    found = set(steps)
+    grown = True
+    while grown:
+        children = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= children
+        grown = bool(children)
+    return {pid: command_line(pid).strip() for pid in sorted(found)}
+
+
+def fail_node(node: str, reason: str = "servatus-test node failure") -> dict[int, str]:
+    """Fail an extra node for real, as a power cut would: freeze (SIGSTOP) its slurmd, every
+    ``slurmstepd`` of the node and every process under them until no new one appears, SIGKILL
+    them all, then tell Slurm the node is down (``scontrol update State=DOWN``), which ends its
+    jobs NODE_FAIL. Returns what was killed (pid to command line, slurmd included). Waits until
+    ``sinfo`` shows the node down and no process of it is left."""
+    if node not in NODES:
+        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are failed, not {node}")
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    root = Path(state.root)
+    daemon = node_daemon(node)
+    frozen: dict[int, str] = {}
+    slurmd = pid_of(root, daemon)
+    if slurmd is not None:
+        os.kill(slurmd, signal.SIGSTOP)
+        frozen[slurmd] = command_line(slurmd).strip()
+    while True:
+        fresh = {pid: cmd for pid, cmd in node_processes(node).items() if pid not in frozen}
+        if not fresh:
+            break
+        for pid, command in fresh.items():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+            frozen[pid] = command
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: all(zombie(pid) for pid in frozen), 10, f"{node}'s processes to die")
+    with contextlib.suppress(NotADirectoryError):
+        (inside(root) / PID_FILES[daemon]).unlink(missing_ok=True)
+    scontrol_node(root, node, "DOWN", reason)
+    wait_for(lambda: node_states(root).get(node, "").startswith("down"), 30, f"{node} down")
+    return frozen
+
+
+def return_node(node: str) -> None:
+    """Bring a failed (or drained) extra node back: start its slurmd, ``State=RESUME``, and
+    wait until Slurm shows it idle."""
+    if node not in NODES:
+        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are returned, not {node}")
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    root = Path(state.root)
+    start_daemon(root, node_daemon(node))
+    # ReturnToService=2 may already have returned it on registration; RESUME then says the
+    # state is invalid, which is fine: idle is what is waited for.
+    argv = [f"{SLURM_BIN}/scontrol", "update", f"NodeName={node}", "State=RESUME"]
+    in_root(root, argv, check=False, timeout=20)
+    wait_for(lambda: node_states(root).get(node) == "idle", 60, f"{node} to be idle")
+
+
+def drain_node(node: str, reason: str = "servatus-test drain") -> None:
+    """Stop Slurm from starting new work on an extra node; what runs there goes on. Waits until
+    ``sinfo`` shows it draining or drained."""
+    if node not in NODES:
+        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are drained, not {node}")
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    root = Path(state.root)
+    scontrol_node(root, node, "DRAIN", reason)
+    wait_for(lambda: node_states(root).get(node, "").startswith("drain"), 30, f"{node} drained")
+
+
+def undrain_node(node: str) -> None:
+    """Undo :func:`drain_node`: ``State=RESUME``, then wait until the node is no longer drained."""
+    if node not in NODES:
+        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are drained, not {node}")
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    root = Path(state.root)
+    scontrol_node(root, node, "RESUME")
+    ready = ("idle", "mixed", "allocated")
+    wait_for(lambda: node_states(root).get(node) in ready, 30, f"{node} to be undrained")
+
+
 def bounce(daemon: str, down_for: float) -> None:
     """Stop slurmctld or slurmd, leave it down ``down_for`` seconds, and start it again with the
     jobs it knew: a controller or node restart at a site, not the clean start of ``up``."""
@@ -1354,6 +1581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("namespace  none")
             print(f"root       {report['root']} ({'built' if report['built'] else 'not built'})")
             print(f"settings   {report['settings']}")
+            nodes = dict(report["nodes"])  # type: ignore[call-overload]
+            print(f"nodes      {', '.join(f'{n} {s}' for n, s in nodes.items()) or 'none'}")
             return 0 if report["up"] else 1
         elif args.command == "env":
             print(json.dumps(environment(), indent=2))

@@ -518,4 +518,70 @@ def test_up_recovers_when_every_cluster_process_was_killed(slurm_cluster: SlurmC
     assert harness.status()["up"] is True
     assert sorted(outside_mounts(root)) == ["/scratch"]
     assert cluster.ssh("/usr/bin/squeue --me -h").returncode == 0
-    assert cluster.login([f"{cluster.slurm_bin}/sinfo", "-h", "-o", "%T"]).stdout.strip() == "idle"
+    idle = cluster.login([f"{cluster.slurm_bin}/sinfo", "-h", "-p", harness.PARTITION, "-o", "%T"])
+    assert idle.stdout.strip() == "idle"
+
+
+@pytest.mark.cluster
+def test_each_node_has_its_own_slurmd_and_its_steps_are_told_apart_then_one_fails_and_returns(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    """n1..n3 run beside the first node, each its own slurmd; ``node_processes`` finds each
+    node's slurmstepd daemons (and the processes under them) and no other node's, which is what
+    ``fail_node`` kills: the failed node's job ends NODE_FAIL, the others run on."""
+    cluster = slurm_cluster
+    daemons = harness.status()["daemons"]
+    assert all(daemons[f"slurmd@{node}"] for node in cluster.nodes), daemons  # type: ignore[index]
+    assert {n: s for n, s in cluster.node_states().items() if n in cluster.nodes} == dict.fromkeys(
+        cluster.nodes, "idle"
+    )
+    work = unique_dir(cluster, "nodes")
+    put_script(cluster, f"{work}/job.sh", "#!/bin/sh\n/usr/bin/srun /usr/bin/sleep 120\n")
+    where = [*cluster.nodes, harness.node_name()]
+    jobs = {}
+    for node in where:
+        partition = harness.PARTITION if node == harness.node_name() else cluster.nodes_partition
+        jobs[node] = submit(
+            cluster, f"{work}/job.sh", f"{work}/{node}.out", f"--partition={partition}", "-w", node
+        )
+    try:
+
+        def placed() -> dict[str, dict[int, str]] | None:
+            found = {node: harness.node_processes(node) for node in where}
+            steps = {
+                n: [c for c in p.values() if c.startswith("slurmstepd:")] for n, p in found.items()
+            }
+            sleeping = all("/usr/bin/sleep 120" in p.values() for p in found.values())
+            return found if sleeping and all(len(s) == 2 for s in steps.values()) else None
+
+        deadline = time.monotonic() + 60
+        while (found := placed()) is None:
+            assert time.monotonic() < deadline, {n: harness.node_processes(n) for n in where}
+            time.sleep(0.5)
+        for node, processes in found.items():
+            job = jobs[node]
+            steps = sorted(c for c in processes.values() if c.startswith("slurmstepd:"))
+            assert steps == [f"slurmstepd: [{job}.0]", f"slurmstepd: [{job}.batch]"], (
+                node,
+                processes,
+            )
+            assert "/usr/bin/sleep 120" in processes.values(), (node, processes)
+            listed = cluster.ssh([f"{cluster.slurm_bin}/squeue", "-h", "-j", str(job), "-o", "%N"])
+            assert listed.stdout.strip() == node, (node, listed.stdout)
+
+        killed = cluster.fail_node("n2", "test_harness")
+        assert set(killed) == set(found["n2"]) | {daemons["slurmd@n2"]}, (killed, found["n2"])  # type: ignore[index]
+        assert cluster.node_states()["n2"].startswith("down")
+        assert harness.node_processes("n2") == {}
+        assert wait_finished(cluster, jobs["n2"]) == "NODE_FAIL"
+        for node in ("n1", "n3", harness.node_name()):
+            assert job_state(cluster, jobs[node]) == "RUNNING", node
+            assert all(pid not in killed for pid in found[node]), node
+        cluster.return_node("n2")
+        assert cluster.node_states()["n2"] == "idle"
+        assert harness.status()["daemons"]["slurmd@n2"] not in (None, daemons["slurmd@n2"])  # type: ignore[index]
+    finally:
+        cluster.ssh([f"{cluster.slurm_bin}/scancel", *map(str, jobs.values())])
+        for node in cluster.nodes:
+            if not cluster.node_states().get(node, "").startswith(("idle", "mixed", "alloc")):
+                cluster.return_node(node)
