@@ -103,6 +103,6 @@ def test_start_is_one_ssh_and_its_guard_reads_the_real_queue(ssh_lane: Lane) -> 
     orders = Path(lane.log_root) / f"servatus-{lease}.orders"
     assert sorted(p.name for p in orders.iterdir() if not p.name.endswith(".claim")) == []
     document = lane.status()
-    two = [a for a in document["attempts"] if a["task_key"] == "two"]
-    assert all(a["job"] is None and a["execution"] != "UNRESOLVED" for a in two), two
-    assert task_of(document, "two")["execution"] == "NEW"
+    two = [a for a in document["attempts"] if a["task_keys"] == ["two"]]
+    assert two and all(a["job"] is None for a in two), two
+    assert task_of(document, "two")["execution"] == "NOT_SUBMITTED"
