@@ -506,6 +506,7 @@ def test_start_that_never_reached_the_cluster_offered_nothing_and_exits_75(
     code, _, err = run(["start", state, write(project / "t.jsonl", "x-1"), "--lease", lease],
                        fake, capsys)  # fmt: skip
     assert code == 75 and "never reached the cluster" in err and "none of 1 steps" in err
+    assert err.startswith("servatus: Unavailable: ")  # the name the exit code table knows
     steps = [i.allocation_id for i in store.read(state).intents if i.within == lease]
     resolved = {r.allocation_id: r.job for r in store.read(state).resolutions}
     assert len(steps) == 1 and resolved[steps[0]] is None

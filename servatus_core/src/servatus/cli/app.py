@@ -15,7 +15,7 @@ import click
 
 from servatus import __version__
 from servatus.cli.options import example
-from servatus.cli.output import INTERRUPTED, Context, _context, _fail, _output_error
+from servatus.cli.output import INTERRUPTED, Context, _context, _fail, _output_error, error_kind
 from servatus.errors import (
     EXIT_CTRL_C,
     EXIT_ERROR,
@@ -159,7 +159,7 @@ def _run(args: Sequence[str] | None, connect: Connect | None) -> int:
         _fail(f"{exc.format_message()}" if not isinstance(exc, click.UsageError) else _usage(exc))
         return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
     except ServatusError as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
+        _fail(f"{error_kind(exc)}: {exc}")
         return exc.exit_code
     except BrokenPipeError:
         return EXIT_ERROR

@@ -16,7 +16,13 @@ import click
 
 from servatus.cli.options import F
 from servatus.cli.render import escape_line, json_dumps, json_fields, terminal_text
-from servatus.errors import ConfigurationError, ServatusError, Unavailable, from_os_error
+from servatus.errors import (
+    ConfigurationError,
+    ServatusError,
+    Unavailable,
+    Unreached,
+    from_os_error,
+)
 from servatus.files import checked_path, create_private, replace_private
 from servatus.transport import Connect
 
@@ -113,7 +119,7 @@ def json_option(func: F) -> F:
         try:
             returned = func(*args, as_json=as_json, **kwargs)
         except ServatusError as exc:
-            _emit_failure(type(exc).__name__, str(exc))
+            _emit_failure(error_kind(exc), str(exc))
             raise
         except KeyboardInterrupt:
             _emit_failure("Interrupted", INTERRUPTED)
@@ -136,6 +142,13 @@ def json_option(func: F) -> F:
 
     option = click.option("--json", "as_json", is_flag=True, help="Print exact machine output.")
     return cast(F, option(run))
+
+
+def error_kind(exc: ServatusError) -> str:
+    """The class name a failure is shown under, on its one line and as the JSON ``type``: an
+    ``Unreached`` is shown as the ``Unavailable`` it is, the name the spec's exit codes and users'
+    scripts know for "cannot reach the cluster"."""
+    return Unavailable.__name__ if isinstance(exc, Unreached) else type(exc).__name__
 
 
 def _emit_failure(kind: str, message: str) -> None:
