@@ -174,7 +174,8 @@ def test_two_campaigns_on_one_log_root_each_list_only_their_own(ssh_lane: Lane) 
 
         SlurmEvidenceReader.parse_markers = recording
         Campaign.open(sys.argv[1]).status()
-        names = [line.split(" ")[0] for text in seen for line in text.splitlines()[1:]]
+        # After the clock row, the root row (log_root's mode), then the markers.
+        names = [line.split(" ")[0] for text in seen for line in text.splitlines()[2:]]
         print(json.dumps(names))
         """
     )
