@@ -1437,18 +1437,23 @@ def node_processes(node: str) -> dict[int, str]:
     return {pid: command_line(pid).strip() for pid in sorted(found)}
 
 
+def _extra_node_root(node: str, done: str) -> Path:
+    """The running cluster's root, for an action ``done`` to one of the extra nodes only."""
+    if node not in NODES:
+        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are {done}, not {node}")
+    state = read_state()
+    if state is None:
+        raise HarnessError("the cluster is not up")
+    return Path(state.root)
+
+
 def fail_node(node: str, reason: str = "servatus-test node failure") -> dict[int, str]:
     """Fail an extra node for real, as a power cut would: freeze (SIGSTOP) its slurmd, every
     ``slurmstepd`` of the node and every process under them until no new one appears, SIGKILL
     them all, then tell Slurm the node is down (``scontrol update State=DOWN``), which ends its
     jobs NODE_FAIL. Returns what was killed (pid to command line, slurmd included). Waits until
     ``sinfo`` shows the node down and no process of it is left."""
-    if node not in NODES:
-        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are failed, not {node}")
-    state = read_state()
-    if state is None:
-        raise HarnessError("the cluster is not up")
-    root = Path(state.root)
+    root = _extra_node_root(node, "failed")
     daemon = node_daemon(node)
     frozen: dict[int, str] = {}
     slurmd = pid_of(root, daemon)
@@ -1477,12 +1482,7 @@ def fail_node(node: str, reason: str = "servatus-test node failure") -> dict[int
 def return_node(node: str) -> None:
     """Bring a failed (or drained) extra node back: start its slurmd, ``State=RESUME``, and
     wait until Slurm shows it idle."""
-    if node not in NODES:
-        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are returned, not {node}")
-    state = read_state()
-    if state is None:
-        raise HarnessError("the cluster is not up")
-    root = Path(state.root)
+    root = _extra_node_root(node, "returned")
     start_daemon(root, node_daemon(node))
     # ReturnToService=2 may already have returned it on registration; RESUME then says the
     # state is invalid, which is fine: idle is what is waited for.
@@ -1494,24 +1494,14 @@ def return_node(node: str) -> None:
 def drain_node(node: str, reason: str = "servatus-test drain") -> None:
     """Stop Slurm from starting new work on an extra node; what runs there goes on. Waits until
     ``sinfo`` shows it draining or drained."""
-    if node not in NODES:
-        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are drained, not {node}")
-    state = read_state()
-    if state is None:
-        raise HarnessError("the cluster is not up")
-    root = Path(state.root)
+    root = _extra_node_root(node, "drained")
     scontrol_node(root, node, "DRAIN", reason)
     wait_for(lambda: node_states(root).get(node, "").startswith("drain"), 30, f"{node} drained")
 
 
 def undrain_node(node: str) -> None:
     """Undo :func:`drain_node`: ``State=RESUME``, then wait until the node is no longer drained."""
-    if node not in NODES:
-        raise HarnessError(f"only the extra nodes {', '.join(NODES)} are drained, not {node}")
-    state = read_state()
-    if state is None:
-        raise HarnessError("the cluster is not up")
-    root = Path(state.root)
+    root = _extra_node_root(node, "drained")
     scontrol_node(root, node, "RESUME")
     ready = ("idle", "mixed", "allocated")
     wait_for(lambda: node_states(root).get(node) in ready, 30, f"{node} to be undrained")

@@ -27,6 +27,7 @@ that a rerun began only after its first run's process was killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -168,13 +169,23 @@ def _is(key: str, *executions: str) -> Callable[[dict[str, Any]], bool]:
 # -- scenario: links on different nodes ---------------------------------------------------------
 
 
-def across(lane: Lane, seen: dict[str, Any]) -> None:
+@contextlib.contextmanager
+def _watching_nodes(lane: Lane) -> Iterator[dict[int, str]]:
+    """The lane prepared, and each of its jobs' node, read from Slurm while the block runs."""
     _prepare(lane)
     nodes: dict[int, str] = {}
     stop = threading.Event()
     watcher = threading.Thread(target=_watch_nodes, args=(lane, nodes, stop), daemon=True)
     watcher.start()
     try:
+        yield nodes
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def across(lane: Lane, seen: dict[str, Any]) -> None:
+    with _watching_nodes(lane) as nodes:
         lane.ok("ensure", "chain", _tasks(lane, "chain", {"walk": "gate75,exit0"}))
         seen["plan"] = _plan(
             lane, "chain", "--profile", "pair", "--budget", BUDGET, output="c.json"
@@ -194,9 +205,6 @@ def across(lane: Lane, seen: dict[str, Any]) -> None:
             lane.cluster.undrain_node(ran_on)
         seen["status"] = _status_code(lane, "chain")
         time.sleep(2)
-    finally:
-        stop.set()
-        watcher.join()
     seen["records"] = _records(lane, "walk")
     seen["nodes"] = nodes
 
@@ -205,21 +213,15 @@ def across(lane: Lane, seen: dict[str, Any]) -> None:
 
 
 def failure(lane: Lane, seen: dict[str, Any]) -> None:
-    _prepare(lane)
-    nodes: dict[int, str] = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_nodes, args=(lane, nodes, stop), daemon=True)
-    watcher.start()
-    try:
-        _failure(lane, seen)
-    finally:
-        stop.set()
-        watcher.join()
+    with _watching_nodes(lane) as nodes:
         seen["nodes"] = nodes
-        seen["records"] = {
-            key: _records(lane, key)
-            for key in ("plain-a", "plain-b", "lost-link", "p-ok", "p-bad", "p-run", "l-run")
-        }
+        try:
+            _failure(lane, seen)
+        finally:
+            seen["records"] = {
+                key: _records(lane, key)
+                for key in ("plain-a", "plain-b", "lost-link", "p-ok", "p-bad", "p-run", "l-run")
+            }
 
 
 def _failure(lane: Lane, seen: dict[str, Any]) -> None:
