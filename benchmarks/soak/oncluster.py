@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -342,8 +343,8 @@ def run(
     actions = ClusterActions(root, holder, str(log_root))
     injector = Injector(plan, actions, log=out / "injected.jsonl")
     print(f"soak: seed {seed}, {minutes} min, {len(plan.faults)} faults planned; in {out}")
-    mount_log_root(root, holder, str(log_root), uid, gid)
     try:
+        mount_log_root(root, holder, str(log_root), uid, gid)
         with session_lock():
             document = _soak(settings, plan, injector, actions, out)
     finally:
@@ -356,6 +357,9 @@ def run(
         restarted = ensure_daemons(root)
         if restarted:
             print(f"soak: restarted {', '.join(restarted)} at the end", file=sys.stderr)
+    outcomes = Counter((r.kind, r.outcome) for r in injector.records)
+    for (kind, outcome), count in sorted(outcomes.items()):
+        print(f"injector: {kind} {outcome} {count}")
     print(report.table(document), end="")
     return 0 if document["ok"] else 1
 
