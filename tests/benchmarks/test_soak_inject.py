@@ -188,3 +188,22 @@ def test_the_task_publishes_fails_once_when_flaky_and_yields_on_the_signal(
     assert sorted(p.name for p in (work / "runs").iterdir() if "failed" not in p.name) == [
         "chained.4242.1", "flaky.4242.1", "plain.4242.1"
     ]  # fmt: skip
+
+
+def test_before_finale_runs_between_the_moves_and_the_finale(tmp_path: Path) -> None:
+    import soakkit
+    from soak import drive
+
+    soakkit.make_lane(tmp_path)
+    s = soakkit.settings(tmp_path, actions={"sweep": 1.0}, max_commands=4)
+    seen: list[int] = []
+
+    def between(driver: drive.Driver) -> None:
+        seen.append(driver.index)
+        driver.run("status", str(s.state), "--json", killable=False)
+
+    records = drive.drive(s, before_finale=between)
+    [index] = seen
+    assert records[index].verb == "status"  # logged, right after the last move
+    assert all(r.verb != "reconcile" for r in records[:index])
+    assert [r.verb for r in records[index + 1 :]][:1] == ["reconcile"]
