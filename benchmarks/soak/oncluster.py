@@ -76,21 +76,38 @@ class ClusterActions:
         self.holder = holder
         self.log_root = log_root
         self.fill_dir = self.outside(log_root) / ".soak-fill"
+        self.argv: dict[tuple[str, str | None], list[bytes]] = {}
+        """Each killed daemon's command line, to start it again as it ran."""
 
     def outside(self, inner: str) -> Path:
         """Where a path of the cluster's namespace is from this side."""
         return Path(f"/proc/{self.holder}/root") / inner.lstrip("/")
 
     def _pid(self, daemon: str, node: str | None) -> int | None:
-        if daemon == "slurmd" and node not in (None, harness.node_name()):
-            # The harness runs one slurmd; a node of several (n1..n3) maps here once it has them.
-            raise Skipped(f"this harness runs one slurmd ({harness.node_name()}), not {node}'s")
-        return harness.pid_of(self.root, daemon)
+        if daemon != "slurmd":
+            return harness.pid_of(self.root, daemon)
+        # One slurmd per node: /run/slurmd-<node>.pid where the harness runs several (SlurmdPidFile
+        # with %n), /run/slurmd.pid where it runs one, named after the host.
+        name = node or harness.node_name()
+        files = [f"run/slurmd-{name}.pid"]
+        if name == harness.node_name():
+            files.append("run/slurmd.pid")
+        for file in files:
+            try:
+                pid = int((self.outside("/") / file).read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            if not harness.zombie(pid) and "slurmd" in harness.command_line(pid):
+                return pid
+        if not any((self.outside("/") / file).exists() for file in files):
+            raise Skipped(f"no slurmd pid file for node {name}")
+        return None
 
     def kill(self, daemon: str, node: str | None) -> str:
         pid = self._pid(daemon, node)
         if pid is None:
             raise Skipped(f"{daemon} is not running")
+        self.argv[(daemon, node)] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
         os.kill(pid, 9)
         began = time.monotonic()
         while not harness.zombie(pid):  # gone, or a zombie no longer holding its ports
@@ -103,9 +120,12 @@ class ClusterActions:
         failures: list[str] = []
         for attempt in range(6):
             try:
-                # keep_state: slurmctld reloads the jobs it saved, as a restarted controller does.
-                harness.start_daemon(self.root, daemon, keep_state=True)
-            except harness.HarnessError as exc:
+                if daemon == "slurmd":
+                    self._start_slurmd(node)
+                else:
+                    # keep_state: slurmctld reloads the jobs it saved, as a restarted one does.
+                    harness.start_daemon(self.root, daemon, keep_state=True)
+            except (harness.HarnessError, OSError) as exc:
                 failures.append(str(exc)[-200:])
                 time.sleep(1.0 + attempt)
                 continue
@@ -113,6 +133,17 @@ class ClusterActions:
             tried = f" after {len(failures)} failed tries ({failures[-1]})" if failures else ""
             return f"{daemon} restarted: pid {pid}{tried}"
         raise RuntimeError(f"{daemon} would not restart: {failures[-1]}")
+
+    def _start_slurmd(self, node: str | None) -> None:
+        """slurmd again as it ran (its own command line: ``-N NODE`` where there are several)."""
+        if self._pid("slurmd", node) is not None:
+            return
+        argv = [a.decode() for a in self.argv.get(("slurmd", node), [b"/usr/sbin/slurmd"])]
+        state = harness.read_state()
+        if state is None:
+            raise harness.HarnessError("the cluster is not up")
+        harness.run([*harness.enter_argv(state), *argv], env=harness.ROOT_ENV, timeout=60)
+        harness.wait_for(lambda: self._pid("slurmd", node) is not None, 20, "slurmd's pid file")
 
     def drop_master(self) -> str:
         ended = subprocess.run(
@@ -270,13 +301,18 @@ def cancel_remaining(driver: Driver) -> None:
         listed = listed_allocations(driver)
 
 
-def ensure_daemons(root: Path) -> list[str]:
-    """Every daemon running again (never a clean slurmctld: it keeps the jobs it knew)."""
+def ensure_daemons(actions: ClusterActions) -> list[str]:
+    """Every daemon the soak may have killed running again (never a clean slurmctld: it keeps
+    the jobs it knew); slurmd as it ran."""
     started = []
-    for daemon in harness.DAEMONS:
-        if harness.pid_of(root, daemon) is None:
-            harness.start_daemon(root, daemon, keep_state=True)
+    for daemon in ("munged", "slurmctld", "sshd"):
+        if harness.pid_of(actions.root, daemon) is None:
+            harness.start_daemon(actions.root, daemon, keep_state=True)
             started.append(daemon)
+    for daemon, node in list(actions.argv):
+        if daemon == "slurmd" and actions._pid(daemon, node) is None:
+            actions._start_slurmd(node)
+            started.append(f"slurmd {node}")
     return started
 
 
@@ -294,9 +330,11 @@ def run(
     see few faults); client kills keep theirs, since each one that lands mid-submit can hold
     the finale for reconcile's 15 minutes."""
     harness.require_root()
-    status = harness.status()
     state_file = harness.read_state()
-    if not status["up"] or state_file is None or state_file.holder is None:
+    daemons = harness.status()["daemons"]
+    assert isinstance(daemons, dict)
+    down = [name for name in ("munged", "slurmctld", "sshd") if daemons.get(name) is None]
+    if down or state_file is None or state_file.holder is None:
         print("the cluster is not up: python3 tests/cluster/harness.py up", file=sys.stderr)
         return 2
     root, holder = Path(state_file.root), state_file.holder
@@ -354,7 +392,7 @@ def run(
             with contextlib.suppress(OSError):
                 shutil.copytree(actions.outside(str(log_root)), copy, symlinks=True)
         unmount_log_root(root, str(log_root))
-        restarted = ensure_daemons(root)
+        restarted = ensure_daemons(actions)
         if restarted:
             print(f"soak: restarted {', '.join(restarted)} at the end", file=sys.stderr)
     outcomes = Counter((r.kind, r.outcome) for r in injector.records)
