@@ -411,7 +411,8 @@ def _soak(
     setup.run("ensure", str(settings.state), str(settings.tasks), killable=False)
     lease_plan = setup.new_plan()
     planned = setup.run(
-        "plan", str(settings.state), "--profile", "lease", "--hold", "2",
+        "plan", str(settings.state), "--config", str(settings.config), "--profile", "lease",
+        "--hold", "2",
         "--output", str(lease_plan), plan=lease_plan, killable=False,
     )  # fmt: skip
     lease: str | None = None
