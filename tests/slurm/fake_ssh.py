@@ -7,6 +7,8 @@ this file by the test), then acts by destination host:
 * ``hang``: starts a sleeping child, records its PID, and sleeps (a stalled login);
 * ``dropped``: runs the command, then says what ssh says when a host refuses and exits 255,
   so a command that ran comes back with a message no real session could print;
+* ``cut``: runs the command, then exits 255 saying nothing (a session whose master connection
+  was told to exit, ``ssh -O exit``, mid-command);
 * ``hop``: says a first hop refused, runs the command with all its output lost, then says the
   connection closed and exits 255 (a ProxyCommand that fell back to a second gateway);
 * anything else: prints a login banner and shell-startup noise on stdout and stderr, then runs
@@ -54,6 +56,9 @@ if host == "hop":
         ["/bin/sh", "-c", args[-1]], env=remote_env, check=False, stdout=lost, stderr=lost
     )
     sys.stderr.write("Connection to cluster closed by remote host.\r\n")
+    sys.exit(255)
+if host == "cut":
+    subprocess.run(["/bin/sh", "-c", args[-1]], env=remote_env, check=False)
     sys.exit(255)
 if host == "dropped":
     subprocess.run(["/bin/sh", "-c", args[-1]], env=remote_env, check=False)

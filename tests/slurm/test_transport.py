@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -202,6 +203,19 @@ def test_a_command_that_ran_is_never_unreached(fake_ssh: dict[str, str], tmp_pat
     with pytest.raises(Unavailable) as caught:
         SshTransport("dropped", environ=fake_ssh).run(["/bin/sh", "-c", f": >{ran}; kill -9 $PPID"])
     assert ran.exists() and not isinstance(caught.value, Unreached)
+
+
+def test_a_session_cut_without_a_word_from_ssh_names_no_sentinel(
+    fake_ssh: dict[str, str],
+) -> None:
+    """The cluster soak (#34) saw "cannot reach servatus-test: <32 hex digits>>" after
+    ``ssh -O exit`` cut a command: ssh said nothing, and the last line of its stderr was the
+    frame's opening sentinel, which the remote side wrote. The reason is never a sentinel (here
+    the login's own noise before it, the last line ssh's stderr held)."""
+    with pytest.raises(Unavailable) as caught:
+        SshTransport("cut", environ=fake_ssh).run(["/bin/sh", "-c", "kill -9 $PPID"])
+    assert not re.search(r"[0-9a-f]{32}", str(caught.value)), str(caught.value)
+    assert str(caught.value) == "cannot reach cut: module: command not found"
 
 
 def test_remote_shell_dying_mid_command_is_unavailable(fake_ssh: dict[str, str]) -> None:

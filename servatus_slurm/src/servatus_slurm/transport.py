@@ -537,7 +537,13 @@ class SshTransport(_Runs):
             err_tail=tail,
         )
         if not out.complete or out.code is None:
-            said = tail.decode(errors="replace").strip().splitlines()
+            # ssh's own words: not the frame's sentinels, which the remote side wrote (a
+            # connection cut after the remote shell started leaves its opening last).
+            said = [
+                line
+                for line in tail.decode(errors="replace").strip().splitlines()
+                if frame.token not in line
+            ]
             reason = said[-1] if said else f"ssh exited {status} without an answer"
             if status == SSH_UNAVAILABLE and _never_connected(out, err, said):
                 raise Unreached(f"cannot reach {self.host}: {reason}")
