@@ -316,6 +316,19 @@ def ensure_daemons(actions: ClusterActions) -> list[str]:
     return started
 
 
+def drained(root: Path) -> list[str]:
+    """``sinfo -R`` of the soak's partition: a node drained or down, with Slurm's reason. A
+    job whose tasks could not be killed while its slurmd was down drains its node ("Kill task
+    failed"), and every later job then waits: a soak on it runs nothing."""
+    listed = harness.in_root(
+        root,
+        [f"{harness.SLURM_BIN}/sinfo", "-R", "-h", "-p", harness.PARTITION, "-o", "%N|%T|%E"],
+        check=False,
+        timeout=20,
+    )
+    return [line for line in listed.stdout.splitlines() if line.strip()]
+
+
 def run(
     *,
     minutes: float,
@@ -338,6 +351,10 @@ def run(
         print("the cluster is not up: python3 tests/cluster/harness.py up", file=sys.stderr)
         return 2
     root, holder = Path(state_file.root), state_file.holder
+    before = drained(root)
+    if before:
+        print(f"soak: the partition's nodes are not up: {'; '.join(before)}", file=sys.stderr)
+        return 2
     uid, gid = state_file.uid, state_file.gid
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out or Path("/var/tmp/servatus-soak") / f"{seed}-{stamp}"
@@ -395,6 +412,9 @@ def run(
         restarted = ensure_daemons(actions)
         if restarted:
             print(f"soak: restarted {', '.join(restarted)} at the end", file=sys.stderr)
+        after = drained(root)
+        if after:  # left as Slurm set it: ``scontrol update nodename=N state=resume``
+            print(f"soak: nodes not up at the end: {'; '.join(after)}", file=sys.stderr)
     outcomes = Counter((r.kind, r.outcome) for r in injector.records)
     for (kind, outcome), count in sorted(outcomes.items()):
         print(f"injector: {kind} {outcome} {count}")
