@@ -1,7 +1,8 @@
 """``python benchmarks/soak COMMAND``: ``faults`` prints a seeded fault plan; ``drive`` runs the
-user's commands against a SERVATUS.toml (client kills of the plan included, no other fault:
-the cluster-side injector is still to come), then checks and reports; ``check`` checks and
-reports a finished run from its work directory. Exit 0 with no violation, 1 with any."""
+user's commands against a SERVATUS.toml (client kills of the plan included, no other fault),
+then checks and reports; ``check`` checks and reports a finished run from its work directory;
+``run`` is one whole soak on the test cluster, injector included (:mod:`soak.oncluster`; as
+root, cluster up). Exit 0 with no violation, 1 with any (``run``: 2 when it could not start)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,20 @@ def main(argv: list[str] | None = None) -> int:
     faults = sub.add_parser("faults", help="print the fault plan of a seed")
     run = sub.add_parser("drive", help="drive the CLI, then check and report")
     check = sub.add_parser("check", help="check and report a finished run")
+    soak = sub.add_parser("run", help="one soak on the test cluster (root, cluster up)")
+    soak.add_argument("--minutes", type=float, required=True)
+    soak.add_argument("--seed", type=int, required=True)
+    soak.add_argument("--out", type=Path, default=None, help="the run's directory")
+    soak.add_argument(
+        "--finale",
+        type=float,
+        default=1020.0,
+        help="seconds of final reconcile (default 17 min: an intent nothing shows waits 15)",
+    )
+    soak.add_argument(
+        "--rates-x", type=float, default=1.0, help="multiply the cluster-side fault rates"
+    )
+    soak.add_argument("--tasks", type=int, default=8, help="Tasks in the roster")
     for p in (faults, run):
         p.add_argument("--seed", type=int, required=True)
         p.add_argument("--duration", type=float, default=1800.0, help="seconds (default 30 min)")
@@ -37,7 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--budget", default=None, help="enable chains: plan --budget DURATION")
     run.add_argument("--lease", default=None, help="enable start into this lease")
     run.add_argument("--finale", type=float, default=1200.0, help="seconds of final reconcile")
+    check.add_argument(
+        "--log-root", type=Path, default=None, help="read markers here, not the config's log_root"
+    )
     args = parser.parse_args(argv)
+
+    if args.command == "run":
+        from soak import oncluster
+
+        return oncluster.run(
+            minutes=args.minutes,
+            seed=args.seed,
+            out=args.out,
+            finale=args.finale,
+            rates_x=args.rates_x,
+            tasks=args.tasks,
+        )
 
     plan: schedule.FaultPlan | None = None
     if args.command in ("faults", "drive"):
@@ -67,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         drive.drive(settings, plan)
     elif (args.work / "faults.json").exists():
         plan = schedule.FaultPlan.from_json(json.loads((args.work / "faults.json").read_text()))
-    log_root = Path(Profile.load(args.config).target.log_root)
+    log_root = getattr(args, "log_root", None) or Path(Profile.load(args.config).target.log_root)
     found = evidence.collect(
         state=args.state,
         log_root=log_root,

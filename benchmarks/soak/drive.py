@@ -252,9 +252,13 @@ def drive(
     settings: Settings,
     faults: FaultPlan | None = None,
     after: Callable[[CommandRecord], None] | None = None,
+    *,
+    before_finale: Callable[[Driver], None] | None = None,
 ) -> tuple[CommandRecord, ...]:
     """Create (or extend) the campaign from ``settings.tasks``, run seeded user moves until
-    ``duration`` seconds or ``max_commands`` commands, then the finale; returns the log."""
+    ``duration`` seconds or ``max_commands`` commands, then the finale; returns the log.
+    ``before_finale`` runs between the two (the cluster soak stops its injector there and
+    cancels what is left, through the driver so those commands are logged too)."""
     s = settings
     driver = Driver(s, faults, after)
     driver.run("ensure", str(s.state), str(s.tasks), killable=False)
@@ -264,5 +268,7 @@ def drive(
         s.max_commands is None or driver.index < s.max_commands
     ):
         driver.step(driver.rng.choices(moves, weights)[0])
+    if before_finale is not None:
+        before_finale(driver)
     driver.finale()
     return commandlog.read(s.log)

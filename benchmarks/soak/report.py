@@ -23,10 +23,12 @@ def build(
     checked: Mapping[str, Sequence[Violation]],
     *,
     injected: Sequence[str] = (),
+    left_out: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JSON report. ``injected``: the kinds of the faults the injector really injected,
     one per fault; the client kills are counted from the command log (the driver does them), so
-    a kill planned for a command that ended first is planned, not injected."""
+    a kill planned for a command that ended first is planned, not injected. ``left_out``: fault
+    kinds this soak does not run, each with the reason (``faults_left_out``)."""
     faults: Counter[str] = Counter(kind for kind in injected if kind != FaultKind.KILL_CLIENT.value)
     faults[FaultKind.KILL_CLIENT.value] = sum(1 for r in evidence.commands if r.killed)
     planned: Counter[str] = Counter(f.kind.value for f in plan.faults) if plan else Counter()
@@ -51,6 +53,7 @@ def build(
         "duration": plan.duration if plan is not None else None,
         "faults": dict(sorted(faults.items())),
         "faults_planned": dict(sorted(planned.items())),
+        "faults_left_out": dict(sorted((left_out or {}).items())),
         "commands": {verb: dict(sorted(c.items())) for verb, c in sorted(commands.items())},
         "invariants": [{"name": name, "violations": len(checked[name])} for name in checked],
         "violations": violations,
@@ -69,6 +72,8 @@ def table(document: Mapping[str, Any]) -> str:
     for kind in sorted({*document["faults"], *planned}):
         injected = document["faults"].get(kind, 0)
         rows.append(("fault", f"{kind} (of {planned.get(kind, 0)} planned)", str(injected)))
+    for kind in document["faults_left_out"]:  # the reasons are in the JSON
+        rows.append(("fault", f"{kind} left out (not run here)", "-"))
     for verb, codes in document["commands"].items():
         for code, count in codes.items():
             rows.append(
@@ -102,16 +107,16 @@ def validate(document: Any) -> list[str]:
 
     The schema: ``schema`` the name; ``seed`` an int and ``duration`` a number (both null
     without a fault plan); ``faults`` fault kind to count injected, ``faults_planned`` to count
-    planned; ``commands`` subcommand to exit
-    code (a decimal string, or ``killed``) to count; ``invariants`` one ``{name, violations}``
-    per invariant, every one, in order; ``violations`` a list of ``{invariant, subject,
-    reason}`` strings, as many per invariant as it counts; ``tasks`` execution to count; ``ok``
-    true exactly when there is no violation."""
+    planned, ``faults_left_out`` fault kind to the reason it was not run; ``commands``
+    subcommand to exit code (a decimal string, or ``killed``) to count; ``invariants`` one
+    ``{name, violations}`` per invariant, every one, in order; ``violations`` a list of
+    ``{invariant, subject, reason}`` strings, as many per invariant as it counts; ``tasks``
+    execution to count; ``ok`` true exactly when there is no violation."""
     problems: list[str] = []
     if not isinstance(document, dict):
         return ["not an object"]
-    expected = {"schema", "seed", "duration", "faults", "faults_planned", "commands",
-                "invariants", "violations", "tasks", "ok"}  # fmt: skip
+    expected = {"schema", "seed", "duration", "faults", "faults_planned", "faults_left_out",
+                "commands", "invariants", "violations", "tasks", "ok"}  # fmt: skip
     if set(document) != expected:
         problems.append(f"keys {sorted(document)}, expected {sorted(expected)}")
         return problems
@@ -127,6 +132,11 @@ def validate(document: Any) -> list[str]:
     kinds = {kind.value for kind in FaultKind}
     problems += _counts(document["faults"], "faults", lambda k: k in kinds)
     problems += _counts(document["faults_planned"], "faults_planned", lambda k: k in kinds)
+    left_out = document["faults_left_out"]
+    if not isinstance(left_out, dict) or not all(
+        k in kinds and isinstance(v, str) and v for k, v in left_out.items()
+    ):
+        problems.append("faults_left_out is not fault kinds to reasons")
     commands = document["commands"]
     if not isinstance(commands, dict):
         problems.append("commands is not an object")

@@ -155,6 +155,16 @@ def test_the_command_line(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.splitlines()[0].split() == ["SECTION", "WHAT", "COUNT"]
     assert "verdict    ok" in checked.stdout
+    # The markers moved away (the cluster soak keeps a copy of its log_root's tmpfs): the same
+    # report from the copy.
+    (tmp_path / "logs").rename(tmp_path / "kept-logs")
+    (tmp_path / "logs").mkdir()
+    again = subprocess.run(
+        [sys.executable, str(SOAK), "check", *args[:-2], "--log-root", str(tmp_path / "kept-logs")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert (again.returncode, again.stdout) == (0, checked.stdout)
+    assert any(p.name.startswith("servatus-") for p in (tmp_path / "kept-logs").iterdir())
 
 
 def test_the_command_log_drops_only_a_last_line_cut_short(tmp_path: Path) -> None:

@@ -1,0 +1,215 @@
+"""The injector: a thread beside the driver that does a fault plan's events for real.
+
+Each fault is one :class:`Injected` record: when it was due and when it happened (seconds from
+the soak's start), what happened (``outcome``: ``injected``, ``skipped`` when it could not land,
+e.g. no master connection to drop, ``failed`` when the action itself broke), and for a fault that
+lasts (a daemon down, log_root full) when and how it was undone. The actions themselves are an
+:class:`Actions`; :class:`ClusterActions` (in :mod:`soak.oncluster`) acts on the test cluster.
+
+``kill-client`` is the driver's (it kills its own command), so the injector leaves it alone;
+``step-clock`` is left out of what runs on one machine (see :data:`LEFT_OUT`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from soak.schedule import Fault, FaultKind, FaultPlan
+
+LEFT_OUT: Mapping[FaultKind, str] = {
+    FaultKind.STEP_CLOCK: (
+        "not run: log_root's file server is this machine, whose CLOCK_REALTIME is not "
+        "namespaced, so stepping it would step every process here (the soak's own clocks too)"
+    ),
+}
+"""Fault kinds the cluster soak does not run, and why."""
+
+DAEMONS: Mapping[FaultKind, str] = {
+    FaultKind.KILL_SLURMCTLD: "slurmctld",
+    FaultKind.KILL_SLURMD: "slurmd",
+    FaultKind.KILL_SSHD: "sshd",
+}
+
+
+class Skipped(Exception):
+    """The fault could not land (nothing to act on); the message says why."""
+
+
+class Actions(Protocol):
+    """What the injector does; each returns a line saying what it did, raises :class:`Skipped`
+    when there is nothing to act on, and anything else when the action broke."""
+
+    def kill(self, daemon: str, node: str | None) -> str: ...
+
+    def restart(self, daemon: str, node: str | None) -> str: ...
+
+    def drop_master(self) -> str: ...
+
+    def fill(self) -> str: ...
+
+    def free(self) -> str: ...
+
+
+@attrs.define
+class Injected:
+    """One fault of the plan and what became of it (times in seconds from the soak's start)."""
+
+    kind: str
+    planned_at: float
+    hold: float
+    node: str | None
+    at: float | None = None
+    outcome: str = "pending"
+    detail: str = ""
+    undone_at: float | None = None
+    undone: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class Injector:
+    """Runs the plan's events in a thread from :meth:`start` until :meth:`stop`, which undoes
+    whatever is still down (restarts, frees) at once and marks what never came due."""
+
+    def __init__(
+        self,
+        plan: FaultPlan,
+        actions: Actions,
+        *,
+        log: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plan = plan
+        self.actions = actions
+        self.log = log
+        self.clock = clock
+        self.origin = 0.0
+        self.records: list[Injected] = []
+        self._events: list[tuple[float, int, bool, Callable[[], None]]] = []
+        """(due, order, undo, action); an undo always runs, even at stop."""
+        self._order = itertools.count()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        for fault in plan.faults:
+            if fault.kind is FaultKind.KILL_CLIENT:
+                continue
+            record = Injected(fault.kind.value, fault.at, fault.hold, fault.node)
+            self.records.append(record)
+            if fault.kind in LEFT_OUT:
+                record.outcome = "left-out"
+                record.detail = LEFT_OUT[fault.kind]
+                continue
+            self._push(fault.at, False, self._starter(fault, record))
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def start(self, origin: float | None = None) -> None:
+        self.origin = self.clock() if origin is None else origin
+        self._thread = threading.Thread(target=self._loop, name="soak-injector", daemon=True)
+        self._thread.start()
+
+    def elapsed(self) -> float:
+        return self.clock() - self.origin
+
+    def stop(self) -> list[Injected]:
+        """Stop, undo what is still down, and return every record."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        # Undo in due order; starts that never came due are marked so.
+        while self._events:
+            _, _, undo, action = heapq.heappop(self._events)
+            if undo:
+                action()
+        for record in self.records:
+            if record.outcome == "pending":
+                record.outcome = "skipped"
+                record.detail = "the soak ended before it was due"
+        self._write()
+        return self.records
+
+    def injected_kinds(self) -> list[str]:
+        """One kind per fault that landed: what ``report.build(injected=)`` takes."""
+        return [r.kind for r in self.records if r.outcome == "injected"]
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and (
+                    not self._events or self._events[0][0] > self.elapsed()
+                ):
+                    wait = self._events[0][0] - self.elapsed() if self._events else None
+                    self._wake.wait(timeout=None if wait is None else max(0.0, wait))
+                if self._stopping:
+                    return
+                _, _, _, action = heapq.heappop(self._events)
+            action()
+
+    def _push(self, due: float, undo: bool, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (due, next(self._order), undo, action))
+
+    # -- one fault -------------------------------------------------------------------------------
+
+    def _starter(self, fault: Fault, record: Injected) -> Callable[[], None]:
+        def begin() -> None:
+            record.at = round(self.elapsed(), 3)
+            undo: Callable[[], str] | None = None
+            try:
+                if fault.kind in DAEMONS:
+                    daemon = DAEMONS[fault.kind]
+                    record.detail = self.actions.kill(daemon, fault.node)
+                    undo = lambda: self.actions.restart(daemon, fault.node)  # noqa: E731
+                elif fault.kind is FaultKind.DROP_MASTER:
+                    record.detail = self.actions.drop_master()
+                elif fault.kind is FaultKind.FILL_LOG_ROOT:
+                    record.detail = self.actions.fill()
+                    undo = self.actions.free
+                else:
+                    raise Skipped(f"no action for {fault.kind.value}")
+                record.outcome = "injected"
+            except Skipped as exc:
+                record.outcome, record.detail = "skipped", str(exc)
+            except Exception as exc:  # recorded; the soak goes on
+                record.outcome, record.detail = "failed", f"{type(exc).__name__}: {exc}"
+                if fault.kind is FaultKind.FILL_LOG_ROOT:
+                    undo = self.actions.free  # a fill that broke half-way is freed all the same
+            self._write()
+            if undo is not None:
+                with self._lock:
+                    self._push(fault.at + fault.hold, True, self._undoer(record, undo))
+                    self._wake.notify_all()
+
+        return begin
+
+    def _undoer(self, record: Injected, undo: Callable[[], str]) -> Callable[[], None]:
+        def end() -> None:
+            try:
+                record.undone = undo()
+            except Exception as exc:  # recorded; the soak goes on
+                record.undone = f"FAILED {type(exc).__name__}: {exc}"
+            record.undone_at = round(self.elapsed(), 3)
+            self._write()
+
+        return end
+
+    def _write(self) -> None:
+        if self.log is None:
+            return
+        text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in self.records)
+        temporary = self.log.with_name(f".{self.log.name}.tmp")
+        temporary.write_text(text)
+        temporary.replace(self.log)
