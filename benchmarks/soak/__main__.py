@@ -38,6 +38,17 @@ def main(argv: list[str] | None = None) -> int:
         "--rates-x", type=float, default=1.0, help="multiply the cluster-side fault rates"
     )
     soak.add_argument("--tasks", type=int, default=8, help="Tasks in the roster")
+    soak.add_argument(
+        "--per-kind",
+        type=int,
+        default=None,
+        help="plan this many faults of every kind, short outages (the field soak: 200)",
+    )
+    soak.add_argument(
+        "--later",
+        action="store_true",
+        help="end with a reconcile whose clock is past the 15-minute rule, if the real one waits",
+    )
     for p in (faults, run):
         p.add_argument("--seed", type=int, required=True)
         p.add_argument("--duration", type=float, default=1800.0, help="seconds (default 30 min)")
@@ -67,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             finale=args.finale,
             rates_x=args.rates_x,
             tasks=args.tasks,
+            per_kind=args.per_kind,
+            later=args.later,
         )
 
     plan: schedule.FaultPlan | None = None

@@ -2,8 +2,10 @@
 and budgeted chains, status, cancel, reconcile, plan --retry-failed, start into a lease, and a
 plan left to go stale), each a fresh ``servatus`` process, recorded in the command log
 (:mod:`soak.commandlog`) with the snapshots the invariants need. The client kills of the fault
-plan (``KILL_CLIENT``) are the driver's to do: the command running at that moment is SIGKILLed
-``hold`` seconds in. Every other fault kind is the injector's.
+plan (``KILL_CLIENT``) are the driver's to do: once one is due, the next command is SIGKILLed
+``hold`` of the way through its usual length (the median of that verb's last runs), so the kill
+lands anywhere from start-up to the last write; a command that ends first passes the kill on.
+Every other fault kind is the injector's.
 
 After every command it runs ``status --json`` (never killed) and reads the journal's revision
 and the published results; at the end it runs ``reconcile`` until it exits 0 or the finale's
@@ -68,6 +70,9 @@ class Settings:
     reconcile_every: float = 5.0
     timeout: float = 600.0
     env: Mapping[str, str] | None = None
+    later: tuple[str, ...] | None = None
+    """The CLI with its clock past reconcile's 15-minute rule (``soak/later.py``): the finale
+    runs ``reconcile`` through it when the real one still waits at the finale's end."""
 
     @property
     def log(self) -> Path:
@@ -90,6 +95,8 @@ class Driver:
             for f in (faults.faults if faults else ())
             if f.kind is FaultKind.KILL_CLIENT
         )
+        self.lengths: dict[str, list[float]] = {}
+        """The last seconds each verb took when it ran to its end: where a kill lands."""
         self.after = after
         self.recent: list[str] = []
         """The Tasks of the last plan submitted: what ``cancel`` picks from."""
@@ -105,22 +112,43 @@ class Driver:
     def elapsed(self) -> float:
         return time.monotonic() - self.began
 
-    def run(self, *args: str, plan: Path | None = None, killable: bool = True) -> CommandRecord:
-        """Run ``servatus ARGS`` and log it, then (unless it is itself a status snapshot) take
-        the ``status --json`` snapshot."""
+    def run(
+        self,
+        *args: str,
+        plan: Path | None = None,
+        killable: bool = True,
+        servatus: tuple[str, ...] | None = None,
+    ) -> CommandRecord:
+        """Run ``servatus ARGS`` (through ``servatus`` when given) and log it, then (unless it
+        is itself a status snapshot) take the ``status --json`` snapshot."""
         delay: float | None = None
         if killable and self.kills and self.kills[0][0] <= self.elapsed():
-            delay = self.kills.pop(0)[1]
-        record = self._run(args, plan, delay)
+            delay = self.kills[0][1] * self.usual_length(args[0])
+        record = self._run(args, plan, delay, servatus)
+        if record.killed:
+            self.kills.pop(0)
+        elif record.exit_code is not None and not record.timed_out:
+            seen = self.lengths.setdefault(args[0], [])
+            seen.append(record.ended - record.started)
+            del seen[:-9]
         if killable:
             self._run(("status", str(self.settings.state), "--json"), None, None)
         return record
 
+    def usual_length(self, verb: str) -> float:
+        """The median of the verb's last runs; a second before it has run once."""
+        seen = sorted(self.lengths.get(verb) or [1.0])
+        return seen[len(seen) // 2]
+
     def _run(
-        self, args: Sequence[str], plan: Path | None, kill_after: float | None
+        self,
+        args: Sequence[str],
+        plan: Path | None,
+        kill_after: float | None,
+        servatus: tuple[str, ...] | None = None,
     ) -> CommandRecord:
         s = self.settings
-        argv = (*s.servatus, *args)
+        argv = (*(servatus or s.servatus), *args)
         before = evidence.journal_revision(s.state)
         env = dict(os.environ) if s.env is None else dict(s.env)
         # Output goes to files, not pipes: a killed command's children (an sbatch in flight)
@@ -225,15 +253,12 @@ class Driver:
         elif action == "grow":
             self.grow()
         elif action == "start" and s.lease is not None:
-            key = self.rng.choice(self.keys())
+            # A Task of its own, as a user starts new work into a lease: one picked from the
+            # roster has most often run already, and start then has nothing to do.
+            key = self.grow()
+            grown = (s.work / "grown.jsonl").read_text().splitlines()
             one = s.work / "start.jsonl"
-            roster = [*s.tasks.read_text().splitlines()]
-            grown = s.work / "grown.jsonl"
-            if grown.exists():
-                roster += grown.read_text().splitlines()
-            one.write_text(
-                "".join(line + "\n" for line in roster if json.loads(line)["key"] == key)
-            )
+            one.write_text("".join(line + "\n" for line in grown if json.loads(line)["key"] == key))
             self.run("start", str(s.state), str(one), "--lease", s.lease)
 
     def finale(self) -> None:
@@ -245,6 +270,8 @@ class Driver:
             if done.exit_code == 0 or time.monotonic() >= deadline:
                 break
             time.sleep(min(s.reconcile_every, max(0.0, deadline - time.monotonic())))
+        if done.exit_code != 0 and s.later is not None:
+            done = self.run("reconcile", str(s.state), killable=False, servatus=s.later)
         self._run(("status", str(s.state), "--json"), None, None)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -78,8 +79,12 @@ class Injected:
 
 
 class Injector:
-    """Runs the plan's events in a thread from :meth:`start` until :meth:`stop`, which undoes
-    whatever is still down (restarts, frees) at once and marks what never came due."""
+    """Runs the plan's events from :meth:`start` until :meth:`stop`, which undoes whatever is
+    still down (restarts, frees) at once and marks what never came due.
+
+    One thread keeps time and hands each due event to its kind's own thread: a kind's events
+    (a kill, then its restart) run in order, and a slow restart of one daemon never holds back
+    another kind's fault that is due meanwhile."""
 
     def __init__(
         self,
@@ -95,13 +100,15 @@ class Injector:
         self.clock = clock
         self.origin = 0.0
         self.records: list[Injected] = []
-        self._events: list[tuple[float, int, bool, Callable[[], None]]] = []
-        """(due, order, undo, action); an undo always runs, even at stop."""
+        self._events: list[tuple[float, int, bool, str, Callable[[], None]]] = []
+        """(due, order, undo, kind, action); an undo always runs, even at stop."""
         self._order = itertools.count()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._lanes: dict[str, queue.SimpleQueue[Callable[[], None] | None]] = {}
+        self._workers: list[threading.Thread] = []
         for fault in plan.faults:
             if fault.kind is FaultKind.KILL_CLIENT:
                 continue
@@ -111,12 +118,20 @@ class Injector:
                 record.outcome = "left-out"
                 record.detail = LEFT_OUT[fault.kind]
                 continue
-            self._push(fault.at, False, self._starter(fault, record))
+            self._push(fault.at, False, fault.kind.value, self._starter(fault, record))
 
     # -- the loop --------------------------------------------------------------------------------
 
     def start(self, origin: float | None = None) -> None:
         self.origin = self.clock() if origin is None else origin
+        for kind in sorted({kind for _, _, _, kind, _ in self._events}):
+            lane: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+            self._lanes[kind] = lane
+            worker = threading.Thread(
+                target=self._work, args=(lane,), name=f"soak-{kind}", daemon=True
+            )
+            self._workers.append(worker)
+            worker.start()
         self._thread = threading.Thread(target=self._loop, name="soak-injector", daemon=True)
         self._thread.start()
 
@@ -130,9 +145,13 @@ class Injector:
             self._wake.notify_all()
         if self._thread is not None:
             self._thread.join()
+        for lane in self._lanes.values():  # what each kind has begun, it finishes
+            lane.put(None)
+        for worker in self._workers:
+            worker.join()
         # Undo in due order; starts that never came due are marked so.
         while self._events:
-            _, _, undo, action = heapq.heappop(self._events)
+            _, _, undo, _, action = heapq.heappop(self._events)
             if undo:
                 action()
         for record in self.records:
@@ -156,11 +175,16 @@ class Injector:
                     self._wake.wait(timeout=None if wait is None else max(0.0, wait))
                 if self._stopping:
                     return
-                _, _, _, action = heapq.heappop(self._events)
+                _, _, _, kind, action = heapq.heappop(self._events)
+            self._lanes[kind].put(action)
+
+    @staticmethod
+    def _work(lane: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        while (action := lane.get()) is not None:
             action()
 
-    def _push(self, due: float, undo: bool, action: Callable[[], None]) -> None:
-        heapq.heappush(self._events, (due, next(self._order), undo, action))
+    def _push(self, due: float, undo: bool, kind: str, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (due, next(self._order), undo, kind, action))
 
     # -- one fault -------------------------------------------------------------------------------
 
@@ -190,7 +214,8 @@ class Injector:
             self._write()
             if undo is not None:
                 with self._lock:
-                    self._push(fault.at + fault.hold, True, self._undoer(record, undo))
+                    due = fault.at + fault.hold
+                    self._push(due, True, fault.kind.value, self._undoer(record, undo))
                     self._wake.notify_all()
 
         return begin

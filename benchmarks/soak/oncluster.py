@@ -63,6 +63,10 @@ WAIT_CANCELLED = 240.0
 RUN_RATES: Mapping[FaultKind, float] = {
     kind: rate for kind, rate in schedule.DEFAULT_RATES.items() if kind not in LEFT_OUT
 }
+PARTITION = harness.NODES_PARTITION
+NODES = harness.NODES
+"""The soak's work runs on n1..n3, each its own slurmd: the nodes whose slurmd it kills."""
+LATER = Path(__file__).resolve().parent / "later.py"
 
 
 # ---------------------------------------------------------------- the actions on the cluster
@@ -131,7 +135,7 @@ class ClusterActions:
                 continue
             pid = self._pid(daemon, node)
             tried = f" after {len(failures)} failed tries ({failures[-1]})" if failures else ""
-            return f"{daemon} restarted: pid {pid}{tried}"
+            return f"{daemon} restarted: pid {pid}{tried}{self.resume_drained()}"
         raise RuntimeError(f"{daemon} would not restart: {failures[-1]}")
 
     def _start_slurmd(self, node: str | None) -> None:
@@ -144,6 +148,23 @@ class ClusterActions:
             raise harness.HarnessError("the cluster is not up")
         harness.run([*harness.enter_argv(state), *argv], env=harness.ROOT_ENV, timeout=60)
         harness.wait_for(lambda: self._pid("slurmd", node) is not None, 20, "slurmd's pid file")
+
+    def resume_drained(self) -> str:
+        """Resume the soak's nodes Slurm drained, as a site's admin does: a job whose processes
+        could not be killed while its node's slurmd was down drains the node ("Kill task
+        failed"), and nothing runs there again until someone resumes it. What was resumed is
+        said in the fault's record."""
+        resumed = []
+        for line in drained(self.root):
+            node, state, reason = [*line.split("|"), "", ""][:3]
+            if "drain" in state:
+                try:
+                    harness.scontrol_node(self.root, node, "RESUME")
+                except (harness.HarnessError, OSError, subprocess.SubprocessError) as exc:
+                    resumed.append(f"not {node} ({state}: {reason}): {str(exc)[-120:]}")
+                    continue
+                resumed.append(f"{node} ({state}: {reason})")
+        return f"; resumed {', '.join(resumed)}" if resumed else ""
 
     def drop_master(self) -> str:
         ended = subprocess.run(
@@ -210,7 +231,7 @@ host = "{harness.ALIAS}"
 slurm_bin = "{harness.SLURM_BIN}"
 work_root = "{work_root}"
 log_root = "{log_root}"
-partitions = ["{harness.PARTITION}"]
+partitions = ["{PARTITION}"]
 max_tasks_per_allocation = 4
 max_cpus_per_allocation = 8
 max_memory_mib_per_allocation = 1600
@@ -322,7 +343,7 @@ def drained(root: Path) -> list[str]:
     failed"), and every later job then waits: a soak on it runs nothing."""
     listed = harness.in_root(
         root,
-        [f"{harness.SLURM_BIN}/sinfo", "-R", "-h", "-p", harness.PARTITION, "-o", "%N|%T|%E"],
+        [f"{harness.SLURM_BIN}/sinfo", "-R", "-h", "-N", "-p", PARTITION, "-o", "%N|%T|%E"],
         check=False,
         timeout=20,
     )
@@ -337,11 +358,15 @@ def run(
     finale: float,
     rates_x: float = 1.0,
     tasks: int = 8,
+    per_kind: int | None = None,
+    later: bool = False,
 ) -> int:
     """One soak on the cluster; 0 with no violation, 1 with any, 2 when it could not start.
     ``rates_x`` multiplies the cluster-side kinds' rates (a few minutes at the default rates
-    see few faults); client kills keep theirs, since each one that lands mid-submit can hold
-    the finale for reconcile's 15 minutes."""
+    see few faults); client kills keep theirs. ``per_kind`` instead plans that many of every
+    kind (with a margin), with short outages (:func:`schedule.field_rates`). ``later``: when
+    the finale's real ``reconcile`` still waits on reconcile's 15-minute rule at its end, one
+    more runs with the client's clock past it (``later.py``)."""
     harness.require_root()
     state_file = harness.read_state()
     daemons = harness.status()["daemons"]
@@ -360,14 +385,20 @@ def run(
     out = out or Path("/var/tmp/servatus-soak") / f"{seed}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
     duration = minutes * 60.0
-    rates = {
-        kind: rate if kind is FaultKind.KILL_CLIENT else rate * rates_x
-        for kind, rate in RUN_RATES.items()
-    }
+    quiet_tail = min(60.0, duration / 4)
+    holds = schedule.HOLD_RANGE
+    if per_kind is not None:
+        holds = schedule.FIELD_HOLDS
+        kinds = list(RUN_RATES)
+        rates = schedule.field_rates(per_kind, duration, quiet_tail=quiet_tail, kinds=kinds)
+    else:
+        rates = {
+            kind: rate if kind is FaultKind.KILL_CLIENT else rate * rates_x
+            for kind, rate in RUN_RATES.items()
+        }
     plan = schedule.plan_faults(
-        seed, duration, rates=rates, nodes=(harness.node_name(),),
-        quiet_tail=min(60.0, duration / 4),
-    )  # fmt: skip
+        seed, duration, rates=rates, nodes=NODES, quiet_tail=quiet_tail, holds=holds
+    )
     (out / "faults.json").write_text(json.dumps(plan.to_json(), indent=1) + "\n")
 
     base = Path(f"{harness.SCRATCH}/{harness.USER}/sweep/soak-{seed}-{stamp}")
@@ -393,6 +424,7 @@ def run(
         budget="00:05:00",
         finale=finale,
         timeout=300.0,
+        later=(sys.executable, str(LATER)) if later else None,
     )
     settings.work.mkdir(exist_ok=True)
     actions = ClusterActions(root, holder, str(log_root))

@@ -27,8 +27,8 @@ class FaultKind(enum.Enum):
     KILL_SSHD = "kill-sshd"
     """SIGKILL the login node's sshd; restart it ``hold`` seconds later."""
     KILL_CLIENT = "kill-client"
-    """SIGKILL the ``servatus`` command running then, ``hold`` seconds into it (the next
-    command started if none runs)."""
+    """SIGKILL the next ``servatus`` command once it is ``hold`` of its usual length in (a
+    share, 0 to 1); a command that ends first passes the kill on to the one after it."""
     DROP_MASTER = "drop-master"
     """End the client's ssh master connection (``ssh -O exit``)."""
     FILL_LOG_ROOT = "fill-log-root"
@@ -44,12 +44,22 @@ HOLD_RANGE: Mapping[FaultKind, tuple[float, float]] = {
     FaultKind.KILL_SLURMCTLD: (1.0, 30.0),
     FaultKind.KILL_SLURMD: (1.0, 60.0),
     FaultKind.KILL_SSHD: (1.0, 20.0),
-    FaultKind.KILL_CLIENT: (0.0, 3.0),
+    FaultKind.KILL_CLIENT: (0.05, 0.95),
     FaultKind.DROP_MASTER: (0.0, 0.0),
     FaultKind.FILL_LOG_ROOT: (5.0, 120.0),
     FaultKind.STEP_CLOCK: (0.0, 0.0),
 }
-"""Seconds a fault lasts, drawn uniformly (for KILL_CLIENT: how far into the command)."""
+"""Seconds a fault lasts, drawn uniformly (for KILL_CLIENT: how far into the command, as a
+share of its length)."""
+
+FIELD_HOLDS: Mapping[FaultKind, tuple[float, float]] = {
+    **HOLD_RANGE,
+    FaultKind.KILL_SLURMCTLD: (0.5, 4.0),
+    FaultKind.KILL_SLURMD: (0.5, 6.0),
+    FaultKind.KILL_SSHD: (0.5, 3.0),
+    FaultKind.FILL_LOG_ROOT: (1.0, 6.0),
+}
+"""Short outages, so that hundreds of each kind fit in half an hour (:func:`field_rates`)."""
 
 CLOCK_STEPS = (-600.0, -60.0, -5.0, 5.0, 60.0, 600.0)
 """Clock steps drawn from: small and large, both ways (a step back is the harder case)."""
@@ -136,6 +146,32 @@ class FaultPlan:
         )
 
 
+def field_rates(
+    per_kind: int,
+    duration: float,
+    *,
+    quiet_tail: float = 0.0,
+    holds: Mapping[FaultKind, tuple[float, float]] = FIELD_HOLDS,
+    kinds: Sequence[FaultKind] = tuple(FaultKind),
+    margin: float = 1.3,
+) -> dict[FaultKind, float]:
+    """Rates (per hour) at which each of ``kinds`` is expected to strike ``margin`` x
+    ``per_kind`` times in the soak's ``duration`` less its quiet tail. A kind that takes
+    something down is idle while it is down, so its rate covers the time between outages."""
+    window = duration - quiet_tail
+    if window <= 0 or per_kind <= 0:
+        raise ValueError("a field soak needs a positive window and count")
+    rates = {}
+    for kind in kinds:
+        low, high = holds[kind]
+        busy = 0.0 if kind is FaultKind.KILL_CLIENT else (low + high) / 2
+        gap = window / (per_kind * margin) - busy
+        if gap <= 0:
+            raise ValueError(f"{per_kind} {kind.value} do not fit in {window:.0f} s")
+        rates[kind] = 3600.0 / gap
+    return rates
+
+
 def plan_faults(
     seed: int,
     duration: float,
@@ -143,11 +179,13 @@ def plan_faults(
     rates: Mapping[FaultKind, float] = DEFAULT_RATES,
     nodes: Sequence[str] = ("node1",),
     quiet_tail: float = 0.0,
+    holds: Mapping[FaultKind, tuple[float, float]] = HOLD_RANGE,
 ) -> FaultPlan:
     """The fault plan of a soak of ``duration`` seconds: for each kind with a positive rate (per
     hour), a Poisson process of events in ``[0, duration - quiet_tail)``. A kind that takes
     something down is not struck again until its previous event has ended, so each event is one
     down-and-up. ``quiet_tail`` leaves the end free of faults, for the driver's final reconcile.
+    ``holds`` gives each kind's range of ``hold``.
     """
     if duration <= 0:
         raise ValueError("duration must be positive")
@@ -165,7 +203,7 @@ def plan_faults(
         if rate == 0:
             continue
         rng = random.Random(f"servatus-soak/{seed}/{kind.value}")
-        low, high = HOLD_RANGE[kind]
+        low, high = holds[kind]
         at = 0.0
         while True:
             at += rng.expovariate(rate / 3600.0)

@@ -73,6 +73,25 @@ def test_a_client_killed_mid_submit_and_the_finale_reconciles_it(tmp_path: Path)
     assert document["commands"]["submit"] == {"killed": 1}
 
 
+def test_a_kill_lands_inside_the_command_or_passes_to_the_next(tmp_path: Path) -> None:
+    soakkit.make_lane(tmp_path)
+    s = soakkit.settings(tmp_path)
+    kill = Fault(at=0.0, kind=FaultKind.KILL_CLIENT, hold=0.5)
+    faults = FaultPlan(0, 60, ((FaultKind.KILL_CLIENT, 1.0),), ("node1",), (kill,))
+    d = drive.Driver(s, faults)
+    d.lengths["status"] = [0.2, 9.0, 9.0]  # usually 9 s: the kill waits 4.5 s, status ends first
+    assert d.usual_length("status") == 9.0 and d.usual_length("never-ran") == 1.0
+    first = d.run("status", str(s.state))
+    assert not first.killed and first.exit_code is not None
+    assert len(d.kills) == 1  # passed on
+    assert len(d.lengths["status"]) == 4  # and the status that ran to its end is counted
+    d.lengths["ensure"] = [0.4]  # python alone takes longer to start
+    second = d.run("ensure", str(s.state), str(s.tasks))
+    assert second.killed and second.exit_code is None and d.kills == []
+    assert 0.15 < second.ended - second.started < 2.0  # at half of its usual 0.4 s
+    assert "ensure" in d.lengths and d.lengths["ensure"] == [0.4]  # a killed run is no length
+
+
 def test_the_report_and_its_schema(tmp_path: Path) -> None:
     soakkit.make_lane(tmp_path)
     (tmp_path / "bin" / "failing").write_text("")

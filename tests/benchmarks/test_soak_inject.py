@@ -111,6 +111,37 @@ def test_each_fault_lands_is_undone_after_its_hold_and_stop_undoes_the_rest(
     assert [w["outcome"] for w in written] == [r.outcome for r in records]
 
 
+class SlowRestart(Recording):
+    """slurmctld takes a second to come back; nothing else waits."""
+
+    def restart(self, daemon: str, node: str | None) -> str:
+        if daemon == "slurmctld":
+            time.sleep(1.0)
+        return super().restart(daemon, node)
+
+
+def test_a_slow_restart_holds_back_no_other_kind() -> None:
+    faults = plan(
+        Fault(0.05, FaultKind.KILL_SLURMCTLD, hold=0.05),
+        Fault(0.3, FaultKind.KILL_SSHD, hold=0.1),
+        Fault(0.6, FaultKind.KILL_SLURMCTLD, hold=0.1),
+    )
+    holder: list[Injector] = []
+    actions = SlowRestart(holder)
+    injector = Injector(faults, actions, log=None)
+    holder.append(injector)
+    injector.start()
+    time.sleep(1.5)
+    records = injector.stop()
+    calls = dict(actions.calls)
+    assert calls["kill sshd"] < 0.5 and calls["restart sshd"] < 0.7  # not after the second
+    first, sshd, second = sorted(records, key=lambda r: r.planned_at)
+    assert first.undone == "restart slurmctld" and first.undone_at is not None
+    assert second.at is not None and second.at >= first.undone_at  # a kind keeps its order
+    assert second.undone == "restart slurmctld"
+    assert sshd.outcome == "injected" and actions.down == set()
+
+
 def test_the_report_names_the_kinds_left_out() -> None:
     from soak.evidence import JournalEvidence, SoakEvidence
     from soak.invariants import INVARIANTS

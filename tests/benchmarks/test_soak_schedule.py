@@ -8,10 +8,12 @@ import json
 import pytest
 from soak.schedule import (
     DEFAULT_RATES,
+    FIELD_HOLDS,
     HOLD_RANGE,
     RESTARTED,
     FaultKind,
     FaultPlan,
+    field_rates,
     plan_faults,
 )
 
@@ -76,3 +78,22 @@ def test_bad_input_is_refused() -> None:
         plan_faults(1, 60, rates={FaultKind.STEP_CLOCK: -1.0})
     with pytest.raises(ValueError, match="node"):
         plan_faults(1, 60, nodes=())
+
+
+def test_the_field_rates_plan_hundreds_of_each_kind_with_short_outages() -> None:
+    kinds = [kind for kind in FaultKind if kind is not FaultKind.STEP_CLOCK]
+    rates = field_rates(200, 1800, quiet_tail=60, kinds=kinds)
+    assert set(rates) == set(kinds)
+    for seed in range(5):
+        plan = plan_faults(
+            seed, 1800, rates=rates, nodes=("n1", "n2", "n3"), quiet_tail=60, holds=FIELD_HOLDS
+        )
+        counts = plan.by_kind()
+        assert all(counts[kind.value] >= 200 for kind in kinds), counts
+        assert all(FIELD_HOLDS[f.kind][0] <= f.hold <= FIELD_HOLDS[f.kind][1] for f in plan.faults)
+        struck = {f.node for f in plan.faults if f.kind is FaultKind.KILL_SLURMD}
+        assert struck == {"n1", "n2", "n3"}
+    with pytest.raises(ValueError, match="do not fit"):
+        field_rates(1000, 1800, kinds=[FaultKind.FILL_LOG_ROOT])
+    with pytest.raises(ValueError, match="positive"):
+        field_rates(10, 60, quiet_tail=60)

@@ -45,7 +45,7 @@ def make_world(root: Path, seed: int, count: int = 6) -> drive.Settings:
         env=env,
         actions=MOVES,
         budget="00:08:00",
-        max_commands=40,
+        max_commands=60,
         finale=5.0,
         reconcile_every=0.5,
     )
@@ -78,6 +78,9 @@ def test_every_move_against_a_world_of_queued_running_and_forgotten_jobs(tmp_pat
     commands = document["commands"]
     # Every move ran, and did something.
     assert commands["start"].get("0", 0) >= 1
+    # Each start brings a Task of its own, so the lease really takes it (not "nothing to start").
+    started = [r for r in found.commands if r.verb == "start" and r.exit_code == 0]
+    assert started and all("grown-3-" in r.stdout for r in started), started
     assert commands["cancel"].get("0", 0) >= 1
     assert commands["submit"].get("0", 0) >= 3
     assert commands["submit"].get("1", 0) >= 1  # a stale plan, refused
