@@ -71,7 +71,7 @@ class Settings:
     timeout: float = 600.0
     env: Mapping[str, str] | None = None
     later: tuple[str, ...] | None = None
-    """The CLI with its clock past reconcile's 15-minute rule (``soak/later.py``): the finale
+    """The CLI with its clock past reconcile's 15-minute rule (``clock.py later``): the finale
     runs ``reconcile`` through it when the real one still waits at the finale's end."""
 
     @property

@@ -6,8 +6,9 @@ e.g. no master connection to drop, ``failed`` when the action itself broke), and
 lasts (a daemon down, log_root full) when and how it was undone. The actions themselves are an
 :class:`Actions`; :class:`ClusterActions` (in :mod:`soak.oncluster`) acts on the test cluster.
 
-``kill-client`` is the driver's (it kills its own command), so the injector leaves it alone;
-``step-clock`` is left out of what runs on one machine (see :data:`LEFT_OUT`).
+``kill-client`` is the driver's (it kills its own command), so the injector leaves it alone.
+``step-clock`` steps the clock the actions can step (:meth:`Actions.step_clock`) and steps it
+back after ``hold``; a soak that cannot step any clock leaves the kind out (``left_out``).
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ import attrs
 
 from soak.schedule import Fault, FaultKind, FaultPlan
 
-LEFT_OUT: Mapping[FaultKind, str] = {
-    FaultKind.STEP_CLOCK: (
-        "not run: log_root's file server is this machine, whose CLOCK_REALTIME is not "
-        "namespaced, so stepping it would step every process here (the soak's own clocks too)"
-    ),
-}
-"""Fault kinds the cluster soak does not run, and why."""
+FILE_SERVER_CLOCK = (
+    "the file server's own clock is not stepped: log_root's file server is this machine, whose "
+    "CLOCK_REALTIME is not namespaced; the client's clock is stepped instead"
+)
+"""What the cluster soak's ``step-clock`` does not do, and why (the report's ``faults_left_out``
+names it; the clock it does step is the client's)."""
 
 DAEMONS: Mapping[FaultKind, str] = {
     FaultKind.KILL_SLURMCTLD: "slurmctld",
@@ -58,6 +58,8 @@ class Actions(Protocol):
     def fill(self) -> str: ...
 
     def free(self) -> str: ...
+
+    def step_clock(self, by: float) -> str: ...
 
 
 @attrs.define
@@ -93,6 +95,7 @@ class Injector:
         *,
         log: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
+        left_out: Mapping[FaultKind, str] | None = None,
     ) -> None:
         self.plan = plan
         self.actions = actions
@@ -114,9 +117,9 @@ class Injector:
                 continue
             record = Injected(fault.kind.value, fault.at, fault.hold, fault.node)
             self.records.append(record)
-            if fault.kind in LEFT_OUT:
+            if fault.kind in (left_out or {}):
                 record.outcome = "left-out"
-                record.detail = LEFT_OUT[fault.kind]
+                record.detail = (left_out or {})[fault.kind]
                 continue
             self._push(fault.at, False, fault.kind.value, self._starter(fault, record))
 
@@ -202,6 +205,9 @@ class Injector:
                 elif fault.kind is FaultKind.FILL_LOG_ROOT:
                     record.detail = self.actions.fill()
                     undo = self.actions.free
+                elif fault.kind is FaultKind.STEP_CLOCK:
+                    record.detail = self.actions.step_clock(fault.step)
+                    undo = lambda: self.actions.step_clock(0.0)  # noqa: E731
                 else:
                     raise Skipped(f"no action for {fault.kind.value}")
                 record.outcome = "injected"

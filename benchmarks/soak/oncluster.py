@@ -41,7 +41,7 @@ import attrs
 
 from soak import drive, evidence, invariants, report, schedule
 from soak.drive import Driver, Settings
-from soak.inject import LEFT_OUT, Injector, Skipped
+from soak.inject import FILE_SERVER_CLOCK, Injector, Skipped
 from soak.schedule import FaultKind
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -60,13 +60,11 @@ LOG_ROOT_INODES = 4096
 well under a second; big enough for a soak's markers and step logs."""
 WAIT_CANCELLED = 240.0
 """Seconds the finale waits for Slurm to list none of the cancelled allocations."""
-RUN_RATES: Mapping[FaultKind, float] = {
-    kind: rate for kind, rate in schedule.DEFAULT_RATES.items() if kind not in LEFT_OUT
-}
+RUN_RATES: Mapping[FaultKind, float] = schedule.DEFAULT_RATES
 PARTITION = harness.NODES_PARTITION
 NODES = harness.NODES
 """The soak's work runs on n1..n3, each its own slurmd: the nodes whose slurmd it kills."""
-LATER = Path(__file__).resolve().parent / "later.py"
+CLOCK = Path(__file__).resolve().parent / "clock.py"
 
 
 # ---------------------------------------------------------------- the actions on the cluster
@@ -75,10 +73,12 @@ LATER = Path(__file__).resolve().parent / "later.py"
 class ClusterActions:
     """The injector's actions on the harness's cluster. ``log_root`` is the path inside."""
 
-    def __init__(self, root: Path, holder: int, log_root: str) -> None:
+    def __init__(self, root: Path, holder: int, log_root: str, client_clock: Path) -> None:
         self.root = root
         self.holder = holder
         self.log_root = log_root
+        self.client_clock = client_clock
+        """The seconds the driver's commands add to their clock (``clock.py``)."""
         self.fill_dir = self.outside(log_root) / ".soak-fill"
         self.argv: dict[tuple[str, str | None], list[bytes]] = {}
         """Each killed daemon's command line, to start it again as it ran."""
@@ -209,6 +209,14 @@ class ClusterActions:
             f"log_root filled: {written} bytes and {files} files; "
             f"{left.f_bavail} blocks and {left.f_favail} inodes left"
         )
+
+    def step_clock(self, by: float) -> str:
+        """Step the client's clock: every servatus command started from now on reads ``by``
+        seconds more (or less) than the time. A command running meanwhile keeps its clock."""
+        temporary = self.client_clock.with_name(f".{self.client_clock.name}.tmp")
+        temporary.write_text(f"{by}\n")
+        temporary.replace(self.client_clock)
+        return f"client clock {by:+.0f} s ({FILE_SERVER_CLOCK})" if by else "client clock right"
 
     def free(self) -> str:
         shutil.rmtree(self.fill_dir)
@@ -366,7 +374,7 @@ def run(
     see few faults); client kills keep theirs. ``per_kind`` instead plans that many of every
     kind (with a margin), with short outages (:func:`schedule.field_rates`). ``later``: when
     the finale's real ``reconcile`` still waits on reconcile's 15-minute rule at its end, one
-    more runs with the client's clock past it (``later.py``)."""
+    more runs with the client's clock past it (``clock.py later``)."""
     harness.require_root()
     state_file = harness.read_state()
     daemons = harness.status()["daemons"]
@@ -424,10 +432,11 @@ def run(
         budget="00:05:00",
         finale=finale,
         timeout=300.0,
-        later=(sys.executable, str(LATER)) if later else None,
+        servatus=(sys.executable, str(CLOCK), str(out / "client-clock")),
+        later=(sys.executable, str(CLOCK), "later") if later else None,
     )
     settings.work.mkdir(exist_ok=True)
-    actions = ClusterActions(root, holder, str(log_root))
+    actions = ClusterActions(root, holder, str(log_root), out / "client-clock")
     injector = Injector(plan, actions, log=out / "injected.jsonl")
     print(f"soak: seed {seed}, {minutes} min, {len(plan.faults)} faults planned; in {out}")
     try:
@@ -494,9 +503,8 @@ def _soak(
     )
     shutil.copytree(actions.outside(actions.log_root), out / "log_root", symlinks=True,
                     ignore=shutil.ignore_patterns(".soak-fill"))  # fmt: skip
-    left_out = {kind.value: why for kind, why in LEFT_OUT.items()}
     document = report.build(
-        plan, found, invariants.check(found), injected=injector.injected_kinds(), left_out=left_out
+        plan, found, invariants.check(found), injected=injector.injected_kinds()
     )
     (out / "report.json").write_text(json.dumps(document, indent=1) + "\n")
     return document

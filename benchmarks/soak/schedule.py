@@ -34,7 +34,9 @@ class FaultKind(enum.Enum):
     FILL_LOG_ROOT = "fill-log-root"
     """Fill log_root's filesystem for ``hold`` seconds, then free it."""
     STEP_CLOCK = "step-clock"
-    """Step the file server's clock by ``step`` seconds (either sign), once."""
+    """Step a clock by ``step`` seconds (either sign) for ``hold`` seconds, then back. The issue
+    asks for the file server's; on one machine the cluster soak steps the client's (see
+    ``inject.py``)."""
 
 
 RESTARTED = frozenset({FaultKind.KILL_SLURMCTLD, FaultKind.KILL_SLURMD, FaultKind.KILL_SSHD})
@@ -47,7 +49,7 @@ HOLD_RANGE: Mapping[FaultKind, tuple[float, float]] = {
     FaultKind.KILL_CLIENT: (0.05, 0.95),
     FaultKind.DROP_MASTER: (0.0, 0.0),
     FaultKind.FILL_LOG_ROOT: (5.0, 120.0),
-    FaultKind.STEP_CLOCK: (0.0, 0.0),
+    FaultKind.STEP_CLOCK: (10.0, 300.0),
 }
 """Seconds a fault lasts, drawn uniformly (for KILL_CLIENT: how far into the command, as a
 share of its length)."""
@@ -58,6 +60,7 @@ FIELD_HOLDS: Mapping[FaultKind, tuple[float, float]] = {
     FaultKind.KILL_SLURMD: (0.5, 6.0),
     FaultKind.KILL_SSHD: (0.5, 3.0),
     FaultKind.FILL_LOG_ROOT: (1.0, 6.0),
+    FaultKind.STEP_CLOCK: (1.0, 8.0),
 }
 """Short outages, so that hundreds of each kind fit in half an hour (:func:`field_rates`)."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from soak import report, worker
-from soak.inject import LEFT_OUT, Injector, Skipped
+from soak.inject import FILE_SERVER_CLOCK, Injector, Skipped
 from soak.schedule import Fault, FaultKind, FaultPlan
 
 pytestmark = pytest.mark.slow  # the soak's own checks: once, in the trials, not per Python
@@ -53,6 +53,9 @@ class Recording:
     def free(self) -> str:
         return self._note("free")
 
+    def step_clock(self, by: float) -> str:
+        return self._note(f"clock {by:+.0f}")
+
 
 def plan(*faults: Fault) -> FaultPlan:
     kinds = sorted({f.kind for f in faults}, key=lambda k: k.value)
@@ -69,7 +72,7 @@ def test_each_fault_lands_is_undone_after_its_hold_and_stop_undoes_the_rest(
         Fault(0.25, FaultKind.KILL_SSHD, hold=30.0),
         Fault(0.3, FaultKind.DROP_MASTER),
         Fault(0.35, FaultKind.FILL_LOG_ROOT, hold=0.1),
-        Fault(0.4, FaultKind.STEP_CLOCK, step=60.0),
+        Fault(0.5, FaultKind.STEP_CLOCK, hold=0.1, step=60.0),
         Fault(50.0, FaultKind.KILL_SLURMCTLD, hold=1.0),
     )
     holder: list[Injector] = []
@@ -98,14 +101,16 @@ def test_each_fault_lands_is_undone_after_its_hold_and_stop_undoes_the_rest(
     fill = by_kind[("fill-log-root", 0.35)]
     assert fill.outcome == "failed" and "No space left" in fill.detail
     assert fill.undone == "free"  # a fill that broke half-way is freed all the same
-    clock = by_kind[("step-clock", 0.4)]
-    assert clock.outcome == "left-out" and clock.detail == LEFT_OUT[FaultKind.STEP_CLOCK]
+    clock = by_kind[("step-clock", 0.5)]
+    assert clock.outcome == "injected" and clock.detail == "clock +60"
+    assert clock.undone == "clock +0"  # stepped back at its hold's end
     assert by_kind[("kill-slurmctld", 50.0)].outcome == "skipped"
     assert "ended before" in by_kind[("kill-slurmctld", 50.0)].detail
-    assert injector.injected_kinds() == ["kill-slurmctld", "kill-sshd"]
+    assert injector.injected_kinds() == ["kill-slurmctld", "kill-sshd", "step-clock"]
     order = [what for what, _ in actions.calls]
     assert order == [
-        "kill slurmctld", "kill sshd", "restart slurmctld", "free", "restart sshd"
+        "kill slurmctld", "kill sshd", "restart slurmctld", "free", "clock +60", "clock +0",
+        "restart sshd",
     ]  # fmt: skip
     written = [json.loads(line) for line in log.read_text().splitlines()]
     assert [w["outcome"] for w in written] == [r.outcome for r in records]
@@ -142,6 +147,23 @@ def test_a_slow_restart_holds_back_no_other_kind() -> None:
     assert sshd.outcome == "injected" and actions.down == set()
 
 
+def test_the_client_clock_a_command_starts_with(tmp_path: Path) -> None:
+    from soak import clock
+
+    from servatus.operations.reconcile import RECONCILE_AFTER
+
+    offset = tmp_path / "client-clock"
+    assert clock.shift(str(offset)) == 0.0  # never stepped
+    offset.write_text("-600.0\n")
+    assert clock.shift(str(offset)) == -600.0
+    assert clock.shift("later") == RECONCILE_AFTER + 60
+    shown = subprocess.run(
+        [sys.executable, str(SOAK / "clock.py"), str(offset), "--version"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0 and "servatus" in shown.stdout.lower(), shown
+
+
 def test_the_report_names_the_kinds_left_out() -> None:
     from soak.evidence import JournalEvidence, SoakEvidence
     from soak.invariants import INVARIANTS
@@ -151,7 +173,7 @@ def test_the_report_names_the_kinds_left_out() -> None:
         plans=(), results=(), expect_results=False, collected_at=0.0,
     )  # fmt: skip
     checked: dict[str, tuple[()]] = {name: () for name, _ in INVARIANTS}
-    why = {FaultKind.STEP_CLOCK.value: LEFT_OUT[FaultKind.STEP_CLOCK]}
+    why = {FaultKind.STEP_CLOCK.value: FILE_SERVER_CLOCK}
     document = report.build(None, empty, checked, injected=["kill-sshd"], left_out=why)
     assert report.validate(json.loads(json.dumps(document))) == []
     assert document["faults_left_out"] == why
