@@ -1,6 +1,6 @@
 """The client's own CPU in ``status`` and ``plan --retry-failed``, with no cluster and no network:
 ``python benchmarks/bench_status_cpu.py [--allocations N] [--repeat R] [--checkout DIR]...
-[--profile COMMAND [--first]]``.
+[--profile COMMAND [--when WHEN]]``.
 
 Issue #33's floor for both commands is ``ssh true`` plus moving their bytes; what Servatus adds on
 top is the remote command's own work and the client's CPU. This measures the second alone. A
@@ -23,26 +23,27 @@ Reported, each a median of R (default 15):
 
 * ``fresh``: one command in a fresh ``python`` process, CPU from the interpreter's start to the
   command's end (``time.process_time``): imports, plugins, the command; ``first``, that command
-  alone (the harness imported the ssh transport before it);
+  alone (the harness imported the ssh transport before it); ``timed``: in another fresh
+  process, the command after ``cli_timer.py``'s warm-up (``ensure`` and ``status --offline`` of
+  a one-Task campaign), which is what ``bench_round_trips.py`` times;
 * ``warm``: the same command again in one process (imports done);
 * ``python -X importtime -c 'import servatus.cli'`` and wall time of ``python -c 'import
   servatus.cli'`` against ``python -c pass``.
 
-``--profile status`` (or ``plan``) prints cProfile's view of one warm command, with ``--first``
-of the first one in a fresh process. ``--checkout DIR`` (again for several) times that
-checkout's code (its ``src`` directories first on ``PYTHONPATH``), the checkouts taking turns,
-each row's ratio against the first. Read the ratios, not the seconds.
+``--profile status`` (or ``plan``) prints cProfile's view of one warm command (``--when warm``),
+of the first in a fresh process (``first``), or of the one after the warm-up (``timed``).
+``--checkout DIR`` (again for several) times that checkout's code (its ``src`` directories first
+on ``PYTHONPATH``), the checkouts taking turns, each row's ratio against the first. Read the
+ratios, not the seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import cProfile
 import io
 import json
 import os
-import pstats
 import re
 import shlex
 import statistics
@@ -177,14 +178,34 @@ def run(command: str) -> tuple[float, float, int]:
         return time.process_time() - cpu, time.perf_counter() - wall, code
 
 
-def child(root: str, command: str, repeat: int, profile: str = "") -> None:
-    """One fresh process: the first command's CPU from the interpreter's start, then warm ones;
-    with ``profile`` (``first`` or ``warm``), cProfile's view of that call instead."""
+def warm_up() -> None:
+    """What ``cli_timer.py`` (``bench_round_trips.py``) does before it times a command:
+    ``ensure`` and ``status --offline`` of a one-Task campaign."""
+    from servatus.cli import main
+
+    with tempfile.TemporaryDirectory() as warm, open(os.devnull, "w") as sink:
+        tasks = Path(warm) / "t.jsonl"
+        tasks.write_text('{"key": "w", "args": ["/bin/true"]}\n')
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            main(["ensure", f"{warm}/state", str(tasks)])
+            main(["status", f"{warm}/state", "--offline"])
+
+
+def child(root: str, command: str, repeat: int, mode: str = "fresh") -> None:
+    """One fresh process. ``fresh``: the first command's CPU from the interpreter's start, and
+    that command alone, then ``repeat`` warm ones; ``timed``: the command after
+    :func:`warm_up`, as ``bench_round_trips.py`` times it. ``profile-first``, ``profile-timed``,
+    ``profile-warm``: cProfile's view of that command instead."""
     os.chdir(root)
     can_ssh()
     KEPT.update(json.loads(Path(root, "kept.json").read_text()))
-    if profile:
-        if profile == "warm":
+    if mode.startswith("profile-"):
+        import cProfile
+        import pstats
+
+        if mode == "profile-timed":
+            warm_up()
+        elif mode == "profile-warm":
             run(command)
         profiler = cProfile.Profile()
         profiler.enable()
@@ -193,6 +214,11 @@ def child(root: str, command: str, repeat: int, profile: str = "") -> None:
         stats = pstats.Stats(profiler)
         stats.sort_stats("cumulative").print_stats(50)
         stats.sort_stats("tottime").print_stats(30)
+        return
+    if mode == "timed":
+        warm_up()
+        cpu, _, code = run(command)
+        print(json.dumps({"timed": cpu, "code": code}))
         return
     first_cpu, _, code = run(command)
     fresh = time.process_time()
@@ -270,7 +296,11 @@ def main() -> None:
     )
     parser.add_argument("--profile", choices=sorted(COMMANDS), help="cProfile one warm command")
     parser.add_argument(
-        "--first", action="store_true", help="with --profile: the first command of a process"
+        "--when",
+        dest="profile_when",
+        choices=("first", "timed", "warm"),
+        default="warm",
+        help="with --profile: the first command of a process, after the warm-up, or again",
     )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--prime", metavar="ROOT", help=argparse.SUPPRESS)
@@ -292,7 +322,7 @@ def main() -> None:
             if primed.returncode != 0:
                 raise SystemExit(primed.stderr[-2000:])
         if options.profile:
-            mode = "first" if options.first else "warm"
+            mode = f"profile-{options.profile_when}"
             args = ("--child", str(root), options.profile, "0", mode)
             done = python(me, *args, checkout=checkouts[-1])
             print(done.stdout, done.stderr[-2000:])
@@ -304,11 +334,11 @@ def main() -> None:
             f"{options.repeat} fresh processes (warm: 3 commands after each first one); "
             "ratios to the first checkout"
         )
-        heads = ("fresh cpu", "first cpu", "warm cpu", "warm wall")
+        heads = ("fresh cpu", "first cpu", "timed cpu", "warm cpu", "warm wall")
         print(f"{'command':<20} {'checkout':<16} " + " ".join(f"{head:>16}" for head in heads))
         for command in COMMANDS:
             seen: dict[Path, dict[str, list[float]]] = {
-                checkout: {"fresh": [], "first": [], "warm_cpu": [], "warm_wall": []}
+                checkout: {"fresh": [], "first": [], "timed": [], "warm_cpu": [], "warm_wall": []}
                 for checkout in checkouts
             }
             for _ in range(options.repeat):
@@ -317,6 +347,12 @@ def main() -> None:
                     if done.returncode != 0:
                         raise SystemExit(done.stderr[-2000:])
                     answer = json.loads(done.stdout.splitlines()[-1])
+                    done = python(
+                        me, "--child", str(root), command, "0", "timed", checkout=checkout
+                    )
+                    if done.returncode != 0:
+                        raise SystemExit(done.stderr[-2000:])
+                    answer |= json.loads(done.stdout.splitlines()[-1])
                     for name, values in seen[checkout].items():
                         found = answer[name]
                         values.extend(found if isinstance(found, list) else [found])
