@@ -632,6 +632,8 @@ BAD_ID = "c" * 24
         b'{"type":"receipt","allocation_id":"%s","job":5}' % BAD_ID.encode(),  # not intended
         b'{"type":"receipt","allocation_id":"%s","job":5,"type":"resolved"}' % BAD_ID.encode(),
         b'{"type":"receipt","allocation_id":"%s","job":5' % BAD_ID.encode(),
+        b'{"type":"receipt","allocation_id":"%s","job":5} ' % BAD_ID.encode(),
+        b'{"type":"receipt","allocation_id":"%s","job":5}{}' % BAD_ID.encode(),
         b'{"type":"receipt",' + "\u00e9".encode() + b"\xff}",
     ],
 )

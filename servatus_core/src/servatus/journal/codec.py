@@ -6,6 +6,7 @@ from __future__ import annotations
 import binascii
 import itertools
 import json
+import json.scanner
 import math
 import operator
 import re
@@ -571,6 +572,11 @@ _ROW_PREFIXES = {
 :func:`_row_run` reads as one table."""
 
 
+_SCAN_ONCE = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type] # its attributes
+"""``json.loads`` without its wrappers: its decoder's scanner, which gives the value at the start
+of a text and where it ends (a payload of a run is that value alone, or no row)."""
+
+
 def _row_run(payloads: tuple[bytes, ...], start: int) -> tuple[int, list[Any] | None]:
     """The run of single records of one kind with a column schema (intents, receipts, ...) from
     ``start``, structured as the rows of one table: one check per column instead of one per
@@ -590,10 +596,12 @@ def _row_run(payloads: tuple[bytes, ...], start: int) -> tuple[int, list[Any] | 
     defaults = _defaults(kind)
     required = columns.keys() - defaults.keys()
     documents = []
+    scan_once = _SCAN_ONCE
     try:
         for payload in payloads[start:end]:
-            document = json.loads(payload.decode("utf-8"))
-            if type(document) is not dict or document.pop("type", None) != tag:
+            text = payload.decode("utf-8")
+            document, stop = scan_once(text, 0)
+            if stop != len(text) or type(document) is not dict or document.pop("type", None) != tag:
                 return end, None
             if not required <= document.keys() <= columns.keys():
                 return end, None
@@ -605,5 +613,5 @@ def _row_run(payloads: tuple[bytes, ...], start: int) -> tuple[int, list[Any] | 
             for name, column in columns.items()
         ]
         return end, list(map(kind, *fields))
-    except (ValueError, TypeError, RecursionError, ServatusError):  # each alone says which
-        return end, None
+    except (StopIteration, ValueError, TypeError, RecursionError, ServatusError):
+        return end, None  # each record alone says which, and why
