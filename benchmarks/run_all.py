@@ -24,6 +24,7 @@ BENCHMARKS = (
     ("bench_lane.py", "--per-allocation", "8"),
     ("bench_plan_budget.py",),
     ("bench_status_chains.py",),
+    ("bench_status_cpu.py",),  # issue #33: the client's CPU in status, plan --retry-failed
     ("bench_report.py",),
     ("bench_publish.py",),
 )

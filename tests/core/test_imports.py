@@ -119,3 +119,24 @@ def test_the_core_imports_with_no_plugin_installed() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_status_loads_no_planner(tmp_path: Path) -> None:
+    """``status`` of a fresh process imports what it reads with, not the planner or the batch
+    script renderers (issue #33: their imports were a tenth of a fresh ``status``'s CPU)."""
+    from servatus.campaign import create_state
+    from servatus.tasks import Task
+
+    create_state(tmp_path / "state", [Task("a", ["/bin/true"])])
+    program = (
+        "import sys; from servatus.cli import main; "
+        f"code = main(['status', {str(tmp_path / 'state')!r}, '--offline']); "
+        "print(code, sorted(m for m in sys.modules if m.startswith('servatus')))"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    code, _, loaded = done.stdout.splitlines()[-1].partition(" ")
+    assert code == "0", done.stdout + done.stderr
+    assert "servatus.operations.held" in loaded and "servatus_slurm.plugin" in loaded
+    for module in ("servatus.engine.planning", "servatus.continuation", "servatus_slurm.script"):
+        assert f"'{module}'" not in loaded

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 import pytest
 from slurm_helpers import ALLOCATION
 
 from servatus.errors import ConfigurationError, Unavailable
-from servatus.evidence import MarkerKind, MarkerQuery, QueueEntry, fetch
+from servatus.evidence import MarkerKind, MarkerQuery, QueueEntry, fetch, renamed_warning
 from servatus.transport import COMMAND_TIMEOUT, CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
 from servatus_slurm.markers import marker_name
@@ -151,3 +152,31 @@ def test_no_markers_asked_is_squeue_alone(tmp_path: Path) -> None:
     assert found.markers == () and [argv[0] for argv in transport.sent] == [
         f"{tmp_path}/bin/squeue"
     ]
+
+
+class TwoCommands:
+    """The Slurm reader as one from before ``run_listings``: asked the two listings in turn."""
+
+    def __init__(self) -> None:
+        self.queue_command = READER.queue_command
+        self.parse_queue = READER.parse_queue
+        self.marker_command = READER.marker_command
+        self.parse_markers = READER.parse_markers
+        self.parse_foreign = READER.parse_foreign
+        self.parse_clock = READER.parse_clock
+        self.parse_root = READER.parse_root
+
+
+def test_a_reader_without_run_listings_also_warns_of_renamers(tmp_path: Path) -> None:
+    """The warning that others can rename markers comes from the marker listing, so the
+    two-command path gives it as the one-command path does."""
+    logs = cluster(tmp_path, f"echo '41|servatus-{ALLOCATION}|RUNNING'")
+    (logs / marker_name(ALLOCATION, 41, MarkerKind.START)).write_text("")
+    logs.chmod(0o777)
+    target = make_target(tmp_path)
+    query = MarkerQuery.of([ALLOCATION])
+    transport = Counting()
+    found = fetch(transport, TwoCommands(), target, query)  # type: ignore[arg-type]
+    assert len(transport.sent) == 2
+    assert found.renamed == renamed_warning(target.log_root, 0o777, "group and others")
+    assert found == attrs.evolve(fetch(Counting(), READER, target, query), clock=found.clock)

@@ -22,6 +22,7 @@ from servatus.errors import (
     StateWarning,
     TaskConflict,
     UnsafeFilesystem,
+    input_problem,
 )
 from servatus.journal import codec, folding, records, store
 from servatus.tasks import Task
@@ -602,3 +603,57 @@ def test_records_written_together_compact_the_journal_as_single_ones_do(
     history = [codec.decode(p) for p in codec.scan(data, "j").payloads]
     assert isinstance(history[0], records.Snapshot)
     assert len(Campaign.open(path).tasks) == 17
+
+
+def _one_at_a_time(data: bytes) -> records.CampaignState:
+    """The fold as it was before runs were read as tables: each record decoded, then applied."""
+    into = folding.Fold()
+    for index, payload in enumerate(codec.scan(data, "j").payloads):
+        try:
+            change = codec.decode(payload)
+        except (ValueError, TypeError) as exc:
+            raise CorruptState(f"j: record {index + 1} is invalid: {input_problem(exc)}") from None
+        try:
+            into.apply(change)
+        except folding.Rejected as exc:
+            raise CorruptState(f"j: record {index + 1} does not apply: {exc}") from None
+    return into.freeze()
+
+
+BAD_ID = "c" * 24
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        json.dumps({**INTENT, "allocation_id": BAD_ID, "time_limit": True}).encode(),
+        json.dumps({**INTENT, "allocation_id": BAD_ID, "extra": 1}).encode(),
+        b'{"type":"receipt","allocation_id":"%s","job":0}' % BAD_ID.encode(),
+        b'{"type":"receipt","allocation_id":"%s","job":5}' % BAD_ID.encode(),  # not intended
+        b'{"type":"receipt","allocation_id":"%s","job":5,"type":"resolved"}' % BAD_ID.encode(),
+        b'{"type":"receipt","allocation_id":"%s","job":5' % BAD_ID.encode(),
+        b'{"type":"receipt","allocation_id":"%s","job":5} ' % BAD_ID.encode(),
+        b'{"type":"receipt","allocation_id":"%s","job":5}{}' % BAD_ID.encode(),
+        b'{"type":"receipt",' + "\u00e9".encode() + b"\xff}",
+    ],
+)
+def test_a_bad_record_in_a_run_of_single_records_is_named_as_alone(payload: bytes) -> None:
+    """Runs of intents or receipts are read as one table (issue #33: status of 1,000
+    allocations decoded 900 records one by one); any record of a run that is not valid is
+    reported by its own number and words, as when each record was read alone (a receipt that
+    says it is a resolution is one, and does not apply)."""
+    allocations = [f"{n:024x}" for n in range(1, 6)]
+    intents = [records.Intent(i, ("a",), "digest", 2.0, LOCAL, time_limit=60) for i in allocations]
+    receipts = [records.Receipt(i, 100 + n) for n, i in enumerate(allocations)]
+    first = [*ALL_RECORDS[:2], records.TargetSeen(LOCAL, '{"host":null}'), *intents[:3]]
+    rest = [*intents[3:], *receipts[:2]]
+    good = journal(*first, *rest, *receipts[2:])
+    assert codec.fold_journal(good, "j")[0].freeze() == _one_at_a_time(good)
+    for before, after in ((first, [*rest, *receipts[2:]]), ([*first, *rest], receipts[2:])):
+        data = journal(*before) + codec.frame(payload) + journal(*after)[len(codec.MAGIC) :]
+        with pytest.raises(CorruptState) as caught:
+            codec.fold_journal(data, "j")
+        with pytest.raises(CorruptState) as alone:
+            _one_at_a_time(data)
+        assert str(caught.value) == str(alone.value)
+        assert f"record {len(before) + 1} " in str(caught.value)

@@ -420,7 +420,10 @@ def fetch_markers(
     """One listing of ``log_root``: the user's own markers, the file server's clock (None where
     it could not be read), and files of other users under marker names. An unreadable
     log_root is unavailable evidence, an unwritable one is not."""
-    return _markers(reader, target, transport.run(reader.marker_command(target, query)))
+    markers, clock, foreign, _ = _markers(
+        reader, target, transport.run(reader.marker_command(target, query))
+    )
+    return markers, clock, foreign
 
 
 def _queue(reader: EvidenceReader, result: CommandResult) -> list[QueueEntry]:
@@ -443,7 +446,10 @@ def _renamed(reader: EvidenceReader, target: Target, result: CommandResult) -> s
 
 def _markers(
     reader: EvidenceReader, target: Target, result: CommandResult
-) -> tuple[list[Marker], float | None, list[tuple[str, int]]]:
+) -> tuple[list[Marker], float | None, list[tuple[str, int]], str | None]:
+    """What a marker listing says: the user's markers, the clock, others' files under marker
+    names, and the :func:`_renamed` warning, read here so that every path of :func:`fetch`
+    gives it."""
     if result.returncode == LOG_ROOT_MISSING:
         raise ConfigurationError(
             f"log_root {target.log_root} is not a directory on the cluster (purged, or never "
@@ -455,7 +461,12 @@ def _markers(
             f"listing {target.log_root} failed (exit {result.returncode}): "
             f"{_first_line(result.stderr)}"
         )
-    return reader.parse_markers(result), reader.parse_clock(result), reader.parse_foreign(result)
+    return (
+        reader.parse_markers(result),
+        reader.parse_clock(result),
+        reader.parse_foreign(result),
+        _renamed(reader, target, result),
+    )
 
 
 def fetch(
@@ -476,16 +487,14 @@ def fetch(
     run_listings = getattr(reader, "run_listings", None)
     if run_listings is None:  # a reader of its own from before run_listings
         queue = fetch_queue(transport, reader, target)
-        markers, clock, foreign = fetch_markers(transport, reader, target, query)
+        marker_result = transport.run(reader.marker_command(target, query))
     else:
         queue_result, marker_result = run_listings(transport, target, query)
         queue = _queue(reader, queue_result)
         if marker_result is None:
             raise Unavailable(f"the marker listing of {target.log_root} did not run")
-        markers, clock, foreign = _markers(reader, target, marker_result)
-        renamed = _renamed(reader, target, marker_result)
-        return Evidence(tuple(queue), tuple(markers), clock, tuple(foreign), renamed)
-    return Evidence(queue=tuple(queue), markers=tuple(markers), clock=clock, foreign=tuple(foreign))
+    markers, clock, foreign, renamed = _markers(reader, target, marker_result)
+    return Evidence(tuple(queue), tuple(markers), clock, tuple(foreign), renamed)
 
 
 def _first_line(data: bytes) -> str:

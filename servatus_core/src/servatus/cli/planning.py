@@ -202,8 +202,8 @@ def plan_command(
 
 def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> None:
     """What ``plan`` prints and saves, whatever it planned."""
-    from servatus.campaign import saved_plan_document, to_document  # noqa: PLC0415
     from servatus.engine.plan_document import plan_to_document  # noqa: PLC0415
+    from servatus.operations.saved_plan import saved_plan_document  # noqa: PLC0415
 
     warned = with_warnings(plan.warnings)
     for warning in plan.warnings:  # read by whoever runs it, also when --json goes to a program
@@ -216,6 +216,8 @@ def _show_plan(state: str, plan: Plan, output: str | None, as_json: bool) -> Non
     if output:
         write_output(output, (json_text(document) + "\n").encode(), replace=False)
     if as_json:
+        from servatus.campaign import to_document  # noqa: PLC0415 - the whole API, for JSON only
+
         totals = plan.totals
         emit_json(
             {

@@ -50,23 +50,16 @@ from servatus.cli.status_cache_file import (
     write_cache,
 )
 from servatus.engine.cacheable import partition
-from servatus.engine.plan import (
-    Plan,
-    Request,
-    TaskWork,
-    Work,
-    consults,
-    selectable_unasked,
-    work_from_report,
-)
 from servatus.engine.status_document import status_document
 from servatus.engine.status_values import Execution, Report, TaskStatus
+from servatus.engine.work import TaskWork, Work, selectable_unasked
 from servatus.journal import codec, records, store
 from servatus.tasks import bulk
 
 if TYPE_CHECKING:
     from servatus.config import Profile
     from servatus.continuation import Continuation
+    from servatus.engine.plan import Plan, Request
     from servatus.evidence import Evidence
     from servatus.operations.held import HeldState
     from servatus.tasks import Roster
@@ -258,6 +251,8 @@ def _cached_plan(
     earlier work read from the cache. None when no cache holds, a listing was not read, or the
     plan would select a cached Task whose content the cache does not keep (``--retry`` of a
     ``SUCCEEDED`` one)."""
+    from servatus.engine.plan import consults, work_from_report  # noqa: PLC0415 - plan only
+
     asked = consults(request, continuation, resolved=False)
     with bulk():
         cached = _either_form(directory, data, journal, offline=not asked)

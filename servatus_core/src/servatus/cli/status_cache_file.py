@@ -19,8 +19,8 @@ import attrs
 from cattrs.preconf.json import make_converter
 
 from servatus.cli.render import STATUS_HEADER
-from servatus.engine.plan import TaskWork
 from servatus.engine.status_values import Execution, RunTime, TaskLink
+from servatus.engine.work import TaskWork
 from servatus.files import read_all, write_all
 from servatus.ids import ALLOCATION_ID_HEX
 from servatus.journal import codec, folding, records, store
@@ -143,10 +143,21 @@ def _rules() -> str:
         slots,
         status,
         status_values,
+        work,
     )
 
     digest = hashlib.sha256(servatus.__version__.encode())
-    modules = (evidence, render, cacheable, settlement, status, status_values, slots, chain_cuts)
+    modules = (
+        evidence,
+        render,
+        cacheable,
+        settlement,
+        status,
+        status_values,
+        slots,
+        chain_cuts,
+        work,
+    )
     sources = [
         getattr(module, "__file__", None) for module in (*modules, records, folding, codec, store)
     ]

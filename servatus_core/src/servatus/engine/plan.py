@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Protocol
 
 import attrs
 
@@ -27,7 +26,8 @@ from servatus.continuation import (
     Link,
     eligibility,
 )
-from servatus.engine.status_values import Execution, Report, RunTime, StopReason, TaskLink
+from servatus.engine.status_values import Execution, Report, StopReason
+from servatus.engine.work import RETRYABLE, TaskWork, Work
 from servatus.errors import ConfigurationError, PlanRefused
 
 
@@ -47,50 +47,6 @@ class Hold(enum.Enum):
     """Under a budget, the Task's measured run time leaves no room for another link."""
     NOT_REQUESTED = "NOT_REQUESTED"
     """``only`` (``--only``) leaves the Task out."""
-
-
-@attrs.frozen
-class TaskWork:
-    """What planning knows of one Task's earlier work.
-
-    ``execution`` is the projected state of its current work (``NOT_SUBMITTED`` when it has none);
-    ``listed`` is whether Slurm still lists any of its jobs, known only when Slurm was consulted;
-    ``run_time`` is how long it ran, summed over its allocations (None when not measured).
-    """
-
-    execution: Execution = Execution.NOT_SUBMITTED
-    accepted: bool = False
-    unresolved: bool = False
-    listed: bool = False
-    run_time: RunTime | None = None
-    detail: StopReason | None = None
-    link: TaskLink | None = None
-
-
-class Work(Protocol):
-    """What planning reads of one Task's earlier work: a :class:`TaskWork`, or the
-    :class:`~servatus.status.TaskStatus` a status projection already built for it."""
-
-    @property
-    def execution(self) -> Execution: ...
-
-    @property
-    def accepted(self) -> bool: ...
-
-    @property
-    def unresolved(self) -> bool: ...
-
-    @property
-    def listed(self) -> bool: ...
-
-    @property
-    def run_time(self) -> RunTime | None: ...
-
-    @property
-    def detail(self) -> StopReason | None: ...
-
-    @property
-    def link(self) -> TaskLink | None: ...
 
 
 NO_WORK = TaskWork()
@@ -140,13 +96,6 @@ def consults(request: Request, continuation: Continuation | None, *, resolved: b
     never sent may be listed after all). A campaign with no submission asks nothing."""
     budgeted = continuation is not None and continuation.budget is not None
     return request.consults_slurm or resolved or budgeted
-
-
-def selectable_unasked(work: Work) -> bool:
-    """Whether a plan may select a Task with this work that ``--retry`` does not name: it was
-    never accepted, or ``--retry-failed`` takes it (the status cache keeps only these Tasks'
-    content for planning, ADR 0010)."""
-    return not work.accepted or work.execution in _RETRYABLE
 
 
 @attrs.frozen
@@ -374,13 +323,10 @@ def _hold(state: Work, request: Request, *, is_valid: bool) -> Hold | None:
     if not state.accepted:
         # A submission recorded as not sent that Slurm lists after all (a late sbatch).
         return Hold.ACTIVE if state.listed else None
-    if request.retry_failed and state.execution in _RETRYABLE:
+    if request.retry_failed and state.execution in RETRYABLE:
         # A failed or cancelled job that Slurm still lists is not over yet: wait for the purge.
         return Hold.ACTIVE if state.listed else None
     return Hold.SUBMITTED
-
-
-_RETRYABLE = (Execution.FAILED, Execution.STOPPED, Execution.ENDING)
 
 
 def totals(

@@ -28,14 +28,13 @@ from servatus.engine.plan import (
     LeaseHold,
     Plan,
     Request,
-    TaskWork,
-    Work,
     decide,
     measured_run_time,
     work_from_report,
 )
 from servatus.engine.plan_checks import hold_problem
 from servatus.engine.status_values import Execution, Report
+from servatus.engine.work import TaskWork, Work
 from servatus.errors import ConfigurationError
 
 _STEP_WORK = frozenset({Execution.QUEUED, Execution.RUNNING, Execution.ENDING})

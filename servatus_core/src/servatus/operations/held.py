@@ -7,19 +7,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from servatus.config import Profile
-from servatus.continuation import Continuation
-from servatus.engine.plan import Plan, Request, Work
-from servatus.engine.status_values import Report
-from servatus.evidence import Evidence
 from servatus.journal import records
-from servatus.operations import observation, planning
+from servatus.operations import observation
 from servatus.operations.context import Context, connector
 from servatus.plugins import hooks
-from servatus.transport import Connect
 
 if TYPE_CHECKING:
+    from servatus.config import Profile
+    from servatus.continuation import Continuation
+    from servatus.engine.plan import Plan, Request
+    from servatus.engine.status_values import Report
+    from servatus.engine.work import Work
+    from servatus.evidence import Evidence
     from servatus.launcher import Launcher
+    from servatus.transport import Connect
 
 
 class HeldState:
@@ -72,10 +73,14 @@ class HeldState:
         continuation: Continuation | None,
     ) -> tuple[Plan, records.Settled]:
         """The plan of the whole state, checked, and what its listings showed settled."""
+        from servatus.operations import planning  # noqa: PLC0415 - status never plans
+
         return planning.plan_tasks(self._context, state, profile, request, continuation)
 
     def launcher(self, profile: Profile) -> Launcher:
         """The profile's launcher, the profile refused first if SERVATUS.toml's rules do."""
+        from servatus.operations import planning  # noqa: PLC0415 - status never plans
+
         return planning.launcher_of(self._context, profile)
 
     def decide(
@@ -89,6 +94,8 @@ class HeldState:
         keys: Sequence[str],
     ) -> Plan:
         """The plan of the roster ``keys`` when ``state`` holds only some of its Tasks."""
+        from servatus.operations import planning  # noqa: PLC0415 - status never plans
+
         return planning.decide(
             self._context, state, profile, request, continuation, work, warnings, keys=keys
         )
@@ -97,4 +104,6 @@ class HeldState:
         self, state: records.CampaignState, profile: Profile, made: Plan, launcher: Launcher
     ) -> None:
         """Refuse a plan ``submit`` would refuse; ``state`` holds the selected Tasks."""
+        from servatus.operations import planning  # noqa: PLC0415 - status never plans
+
         planning.check(self._context, state, profile, made, launcher)

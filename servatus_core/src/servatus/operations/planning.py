@@ -11,10 +11,11 @@ import attrs
 
 from servatus.config import Profile, Resources, Target, profile_problems, target_from_identity
 from servatus.continuation import Continuation
-from servatus.engine.plan import Plan, Request, Work, consults, work_from_report
+from servatus.engine.plan import Plan, Request, consults, work_from_report
 from servatus.engine.planning import make_plan, make_step_plan
 from servatus.engine.status_inputs import submissions
 from servatus.engine.status_values import Outcome, Report
+from servatus.engine.work import Work
 from servatus.errors import ConfigurationError
 from servatus.evidence import Evidence
 from servatus.journal import records
