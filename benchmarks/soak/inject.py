@@ -112,6 +112,10 @@ class Injector:
         self._thread: threading.Thread | None = None
         self._lanes: dict[str, queue.SimpleQueue[Callable[[], None] | None]] = {}
         self._workers: list[threading.Thread] = []
+        self._writing = threading.Lock()
+        """The kinds' threads each write the log; one at a time, through one temporary."""
+        self.broken: list[str] = []
+        """What escaped an action (a bug of the soak's own): the report's reader should know."""
         for fault in plan.faults:
             if fault.kind is FaultKind.KILL_CLIENT:
                 continue
@@ -181,10 +185,12 @@ class Injector:
                 _, _, _, kind, action = heapq.heappop(self._events)
             self._lanes[kind].put(action)
 
-    @staticmethod
-    def _work(lane: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    def _work(self, lane: queue.SimpleQueue[Callable[[], None] | None]) -> None:
         while (action := lane.get()) is not None:
-            action()
+            try:
+                action()
+            except Exception as exc:  # the kind's thread lives on: its later undos must run
+                self.broken.append(f"{type(exc).__name__}: {exc}")
 
     def _push(self, due: float, undo: bool, kind: str, action: Callable[[], None]) -> None:
         heapq.heappush(self._events, (due, next(self._order), undo, kind, action))
@@ -217,12 +223,12 @@ class Injector:
                 record.outcome, record.detail = "failed", f"{type(exc).__name__}: {exc}"
                 if fault.kind is FaultKind.FILL_LOG_ROOT:
                     undo = self.actions.free  # a fill that broke half-way is freed all the same
-            self._write()
-            if undo is not None:
+            if undo is not None:  # first: whatever fails after, what is down comes back
                 with self._lock:
                     due = fault.at + fault.hold
                     self._push(due, True, fault.kind.value, self._undoer(record, undo))
                     self._wake.notify_all()
+            self._write()
 
         return begin
 
@@ -240,7 +246,8 @@ class Injector:
     def _write(self) -> None:
         if self.log is None:
             return
-        text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in self.records)
-        temporary = self.log.with_name(f".{self.log.name}.tmp")
-        temporary.write_text(text)
-        temporary.replace(self.log)
+        with self._writing:
+            text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in self.records)
+            temporary = self.log.with_name(f".{self.log.name}.tmp")
+            temporary.write_text(text)
+            temporary.replace(self.log)

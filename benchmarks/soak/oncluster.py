@@ -460,7 +460,9 @@ def run(
     for (kind, outcome), count in sorted(outcomes.items()):
         print(f"injector: {kind} {outcome} {count}")
     print(report.table(document), end="")
-    return 0 if document["ok"] else 1
+    for problem in injector.broken:
+        print(f"soak: the injector broke: {problem}", file=sys.stderr)
+    return 0 if document["ok"] and not injector.broken else 1
 
 
 def _soak(

@@ -260,3 +260,37 @@ def test_before_finale_runs_between_the_moves_and_the_finale(tmp_path: Path) -> 
     assert records[index].verb == "status"  # logged, right after the last move
     assert all(r.verb != "reconcile" for r in records[:index])
     assert [r.verb for r in records[index + 1 :]][:1] == ["reconcile"]
+
+
+class Breaking(Recording):
+    """The first restart of sshd raises: the kind's thread must live on for the next fault."""
+
+    def restart(self, daemon: str, node: str | None) -> str:
+        if daemon == "sshd" and not getattr(self, "broke", False):
+            self.broke = True
+            raise RuntimeError("restart broke")
+        return super().restart(daemon, node)
+
+
+def test_kinds_write_one_log_at_a_time_and_a_broken_action_stops_no_kind(tmp_path: Path) -> None:
+    faults = plan(
+        *(Fault(0.002 * i, FaultKind.KILL_SLURMCTLD, hold=0.0) for i in range(200)),
+        *(Fault(0.002 * i, FaultKind.FILL_LOG_ROOT, hold=0.0) for i in range(200)),
+        *(Fault(0.002 * i, FaultKind.STEP_CLOCK, hold=0.0, step=5.0) for i in range(200)),
+        Fault(0.1, FaultKind.KILL_SSHD, hold=0.05),
+        Fault(0.4, FaultKind.KILL_SSHD, hold=0.05),
+    )
+    holder: list[Injector] = []
+    actions = Breaking(holder)
+    log = tmp_path / "injected.jsonl"
+    injector = Injector(faults, actions, log=log)
+    holder.append(injector)
+    injector.start()
+    time.sleep(1.0)
+    records = injector.stop()
+    sshd = [r for r in records if r.kind == "kill-sshd"]
+    assert [r.outcome for r in sshd] == ["injected", "injected"]  # the second still landed
+    assert sshd[0].undone is not None and sshd[0].undone.startswith("FAILED RuntimeError")
+    assert sshd[1].undone == "restart sshd"
+    assert len(log.read_text().splitlines()) == len(records)
+    assert not list(tmp_path.glob(".*.tmp"))
