@@ -543,11 +543,12 @@ class SshTransport(_Runs):
         if not out.complete or out.code is None:
             # ssh's own words: no frame's sentinels, which the remote side wrote (a connection
             # cut after the remote shell started leaves an opening last: this frame's, or one
-            # of a program's own frames inside it, such as the evidence listing's).
+            # of a program's own frames inside it, such as the evidence listing's), nor the
+            # blank line a closing sentinel begins with.
             said = [
                 line
                 for line in tail.decode(errors="replace").strip().splitlines()
-                if frame.token not in line and not _SENTINEL.search(line)
+                if line.strip() and frame.token not in line and not _SENTINEL.search(line)
             ]
             reason = said[-1] if said else f"ssh exited {status} without an answer"
             if status == SSH_UNAVAILABLE and _never_connected(out, err, said):
