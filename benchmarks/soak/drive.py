@@ -267,7 +267,7 @@ class Driver:
             one.write_text("".join(line + "\n" for line in grown if json.loads(line)["key"] == key))
             started = self.run("start", str(s.state), str(one), "--lease", self.lease)
             if started.exit_code == 1 and "no link can take steps" in started.stderr:
-                self.renew_lease()
+                self.renew_lease(killable=False)  # a kill here would leave no lease to start in
 
     def renew_lease(self, *, killable: bool = True) -> None:
         """Plan and submit a new lease (``lease_plan``); start goes into it once it is taken."""

@@ -59,9 +59,12 @@ def test_a_five_minute_soak_keeps_every_invariant(
         assert injected[kind] >= PER_KIND, (kind, injected, planned)
     commands = document["commands"]
     assert sum(sum(codes.values()) for codes in commands.values()) >= 100, commands
-    # The work went through the faults: sweeps were submitted and Tasks ended, the lease took
-    # steps, and reconcile settled what was left.
+    # The work went through the faults: sweeps were submitted and Tasks ended, and reconcile
+    # settled what was left. start ran, but need not have started a step: at this density a
+    # slurmctld killed just after it started the lease reloads it as pending and runs its batch
+    # script again, which refuses a claimed lease, and the leases the driver submits after it
+    # can end the same way (the field soak's lease ended 8 s in).
     assert commands["submit"].get("0", 0) >= 3, commands
     assert document["tasks"].get("SUCCEEDED", 0) >= 3, document["tasks"]
-    assert commands["start"].get("0", 0) >= 1, commands
+    assert sum(commands["start"].values()) >= 1, commands
     assert commands["reconcile"].get("0", 0) >= 1, commands
