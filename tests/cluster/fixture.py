@@ -26,7 +26,7 @@ from cluster import harness
 
 KEEP_VARIABLE = "SERVATUS_CLUSTER_KEEP"
 
-# Per-Task resources and ceilings that fit the one node (2 CPUs, 8000 MiB, gpu:a100:2).
+# Per-Task resources and ceilings that fit the one node (harness.CPUS, REAL_MEMORY_MIB, gpu:a100:2).
 CPUS = 1
 MEMORY_MIB = 500
 TIME_LIMIT = "00:05:00"
