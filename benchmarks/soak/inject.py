@@ -7,8 +7,8 @@ lasts (a daemon down, log_root full) when and how it was undone. The actions the
 :class:`Actions`; :class:`ClusterActions` (in :mod:`soak.oncluster`) acts on the test cluster.
 
 ``kill-client`` is the driver's (it kills its own command), so the injector leaves it alone.
-``step-clock`` steps the clock the actions can step (:meth:`Actions.step_clock`) and steps it
-back after ``hold``; a soak that cannot step any clock leaves the kind out (``left_out``).
+``step-client-clock`` steps the client's clock (:meth:`Actions.step_clock`) and steps it back
+after ``hold``. A kind the soak cannot run is given in ``left_out`` with the reason.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ import attrs
 from soak.schedule import Fault, FaultKind, FaultPlan
 
 FILE_SERVER_CLOCK = (
-    "the file server's own clock is not stepped: log_root's file server is this machine, whose "
-    "CLOCK_REALTIME is not namespaced; the client's clock is stepped instead"
+    "log_root's file server is this machine, whose CLOCK_REALTIME is not namespaced: stepping "
+    "it steps Slurm, the nodes and the client with it (step-client-clock steps the client's)"
 )
-"""What the cluster soak's ``step-clock`` does not do, and why (the report's ``faults_left_out``
-names it; the clock it does step is the client's)."""
+"""Why the cluster soak leaves ``step-clock`` out (the report's ``faults_left_out``)."""
 
 DAEMONS: Mapping[FaultKind, str] = {
     FaultKind.KILL_SLURMCTLD: "slurmctld",
@@ -112,6 +111,10 @@ class Injector:
         self._thread: threading.Thread | None = None
         self._lanes: dict[str, queue.SimpleQueue[Callable[[], None] | None]] = {}
         self._workers: list[threading.Thread] = []
+        self._writing = threading.Lock()
+        """The kinds' threads each write the log; one at a time, through one temporary."""
+        self.broken: list[str] = []
+        """What escaped an action (a bug of the soak's own): the report's reader should know."""
         for fault in plan.faults:
             if fault.kind is FaultKind.KILL_CLIENT:
                 continue
@@ -181,10 +184,12 @@ class Injector:
                 _, _, _, kind, action = heapq.heappop(self._events)
             self._lanes[kind].put(action)
 
-    @staticmethod
-    def _work(lane: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    def _work(self, lane: queue.SimpleQueue[Callable[[], None] | None]) -> None:
         while (action := lane.get()) is not None:
-            action()
+            try:
+                action()
+            except Exception as exc:  # the kind's thread lives on: its later undos must run
+                self.broken.append(f"{type(exc).__name__}: {exc}")
 
     def _push(self, due: float, undo: bool, kind: str, action: Callable[[], None]) -> None:
         heapq.heappush(self._events, (due, next(self._order), undo, kind, action))
@@ -193,7 +198,8 @@ class Injector:
 
     def _starter(self, fault: Fault, record: Injected) -> Callable[[], None]:
         def begin() -> None:
-            record.at = round(self.elapsed(), 3)
+            began = self.elapsed()
+            record.at = round(began, 3)
             undo: Callable[[], str] | None = None
             try:
                 if fault.kind in DAEMONS:
@@ -205,7 +211,7 @@ class Injector:
                 elif fault.kind is FaultKind.FILL_LOG_ROOT:
                     record.detail = self.actions.fill()
                     undo = self.actions.free
-                elif fault.kind is FaultKind.STEP_CLOCK:
+                elif fault.kind is FaultKind.STEP_CLIENT_CLOCK:
                     record.detail = self.actions.step_clock(fault.step)
                     undo = lambda: self.actions.step_clock(0.0)  # noqa: E731
                 else:
@@ -217,12 +223,12 @@ class Injector:
                 record.outcome, record.detail = "failed", f"{type(exc).__name__}: {exc}"
                 if fault.kind is FaultKind.FILL_LOG_ROOT:
                     undo = self.actions.free  # a fill that broke half-way is freed all the same
-            self._write()
-            if undo is not None:
+            if undo is not None:  # first: whatever fails after, what is down comes back
                 with self._lock:
-                    due = fault.at + fault.hold
+                    due = max(fault.at, began) + fault.hold  # the whole hold, if late
                     self._push(due, True, fault.kind.value, self._undoer(record, undo))
                     self._wake.notify_all()
+            self._write()
 
         return begin
 
@@ -240,7 +246,8 @@ class Injector:
     def _write(self) -> None:
         if self.log is None:
             return
-        text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in self.records)
-        temporary = self.log.with_name(f".{self.log.name}.tmp")
-        temporary.write_text(text)
-        temporary.replace(self.log)
+        with self._writing:
+            text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in self.records)
+            temporary = self.log.with_name(f".{self.log.name}.tmp")
+            temporary.write_text(text)
+            temporary.replace(self.log)

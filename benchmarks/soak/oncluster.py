@@ -60,11 +60,16 @@ LOG_ROOT_INODES = 4096
 well under a second; big enough for a soak's markers and step logs."""
 WAIT_CANCELLED = 240.0
 """Seconds the finale waits for Slurm to list none of the cancelled allocations."""
-RUN_RATES: Mapping[FaultKind, float] = schedule.DEFAULT_RATES
+LEFT_OUT: Mapping[FaultKind, str] = {FaultKind.STEP_CLOCK: FILE_SERVER_CLOCK}
+RUN_RATES: Mapping[FaultKind, float] = {
+    kind: rate for kind, rate in schedule.DEFAULT_RATES.items() if kind not in LEFT_OUT
+}
 PARTITION = harness.NODES_PARTITION
 NODES = harness.NODES
 """The soak's work runs on n1..n3, each its own slurmd: the nodes whose slurmd it kills."""
 CLOCK = Path(__file__).resolve().parent / "clock.py"
+MASTER_WAIT = 10.0
+"""Seconds a drop-master waits for a master connection to drop."""
 
 
 # ---------------------------------------------------------------- the actions on the cluster
@@ -155,7 +160,11 @@ class ClusterActions:
         failed"), and nothing runs there again until someone resumes it. What was resumed is
         said in the fault's record."""
         resumed = []
-        for line in drained(self.root):
+        try:
+            listed = drained(self.root)
+        except (harness.HarnessError, OSError, subprocess.SubprocessError) as exc:
+            return f"; nodes not read: {str(exc)[-120:]}"
+        for line in listed:
             node, state, reason = [*line.split("|"), "", ""][:3]
             if "drain" in state:
                 try:
@@ -167,6 +176,11 @@ class ClusterActions:
         return f"; resumed {', '.join(resumed)}" if resumed else ""
 
     def drop_master(self) -> str:
+        """End the master connection; when none runs (the last one dropped, no command since),
+        wait up to ``MASTER_WAIT`` seconds for the next command to open one, so the drop lands."""
+        deadline = time.monotonic() + MASTER_WAIT
+        while not self._master() and time.monotonic() < deadline:
+            time.sleep(0.2)
         ended = subprocess.run(
             ["ssh", "-O", "exit", harness.ALIAS],
             capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL, check=False,
@@ -175,6 +189,14 @@ class ClusterActions:
         if ended.returncode != 0:
             raise Skipped(f"no master connection to end: {said}")
         return f"ssh -O exit: {said}"
+
+    @staticmethod
+    def _master() -> bool:
+        checked = subprocess.run(
+            ["ssh", "-O", "check", harness.ALIAS],
+            capture_output=True, timeout=20, stdin=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+        return checked.returncode == 0
 
     def fill(self) -> str:
         """Fill log_root's tmpfs: its blocks with one file, then its inodes with empty files (a
@@ -216,7 +238,7 @@ class ClusterActions:
         temporary = self.client_clock.with_name(f".{self.client_clock.name}.tmp")
         temporary.write_text(f"{by}\n")
         temporary.replace(self.client_clock)
-        return f"client clock {by:+.0f} s ({FILE_SERVER_CLOCK})" if by else "client clock right"
+        return f"client clock {by:+.0f} s" if by else "client clock right"
 
     def free(self) -> str:
         shutil.rmtree(self.fill_dir)
@@ -460,7 +482,9 @@ def run(
     for (kind, outcome), count in sorted(outcomes.items()):
         print(f"injector: {kind} {outcome} {count}")
     print(report.table(document), end="")
-    return 0 if document["ok"] else 1
+    for problem in injector.broken:
+        print(f"soak: the injector broke: {problem}", file=sys.stderr)
+    return 0 if document["ok"] and not injector.broken else 1
 
 
 def _soak(
@@ -503,8 +527,9 @@ def _soak(
     )
     shutil.copytree(actions.outside(actions.log_root), out / "log_root", symlinks=True,
                     ignore=shutil.ignore_patterns(".soak-fill"))  # fmt: skip
+    left_out = {kind.value: why for kind, why in LEFT_OUT.items()}
     document = report.build(
-        plan, found, invariants.check(found), injected=injector.injected_kinds()
+        plan, found, invariants.check(found), injected=injector.injected_kinds(), left_out=left_out
     )
     (out / "report.json").write_text(json.dumps(document, indent=1) + "\n")
     return document

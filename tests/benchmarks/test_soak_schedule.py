@@ -7,6 +7,7 @@ import json
 
 import pytest
 from soak.schedule import (
+    CLOCKS,
     DEFAULT_RATES,
     FIELD_HOLDS,
     HOLD_RANGE,
@@ -64,7 +65,7 @@ def test_events_are_ordered_bounded_and_well_formed() -> None:
         low, high = HOLD_RANGE[fault.kind]
         assert low <= fault.hold <= high
         assert (fault.node in NODES) == (fault.kind is FaultKind.KILL_SLURMD)
-        assert (fault.step != 0) == (fault.kind is FaultKind.STEP_CLOCK)
+        assert (fault.step != 0) == (fault.kind in CLOCKS)
     for kind in RESTARTED | {FaultKind.FILL_LOG_ROOT}:
         mine = [f for f in plan.faults if f.kind is kind]
         for before, after in itertools.pairwise(mine):
@@ -84,6 +85,10 @@ def test_the_field_rates_plan_hundreds_of_each_kind_with_short_outages() -> None
     kinds = [kind for kind in FaultKind if kind is not FaultKind.STEP_CLOCK]
     rates = field_rates(200, 1800, quiet_tail=60, kinds=kinds)
     assert set(rates) == set(kinds)
+    short = field_rates(34, 300, quiet_tail=60, kinds=kinds)  # the CI lane's five minutes
+    for seed in range(300):
+        counts = plan_faults(seed, 300, rates=short, quiet_tail=60, holds=FIELD_HOLDS).by_kind()
+        assert all(counts[kind.value] >= 34 for kind in kinds), (seed, counts)
     for seed in range(5):
         plan = plan_faults(
             seed, 1800, rates=rates, nodes=("n1", "n2", "n3"), quiet_tail=60, holds=FIELD_HOLDS

@@ -4,10 +4,11 @@ report read back.
 
 The soak itself drives the CLI, injects the faults and checks the invariants
 (``benchmarks/soak/``); this test runs it as a user would, from the command line, and holds it to
-its own report: zero violations, every kind injected (``step-clock`` steps the client's clock:
-the file server's cannot be stepped alone on one machine), every planned client kill landed
-inside a command. The seed is fixed so a red run replays (``SERVATUS_SOAK_SEED`` picks
-another); the report, command log and markers stay in the test's ``tmp_path``.
+its own report: zero violations, at least 34 of every kind it runs injected (the file server's
+``step-clock`` is left out: that server is this machine; ``step-client-clock`` steps the
+client's), and the work going through. The seed is fixed so a red run replays
+(``SERVATUS_SOAK_SEED`` picks another); the report, command log and markers stay in the
+test's ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -48,19 +49,21 @@ def test_a_five_minute_soak_keeps_every_invariant(
     document = json.loads((out / "report.json").read_text())
     assert document["ok"] and document["violations"] == [], shown
     planned, injected = document["faults_planned"], document["faults"]
+    assert set(document["faults_left_out"]) == {"step-clock"}  # the file server's: not here
     run_here = set(planned) - set(document["faults_left_out"])
     assert run_here == {
         "kill-slurmctld", "kill-slurmd", "kill-sshd", "kill-client", "drop-master",
-        "fill-log-root", "step-clock",
+        "fill-log-root", "step-client-clock",
     }, document  # fmt: skip
-    # Every kind landed most of what was planned (a drop-master finds no master connection when
-    # the last command's ended with sshd down); a client kill passes on until one lands.
+    # The plan holds 1.6 x PER_KIND of each; every kind landed at least PER_KIND (a client kill
+    # passes on until a command runs long enough, a drop-master waits for a master to drop).
     for kind in run_here:
-        assert injected[kind] >= planned[kind] * 0.5, (kind, injected, planned)
-    assert injected["kill-client"] >= planned["kill-client"] - 1, (injected, planned)
-    ran_commands = sum(sum(codes.values()) for codes in document["commands"].values())
-    assert ran_commands >= 50, document["commands"]
-    # The work went through the faults: some Tasks ended, and the lease took steps.
-    assert document["tasks"].get("SUCCEEDED", 0) >= 1, document["tasks"]
-    assert document["commands"]["start"].get("0", 0) >= 1, document["commands"]
-    assert document["commands"]["reconcile"].get("0", 0) >= 1, document["commands"]
+        assert injected[kind] >= PER_KIND, (kind, injected, planned)
+    commands = document["commands"]
+    assert sum(sum(codes.values()) for codes in commands.values()) >= 100, commands
+    # The work went through the faults: sweeps were submitted and Tasks ended, the lease took
+    # steps, and reconcile settled what was left.
+    assert commands["submit"].get("0", 0) >= 3, commands
+    assert document["tasks"].get("SUCCEEDED", 0) >= 3, document["tasks"]
+    assert commands["start"].get("0", 0) >= 1, commands
+    assert commands["reconcile"].get("0", 0) >= 1, commands

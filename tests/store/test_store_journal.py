@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_helpers import make_tasks
 
-from servatus import ids
+from servatus import ids, strict
 from servatus.campaign import Campaign, append_state, create_state, ensure_state, seal_state
 from servatus.errors import (
     Busy,
@@ -657,3 +658,37 @@ def test_a_bad_record_in_a_run_of_single_records_is_named_as_alone(payload: byte
             _one_at_a_time(data)
         assert str(caught.value) == str(alone.value)
         assert f"record {len(before) + 1} " in str(caught.value)
+
+
+def test_a_record_that_does_not_apply_is_named_before_a_bad_one_after_it_in_its_run() -> None:
+    """Each record of a run that is not one table is decoded, then applied, in turn: a second
+    intent for one allocation (record 5) is named, not the bad intent behind it (record 6)."""
+    intent = records.Intent("a" * 24, ("a",), "digest", 2.0, LOCAL, time_limit=60)
+    bad = {**INTENT, "allocation_id": "b" * 24, "target": LOCAL, "time_limit": True}
+    data = journal(*ALL_RECORDS[:2], records.TargetSeen(LOCAL, '{"host":null}'), intent, intent)
+    data += codec.frame(json.dumps(bad, separators=(",", ":")).encode())  # as encode() writes
+    with pytest.raises(CorruptState) as caught:
+        codec.fold_journal(data, "j")
+    with pytest.raises(CorruptState) as alone:
+        _one_at_a_time(data)
+    assert str(caught.value) == str(alone.value)
+    assert "record 5 does not apply" in str(caught.value)
+
+
+@pytest.mark.parametrize("created_at", [10**400, -(10**400)])
+def test_a_time_too_large_for_a_float_is_a_bad_record_not_a_crash(created_at: int) -> None:
+    """A checksum that holds over ``created_at: 10**400`` (math.isfinite raises for it) is one
+    bad record, in a run and alone."""
+    good = records.Intent("a" * 24, ("a",), "digest", 2.0, LOCAL, time_limit=60)
+    huge = json.dumps({**INTENT, "allocation_id": "b" * 24, "target": LOCAL,
+                       "created_at": created_at}).encode()  # fmt: skip
+    head = journal(*ALL_RECORDS[:2], records.TargetSeen(LOCAL, '{"host":null}'))
+    for data in (
+        head + codec.frame(huge),
+        head + journal(good)[len(codec.MAGIC) :] + codec.frame(huge),
+    ):
+        with pytest.raises(CorruptState, match=r"is invalid: .*created_at"):
+            codec.fold_journal(data, "j")
+    with pytest.raises(TypeError, match="finite number"):
+        strict.finite_float(10**400, float)
+    assert not strict.finite(10**400) and strict.finite(10**300) and not strict.finite(math.inf)

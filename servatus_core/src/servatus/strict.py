@@ -36,9 +36,18 @@ def exactly(kind: type[Any]) -> Callable[[Any, Any], Any]:
     return structure
 
 
+def finite(value: float) -> bool:
+    """Whether a number is finite as a float: an integer too large for one is not (math.isfinite
+    raises for it, which a reader of bad input must never let escape)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def finite_float(value: Any, _: Any) -> float:
     """A hook taking a float from a finite number, an integer included."""
-    if type(value) not in (int, float) or not math.isfinite(value):
+    if type(value) not in (int, float) or not finite(value):
         raise TypeError(f"expected a finite number, got {value!r:.40}")
     return float(value)
 

@@ -7,7 +7,6 @@ import binascii
 import itertools
 import json
 import json.scanner
-import math
 import operator
 import re
 import zlib
@@ -49,7 +48,7 @@ from servatus.journal.records import (
     stored_row,
     task_fields,
 )
-from servatus.strict import RECORDED_BELOW, strict_scalars
+from servatus.strict import RECORDED_BELOW, finite, strict_scalars
 from servatus.tasks import Roster, Task, as_roster, bulk, every_match, fields_valid
 
 SCHEMA = "servatus.campaign/4"
@@ -194,7 +193,7 @@ def _in_range(column: str, values: list[Any]) -> bool:
     if column == "allocation or none":
         return every_match(ALLOCATION_ID, [value for value in values if value is not None])
     if column == "time":
-        return all(map(math.isfinite, values)) and min(values) >= 0 and max(values) < RECORDED_BELOW
+        return all(map(finite, values)) and min(values) >= 0 and max(values) < RECORDED_BELOW
     if column == "time or none":
         return _in_range("time", [value for value in values if value is not None])
     if column == "seconds":
@@ -540,10 +539,11 @@ def _fold_journal(data: bytes, name: str) -> tuple[Fold, Scan]:
     payloads = found.payloads
     index = 0
     while index < len(payloads):
-        end, changes = _row_run(payloads, index)
-        if changes is None:  # no run here, or one with a bad record: decoded one at a time
+        end, run = _row_run(payloads, index)
+        changes: Iterable[object] = run if run is not None else ()
+        if run is None:  # no run here, or one with a bad record: each decoded, then applied
             end = max(end, index + 1)
-            changes = [_decoded(payloads[at], at, name) for at in range(index, end)]
+            changes = (_decoded(payloads[at], at, name) for at in range(index, end))
         for at, change in enumerate(changes, index):
             try:
                 into.apply(change)
