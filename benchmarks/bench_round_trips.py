@@ -53,6 +53,7 @@ from bench_submit_cluster import (  # noqa: E402
     prepare,
     sharing_the_cluster,
 )
+from cli_timer import checkout_option  # noqa: E402
 from slowlink import Link, slow_alias  # noqa: E402
 from tests.cluster import harness  # noqa: E402 - importable once the checkout is on sys.path
 
@@ -250,13 +251,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--delay-ms", type=float, default=50, help="round trip (default 50)")
     parser.add_argument("--allocations", type=int, default=1000, metavar="N")
-    parser.add_argument(
-        "--checkout",
-        type=lambda text: Path(text).resolve(),
-        action="append",
-        metavar="DIR",
-        help="time this checkout's servatus (again for several; default: this one)",
-    )
+    checkout_option(parser)
     parser.add_argument("--loop", action="store_true", help="also N ssh sbatch, one at a time")
     parser.add_argument("--no-zero", action="store_true", help="skip the 0 ms repetition")
     options = parser.parse_args()

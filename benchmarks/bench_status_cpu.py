@@ -55,6 +55,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cli_timer import checkout_option, warm_up
+
 HERE = Path(__file__).resolve().parent
 
 CONFIG = """\
@@ -179,19 +181,6 @@ def run(command: str) -> tuple[float, float, int]:
         return time.process_time() - cpu, time.perf_counter() - wall, code
 
 
-def warm_up() -> None:
-    """What ``cli_timer.py`` (``bench_round_trips.py``) does before it times a command:
-    ``ensure`` and ``status --offline`` of a one-Task campaign."""
-    from servatus.cli import main
-
-    with tempfile.TemporaryDirectory() as warm, open(os.devnull, "w") as sink:
-        tasks = Path(warm) / "t.jsonl"
-        tasks.write_text('{"key": "w", "args": ["/bin/true"]}\n')
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            main(["ensure", f"{warm}/state", str(tasks)])
-            main(["status", f"{warm}/state", "--offline"])
-
-
 def child(root: str, command: str, repeat: int, mode: str = "fresh") -> None:
     """One fresh process. ``fresh``: the first command's CPU from the interpreter's start, and
     that command alone, then ``repeat`` warm ones; ``timed``: the command after
@@ -288,13 +277,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--allocations", type=int, default=1000, metavar="N")
     parser.add_argument("--repeat", type=int, default=15, metavar="R")
-    parser.add_argument(
-        "--checkout",
-        type=lambda text: Path(text).resolve(),
-        action="append",
-        metavar="DIR",
-        help="time this checkout's servatus (again for several; default: this one)",
-    )
+    checkout_option(parser)
     parser.add_argument("--profile", choices=sorted(COMMANDS), help="cProfile one warm command")
     parser.add_argument(
         "--when",

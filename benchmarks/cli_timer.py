@@ -12,6 +12,7 @@ bytes received and sent, and the commands themselves when there were few and non
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -33,8 +34,9 @@ def count_lines(path: str) -> int:
     return 0
 
 
-def main() -> None:
-    spec: dict[str, Any] = json.loads(sys.argv[1])
+def warm_up() -> None:
+    """Imports and plugins loaded: ``ensure`` and ``status --offline`` of a one-Task campaign
+    (``bench_status_cpu.py`` warms up the same way)."""
     from servatus.cli import main as servatus
 
     with tempfile.TemporaryDirectory() as warm, open(os.devnull, "w") as sink:
@@ -43,6 +45,24 @@ def main() -> None:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             servatus(["ensure", f"{warm}/state", str(tasks)])
             servatus(["status", f"{warm}/state", "--offline"])
+
+
+def checkout_option(parser: argparse.ArgumentParser) -> None:
+    """``--checkout DIR``, repeatable: the checkouts a benchmark times side by side."""
+    parser.add_argument(
+        "--checkout",
+        type=lambda text: Path(text).resolve(),
+        action="append",
+        metavar="DIR",
+        help="time this checkout's servatus (again for several; default: this one)",
+    )
+
+
+def main() -> None:
+    spec: dict[str, Any] = json.loads(sys.argv[1])
+    from servatus.cli import main as servatus
+
+    warm_up()
     for argv in spec.get("setup", []):
         with contextlib.redirect_stdout(io.StringIO()) as printed:
             code = servatus(argv)

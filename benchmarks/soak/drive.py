@@ -70,6 +70,10 @@ class Settings:
     reconcile_every: float = 5.0
     timeout: float = 600.0
     env: Mapping[str, str] | None = None
+    lease_plan: tuple[str, ...] = ()
+    """``plan`` options of a new lease (``--profile lease --hold 2``): when ``start`` finds the
+    lease can take no step (it ended: cancelled, failed, its node lost), the driver submits a
+    new one as a user would, and starts into it from then on. Empty: it never does."""
     later: tuple[str, ...] | None = None
     """The CLI with its clock past reconcile's 15-minute rule (``clock.py later``): the finale
     runs ``reconcile`` through it when the real one still waits at the finale's end."""
@@ -98,6 +102,8 @@ class Driver:
         self.lengths: dict[str, list[float]] = {}
         """The last seconds each verb took when it ran to its end: where a kill lands."""
         self.after = after
+        self.lease = settings.lease
+        """The lease ``start`` goes into (a new one once it ended, with ``lease_plan``)."""
         self.recent: list[str] = []
         """The Tasks of the last plan submitted: what ``cancel`` picks from."""
         self.began = time.monotonic()
@@ -252,14 +258,31 @@ class Driver:
             self.plan_and_submit(go_stale=True)
         elif action == "grow":
             self.grow()
-        elif action == "start" and s.lease is not None:
+        elif action == "start" and self.lease is not None:
             # A Task of its own, as a user starts new work into a lease: one picked from the
             # roster has most often run already, and start then has nothing to do.
             key = self.grow()
             grown = (s.work / "grown.jsonl").read_text().splitlines()
             one = s.work / "start.jsonl"
             one.write_text("".join(line + "\n" for line in grown if json.loads(line)["key"] == key))
-            self.run("start", str(s.state), str(one), "--lease", s.lease)
+            started = self.run("start", str(s.state), str(one), "--lease", self.lease)
+            if started.exit_code == 1 and "no link can take steps" in started.stderr:
+                self.renew_lease()
+
+    def renew_lease(self, *, killable: bool = True) -> None:
+        """Plan and submit a new lease (``lease_plan``); start goes into it once it is taken."""
+        s = self.settings
+        if not s.lease_plan:
+            return
+        path = self.new_plan()
+        args = ["plan", str(s.state), "--config", str(s.config), *s.lease_plan]
+        made = self.run(*args, "--output", str(path), plan=path, killable=killable)
+        if made.exit_code != 0:
+            return
+        sent = self.run("submit", str(s.state), str(path), plan=path, killable=killable)
+        for line in sent.stdout.splitlines():
+            if line.startswith("submitted lease "):
+                self.lease = line.split()[2].rstrip(":")
 
     def finale(self) -> None:
         """Reconcile until it exits 0 or the finale's time is up; then the last snapshot."""

@@ -492,24 +492,13 @@ def _soak(
     out: Path,
 ) -> dict[str, Any]:  # fmt: skip
     # Setup as a user would: the campaign, then a lease of two slots for ``start``.
+    settings = attrs.evolve(settings, lease_plan=("--profile", "lease", "--hold", "2"))
     setup = Driver(settings)
     setup.run("ensure", str(settings.state), str(settings.tasks), killable=False)
-    lease_plan = setup.new_plan()
-    planned = setup.run(
-        "plan", str(settings.state), "--config", str(settings.config), "--profile", "lease",
-        "--hold", "2",
-        "--output", str(lease_plan), plan=lease_plan, killable=False,
-    )  # fmt: skip
-    lease: str | None = None
-    if planned.exit_code == 0:
-        sent = setup.run("submit", str(settings.state), str(lease_plan), plan=lease_plan,
-                         killable=False)  # fmt: skip
-        for line in sent.stdout.splitlines():
-            if line.startswith("submitted lease "):
-                lease = line.split()[2].rstrip(":")
-    if lease is None:
+    setup.renew_lease(killable=False)
+    if setup.lease is None:
         print("soak: no lease (see commands.jsonl); start is left out", file=sys.stderr)
-    settings = attrs.evolve(settings, lease=lease)
+    settings = attrs.evolve(settings, lease=setup.lease)
 
     def finale(driver: Driver) -> None:
         injector.stop()

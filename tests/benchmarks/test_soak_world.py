@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 import soakkit
-from soak import drive, invariants, report
+from soak import commandlog, drive, invariants, report
 from soak.evidence import SoakEvidence
 
 from testkit import CPU_PROFILE
@@ -149,3 +149,27 @@ def runs_of_k0(found: SoakEvidence) -> list[str]:
     """The allocations the spans show running k0, in the order they started."""
     spans = sorted((x for x in invariants.spans(found) if x.key == "k0"), key=lambda x: x.start)
     return [span.allocation_id for span in spans]
+
+
+def test_start_into_a_lease_that_ended_brings_a_new_lease(tmp_path: Path) -> None:
+    """The field soak's lease ended in its first half minute (slurmctld, killed just after it
+    started the lease, reloaded it as pending and ran its batch script again, which refused to
+    run twice); every later start said "no link can take steps". A user submits a new lease."""
+    s = attrs.evolve(make_world(tmp_path, seed=5), lease_plan=("--hold", "2"))
+    d = drive.Driver(s)
+    d.run("ensure", str(s.state), str(s.tasks), killable=False)
+    d.renew_lease(killable=False)
+    first = d.lease
+    assert first is not None
+    d.run("cancel", str(s.state), f"--allocation={first}", killable=False)
+    for _ in range(6):  # until the world forgets it and start has no link left
+        d.run("status", str(s.state), killable=False)
+    d.step("start")
+    start, _, plan, _, submit, _ = commandlog.read(s.log)[-6:]  # each with its status snapshot
+    assert (start.verb, start.exit_code) == ("start", 1)
+    assert "no link can take steps" in start.stderr
+    assert (plan.verb, plan.exit_code, submit.verb, submit.exit_code) == ("plan", 0, "submit", 0)
+    assert d.lease is not None and d.lease != first
+    d.step("start")
+    assert commandlog.read(s.log)[-2].verb == "start"
+    assert commandlog.read(s.log)[-2].exit_code == 0, commandlog.read(s.log)[-2].stderr

@@ -218,6 +218,26 @@ def test_a_session_cut_without_a_word_from_ssh_names_no_sentinel(
     assert str(caught.value) == "cannot reach cut: module: command not found"
 
 
+def test_a_session_cut_inside_a_programs_own_frame_names_no_sentinel(
+    fake_ssh: dict[str, str],
+) -> None:
+    """The field soak (#34) saw the same after 316dd6b: ``status`` reads Slurm and the markers
+    inside frames of its own (other tokens than the transport's), so a cut inside one left that
+    frame's opening last on stderr."""
+    inner = "0123456789abcdef0123456789abcdef"
+    for program in (  # cut inside an inner frame; cut just after one closed (a blank line first)
+        f"printf '%s>\\n' {inner} >&2; kill -9 $PPID",
+        f"printf '%s>\\nwork\\n\\n<%s\\n' {inner} {inner} >&2; kill -9 $PPID",
+    ):
+        with pytest.raises(Unavailable) as caught:
+            SshTransport("cut", environ=fake_ssh).run(["/bin/sh", "-c", program])
+        assert not re.search(r"[0-9a-f]{32}", str(caught.value)), str(caught.value)
+        assert str(caught.value) in {
+            "cannot reach cut: module: command not found",
+            "cannot reach cut: work",
+        }, str(caught.value)
+
+
 def test_remote_shell_dying_mid_command_is_unavailable(fake_ssh: dict[str, str]) -> None:
     transport = SshTransport("hpc", environ=fake_ssh)
     with pytest.raises(Unavailable, match="no complete answer"):

@@ -469,6 +469,10 @@ def ssh_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in SSH_PASSED if name in environ}
 
 
+_SENTINEL = re.compile(r"[0-9a-f]{32}")
+"""What a sentinel's token looks like (:meth:`Frame.random`): a line holding one is a frame's,
+printed by the remote side, never ssh's own words."""
+
 _NOT_CONNECTED = re.compile(r"ssh: (?:connect to host \S+ port \S+|Could not resolve hostname) ")
 """What OpenSSH's client prints when it made no connection at all: no session can have
 started, so no command ran."""
@@ -537,12 +541,14 @@ class SshTransport(_Runs):
             err_tail=tail,
         )
         if not out.complete or out.code is None:
-            # ssh's own words: not the frame's sentinels, which the remote side wrote (a
-            # connection cut after the remote shell started leaves its opening last).
+            # ssh's own words: no frame's sentinels, which the remote side wrote (a connection
+            # cut after the remote shell started leaves an opening last: this frame's, or one
+            # of a program's own frames inside it, such as the evidence listing's), nor the
+            # blank line a closing sentinel begins with.
             said = [
                 line
                 for line in tail.decode(errors="replace").strip().splitlines()
-                if frame.token not in line
+                if line.strip() and frame.token not in line and not _SENTINEL.search(line)
             ]
             reason = said[-1] if said else f"ssh exited {status} without an answer"
             if status == SSH_UNAVAILABLE and _never_connected(out, err, said):
