@@ -22,11 +22,11 @@ from typing import IO
 
 import pytest
 
-from cluster import harness
+from cluster import harness, prelude
 
 KEEP_VARIABLE = "SERVATUS_CLUSTER_KEEP"
 
-# Per-Task resources and ceilings that fit the one node (2 CPUs, 8000 MiB, gpu:a100:2).
+# Per-Task resources and ceilings that fit the one node (harness.CPUS, REAL_MEMORY_MIB, gpu:a100:2).
 CPUS = 1
 MEMORY_MIB = 500
 TIME_LIMIT = "00:05:00"
@@ -269,7 +269,8 @@ class SlurmCluster:
         return harness.node_states(self.root)
 
     def scancel_all(self) -> None:
-        """Cancel every job alice has, so a test leaves the node free."""
+        """Cancel every job alice has, so a test leaves the node free: only for a test marked
+        ``cluster_alone``, since the others run beside the concurrent scenarios."""
         harness.login([f"{self.slurm_bin}/scancel", "--user", self.user])
 
 
@@ -283,11 +284,28 @@ def _unavailable_here(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("cluster") is not None:
         reason = unavailable()
         if reason is not None:
             _unavailable_here(reason)
+    if prelude.alone(item):
+        # Before any of its fixtures: none of them may overlap a scenario either.
+        prelude.settle()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Concurrent scenarios first, ``cluster_alone`` tests last (:func:`prelude.ordered`); after
+    any other reordering (pytest-randomly's), so that nothing undoes it."""
+    items[:] = prelude.ordered(items)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    took = prelude.timings()
+    if took:
+        terminalreporter.write_line("concurrent cluster scenarios: " + ", ".join(took))
 
 
 @pytest.fixture(scope="session")

@@ -72,10 +72,17 @@ SECOND_USER = "mallory"
 """Another user of the cluster, inside the root only: a member of alice's primary group (her
 project group) and nothing more, for the tests of a shared ``log_root`` (issue #30)."""
 SECOND_FIRST_UID = 2001
-CPUS = 16
-"""CPUs the node declares: more than the machine has (slurmd accepts it with
-``config_overrides``), so slow real-cluster cases run side by side; the jobs mostly sleep."""
-REAL_MEMORY_MIB = 8000
+CPUS = 64
+"""CPUs the node declares: far more than the machine has (slurmd accepts it with
+``config_overrides``), so the lane's slow scenarios, which start together at the session's start
+(``tests/cluster/prelude.py``), and the tests beside them never wait for a CPU; their jobs mostly
+sleep. At most about 45 are held at once."""
+REAL_MEMORY_MIB = 32000
+"""500 MiB per declared CPU, as before: memory never binds before the CPUs do."""
+SSH_MAX_SESSIONS = 64
+"""sshd's sessions per connection (OpenSSH's default is 10): every SSH lane of the concurrent
+scenarios shares the one ControlMaster connection, and a session the master is refused falls
+back to a connection of its own with an error line on stderr."""
 PARTITION = "debug"
 GPU_TYPE = "a100"
 GPU_COUNT = len(FAKE_GPUS)
@@ -643,8 +650,9 @@ def second_user_ids(root: Path, alice_gid: int) -> tuple[int, int, tuple[int, ..
     return uid, gid, (gid, alice_gid)
 
 
-def ensure_ssh(root: Path, uid: int, gid: int) -> None:
-    """A key-only login for alice and an ssh_config alias root's ssh reads by itself."""
+def ensure_ssh(root: Path, uid: int, gid: int) -> bool:
+    """A key-only login for alice and an ssh_config alias root's ssh reads by itself; True if
+    sshd's own configuration changed (a running sshd must be restarted to read it)."""
     RUN_DIR.mkdir(mode=0o700, exist_ok=True)
     key = RUN_DIR / "id_ed25519"
     if not key.exists():
@@ -676,6 +684,9 @@ Host {ALIAS}
     ServerAliveCountMax 2
 """
     write_if_changed(SSH_INCLUDE, config, 0o644)
+    return write_if_changed(
+        root / "etc/ssh/sshd_config.d/servatus-test.conf", f"MaxSessions {SSH_MAX_SESSIONS}\n"
+    )
 
 
 def ensure_scratch(root: Path, uid: int, gid: int) -> None:
@@ -1156,7 +1167,10 @@ def up(
         write_state(state)
         ensure_second_user(root, gid)
         ensure_scratch(root, uid, gid)
-        ensure_ssh(root, uid, gid)
+        if ensure_ssh(root, uid, gid) and pid_of(root, "sshd") is not None:
+            log("sshd's configuration changed: restarting sshd, its master connection closed")
+            close_master()
+            stop_daemon(root, "sshd")
         changed = ensure_configs(root, settings)
         stop_legacy_slurmd(root)
         running = [d for d in (*SLURMDS, "slurmctld") if pid_of(root, d) is not None]

@@ -235,6 +235,7 @@ def test_root_venv_imports_servatus_with_python_3_13_in_a_step(
 
 
 @pytest.mark.cluster
+@pytest.mark.cluster_alone  # restarts Slurm with other settings
 def test_scontrol_reports_the_settings_started_with(slurm_cluster: SlurmCluster) -> None:
     cluster = slurm_cluster
 
@@ -351,6 +352,7 @@ def test_bwrap_sandboxes_as_alice_in_a_job_and_on_the_login_node(
 
 
 @pytest.mark.cluster
+@pytest.mark.cluster_alone  # stops sshd
 def test_stopping_sshd_cuts_the_ssh_way_in_and_starting_restores_it(
     slurm_cluster: SlurmCluster,
 ) -> None:
@@ -367,6 +369,7 @@ def test_stopping_sshd_cuts_the_ssh_way_in_and_starting_restores_it(
 
 
 @pytest.mark.cluster
+@pytest.mark.cluster_alone  # runs up, and times it
 def test_a_second_up_with_the_same_settings_changes_nothing(slurm_cluster: SlurmCluster) -> None:
     root = slurm_cluster.root
     pids = {daemon: harness.pid_of(root, daemon) for daemon in harness.DAEMONS}
@@ -429,6 +432,7 @@ def outside_mounts(root: Path) -> list[str]:
 
 
 @pytest.mark.cluster
+@pytest.mark.cluster_alone  # takes the cluster down
 def test_down_leaves_nothing_behind_and_up_restores(slurm_cluster: SlurmCluster) -> None:
     """Runs the command line as a user would; brings the cluster back for later tests."""
     cluster = slurm_cluster
@@ -490,6 +494,7 @@ def test_down_leaves_nothing_behind_and_up_restores(slurm_cluster: SlurmCluster)
 
 
 @pytest.mark.cluster
+@pytest.mark.cluster_alone  # kills every cluster process
 def test_up_recovers_when_every_cluster_process_was_killed(slurm_cluster: SlurmCluster) -> None:
     """A crash: SIGKILL to every process of the cluster, the namespace's holder included. The
     namespace and its mounts die with them; `up` then starts a new one and the cluster works."""
@@ -523,6 +528,7 @@ def test_up_recovers_when_every_cluster_process_was_killed(slurm_cluster: SlurmC
 
 
 @pytest.mark.cluster
+@pytest.mark.cluster_alone  # fails n2 and needs n1..n3 idle
 def test_each_node_has_its_own_slurmd_and_its_steps_are_told_apart_then_one_fails_and_returns(
     slurm_cluster: SlurmCluster,
 ) -> None:

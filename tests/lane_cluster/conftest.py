@@ -9,7 +9,30 @@ from pathlib import Path
 import pytest
 from lane_helpers import TRANSPORTS, Lane, make_lane
 
+from cluster import prelude
 from cluster.fixture import SlurmCluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prelude_scenarios(
+    request: pytest.FixtureRequest,
+    slurm_cluster: SlurmCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Start every slow scenario the session's selected tests need, side by side, at the first
+    test of this directory (``cluster.prelude``); wait for them and clean up at the end."""
+    names = prelude.wanted(request.session.items)
+    # Made here, in the main thread: tmp_path_factory is not meant for threads.
+    bases = {name: tmp_path_factory.mktemp(_directory(name)) for name in names}
+    prelude.start(slurm_cluster, bases)
+    try:
+        yield
+    finally:
+        prelude.finish()
+
+
+def _directory(module: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", module.removeprefix("test_lane_").lower()).strip("-")
 
 
 def _label(request: pytest.FixtureRequest) -> str:

@@ -7,7 +7,8 @@ file ``at.N`` says: ``before`` (SIGKILL servatus, never run ``sbatch``), ``after
 Slurm refuses a bad partition) or ``drop`` (say Slurm timed out, having sent nothing). Everything
 else is real: the CLI in a subprocess, the journal, ``ssh``, the batch program, Slurm.
 
-The scenarios run at once, each in its own lane and thread; the sshd one runs alone after them,
+The scenarios run at once, each in its own lane and thread, beside the lane's other slow
+scenarios (``cluster.prelude``); the sshd one runs alone after all of them (``cluster_alone``),
 since it takes the login node away from every SSH lane. After every cut the same books are kept:
 each receipt is a job Slurm lists under the allocation's name; what is unresolved is exactly
 what had no answer; ``reconcile`` (now, and 15 minutes later on a faked clock) resolves each
@@ -25,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +40,7 @@ from lane_helpers import (
 )
 from lane_traps import KILL_CALLER, TIMED_OUT, Trap, killed_when_asked, wrap_sbatch
 
+from cluster import prelude
 from cluster.fixture import SlurmCluster
 
 pytestmark = pytest.mark.cluster
@@ -308,14 +311,14 @@ SCENARIOS: dict[str, tuple[str, Callable[[Lane, Paced], None]]] = {
 """Each scenario in its own lane, over SSH or on the login node."""
 
 
-@pytest.fixture(scope="module")
-def scenarios(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Exception | None]]:
-    """Every scenario at once, each in its own lane and thread (they share only the cluster):
-    what each raised, or None."""
+@prelude.scenario(seconds=51)
+def every_scenario(cluster: SlurmCluster, base: Path) -> Iterator[dict[str, Exception | None]]:
+    """Every scenario at once, each in its own lane and thread (they share only the cluster),
+    beside the lane's other slow scenarios (``cluster.prelude``): what each raised, or None."""
+    for name in SCENARIOS:
+        (base / name).mkdir()
     lanes = {
-        name: make_lane(slurm_cluster, transport, tmp_path_factory.mktemp(name), name)
+        name: make_lane(cluster, transport, base / name, name)
         for name, (transport, _) in SCENARIOS.items()
     }
 
@@ -329,10 +332,17 @@ def scenarios(
 
     try:
         with ThreadPoolExecutor(len(SCENARIOS)) as pool:
-            yield dict(zip(SCENARIOS, pool.map(run, SCENARIOS), strict=True))
+            raised = dict(zip(SCENARIOS, pool.map(run, SCENARIOS), strict=True))
+        yield raised
     finally:
         for lane in lanes.values():
             lane.cleanup()
+
+
+@pytest.fixture(scope="module")
+def scenarios() -> Iterator[dict[str, Exception | None]]:
+    with prelude.outcome(__name__) as raised:
+        yield raised
 
 
 def outcome(scenarios: Mapping[str, Exception | None], name: str) -> None:
@@ -371,6 +381,7 @@ def test_a_chain_whose_batch_is_cut_after_link_2_of_4_on_the_login_node(scenario
     outcome(scenarios, "chain-local")
 
 
+@pytest.mark.cluster_alone  # it takes the login node away from every SSH lane
 def test_sshd_stopped_in_the_middle_of_a_batch(
     ssh_lane: Lane, paced_ssh: Paced, slurm_cluster: SlurmCluster
 ) -> None:

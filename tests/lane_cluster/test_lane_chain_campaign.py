@@ -29,6 +29,7 @@ import pytest
 from lane_helpers import FINAL, HERE, INNER_PYTHON, Lane, make_lane, wait_until
 from lane_traps import Trap, kill_cases, wrap_sbatch
 
+from cluster import prelude
 from cluster.fixture import SlurmCluster
 
 pytestmark = pytest.mark.cluster
@@ -292,12 +293,12 @@ def _extend(chains: Chains) -> None:
     extension["submitted"] = chains.local.servatus("submit", "state", "extend.json")
 
 
-@pytest.fixture(scope="module")
-def chains(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Chains]:
-    local = make_lane(slurm_cluster, "local", tmp_path_factory.mktemp("local"), "campaign")
-    ssh = make_lane(slurm_cluster, "ssh", tmp_path_factory.mktemp("ssh"), "campaign")
+@prelude.scenario(seconds=182)
+def watched_chains(cluster: SlurmCluster, base: Path) -> Iterator[Chains]:
+    """Every campaign planned, submitted and watched to its end, beside the lane's other slow
+    scenarios (``cluster.prelude``)."""
+    local = make_lane(cluster, "local", base, "campaign")
+    ssh = make_lane(cluster, "ssh", base, "campaign")
     try:
         for lane in (local, ssh):
             lane.put_chain_worker()
@@ -368,7 +369,11 @@ def chains(
         def settled() -> bool:
             for campaign in campaigns:
                 campaign.poll()
-            _cancel_cases(watched)
+                # After each poll, not each round of six: cs's scancel has an 8 s window (2 s
+                # after its signal, before its stop 10 s after), and a round is slower when
+                # the other scenarios run beside this one.
+                if watched.protocol.last:
+                    _cancel_cases(watched)
             _extend(watched)
             _retry_capped(watched)
             ready = "plan" in watched.capped_retry and all(
@@ -399,6 +404,12 @@ def chains(
     finally:
         local.cleanup()
         ssh.cleanup()
+
+
+@pytest.fixture(scope="module")
+def chains() -> Iterator[Chains]:
+    with prelude.outcome(__name__) as seen:
+        yield seen
 
 
 def _late_link(chains: Chains, trap: Trap) -> None:

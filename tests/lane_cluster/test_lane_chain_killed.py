@@ -34,6 +34,7 @@ import attrs
 import pytest
 from lane_helpers import HERE, INNER_PYTHON, Lane, make_lane, task_of, wait_until
 
+from cluster import prelude
 from cluster.fixture import SlurmCluster
 
 pytestmark = pytest.mark.cluster
@@ -132,11 +133,11 @@ def _plan(lane: Lane, *options: str) -> dict[str, Any]:
     return document
 
 
-@pytest.fixture(scope="module")
-def killed(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Lane, Seen]]:
-    lane = make_lane(slurm_cluster, "ssh", tmp_path_factory.mktemp("ssh"), "chain-killed")
+@prelude.scenario(seconds=144)
+def killed_and_watched(cluster: SlurmCluster, base: Path) -> Iterator[tuple[Lane, Seen]]:
+    """Both chains submitted, their first links killed, watched until Slurm forgot every link,
+    beside the lane's other slow scenarios (``cluster.prelude``)."""
+    lane = make_lane(cluster, "ssh", base, "chain-killed")
     try:
         lane.put_chain_worker()
         lane.put(Path(lane.base) / "lane_kill.py", (HERE / "lane_kill.py").read_text())
@@ -166,6 +167,12 @@ def killed(
         yield lane, seen
     finally:
         lane.cleanup()
+
+
+@pytest.fixture(scope="module")
+def killed() -> Iterator[tuple[Lane, Seen]]:
+    with prelude.outcome(__name__) as seen:
+        yield seen
 
 
 def _report(lane: Lane, seen: Seen, key: str) -> str:

@@ -23,7 +23,9 @@ from lane_helpers import FINAL, INNER_PYTHON, Lane, wait_until
 
 from cluster import harness
 
-pytestmark = pytest.mark.cluster
+# After every concurrent scenario (cluster.prelude):
+# it stops slurmd and slurmctld.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 KEYS = ("r1", "r2")
 MODES = "yield25,yield25,exit0"

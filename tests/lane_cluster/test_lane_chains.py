@@ -25,6 +25,7 @@ import attrs
 import pytest
 from lane_helpers import HERE, INNER_PYTHON, Lane, limited, make_lane, wait_until
 
+from cluster import prelude
 from cluster.fixture import SlurmCluster
 
 pytestmark = pytest.mark.cluster
@@ -148,11 +149,11 @@ def _end_time(lane: Lane, job: int) -> str:
     return found[1] if found else "?"
 
 
-@pytest.fixture(scope="module")
-def chains(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Chains]:
-    lane = make_lane(slurm_cluster, "local", tmp_path_factory.mktemp("chains"), "chains")
+@prelude.scenario(seconds=91)
+def watched_chains(cluster: SlurmCluster, base: Path) -> Iterator[Chains]:
+    """Every chain submitted and watched to its end, beside the lane's other slow scenarios
+    (``cluster.prelude``)."""
+    lane = make_lane(cluster, "local", base, "chains")
     try:
         lane.put(lane.launch / "SERVATUS.toml", _toml(lane, MINUTES, BEFORE))
         lane.put(lane.launch / "SERVATUS-short.toml", _toml(lane, *SHORT))
@@ -195,6 +196,12 @@ def chains(
         yield watched
     finally:
         lane.cleanup()
+
+
+@pytest.fixture(scope="module")
+def chains() -> Iterator[Chains]:
+    with prelude.outcome(__name__) as seen:
+        yield seen
 
 
 def _cancel_cases(watched: Chains) -> None:

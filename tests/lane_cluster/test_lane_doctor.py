@@ -21,7 +21,9 @@ from lane_helpers import TRANSPORTS, Lane, make_lane, wait_until
 from cluster import harness
 from cluster.fixture import SlurmCluster
 
-pytestmark = pytest.mark.cluster
+# After every concurrent scenario (cluster.prelude):
+# it restarts Slurm with other settings.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 CHECKS = [
     "slurm version",

@@ -37,6 +37,7 @@ from lane_helpers import (
     wait_until,
 )
 
+from cluster import prelude
 from cluster.fixture import SlurmCluster
 
 pytestmark = pytest.mark.cluster
@@ -322,12 +323,14 @@ SCENARIOS: dict[str, tuple[str, Callable[[Lane, dict[str, Any]], None]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def leases(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, dict[str, Any]]]:
+@prelude.scenario(seconds=134)
+def every_scenario(cluster: SlurmCluster, base: Path) -> Iterator[dict[str, dict[str, Any]]]:
+    """The scenarios above, each in its own lane and thread, beside the lane's other slow
+    scenarios (``cluster.prelude``)."""
+    for name in SCENARIOS:
+        (base / name).mkdir()
     lanes = {
-        name: make_lane(slurm_cluster, transport, tmp_path_factory.mktemp(name), f"lease-{name}")
+        name: make_lane(cluster, transport, base / name, f"lease-{name}")
         for name, (transport, _) in SCENARIOS.items()
     }
     seen: dict[str, dict[str, Any]] = {name: {} for name in SCENARIOS}
@@ -347,6 +350,12 @@ def leases(
     finally:
         for lane in lanes.values():
             lane.cleanup()
+
+
+@pytest.fixture(scope="module")
+def leases() -> Iterator[dict[str, dict[str, Any]]]:
+    with prelude.outcome(__name__) as seen:
+        yield seen
 
 
 def _ok(seen: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,9 @@ from servatus.lease import Verdict
 from servatus.plugins import hooks
 from servatus.transport import Transport
 
-pytestmark = pytest.mark.cluster
+# After every concurrent scenario (cluster.prelude):
+# it asserts latencies of a poll plus srun.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 POLL = 5
 """The lease's poll, the spec's 5 s."""

@@ -50,7 +50,7 @@ from lane_helpers import (
     wait_until,
 )
 
-from cluster import harness
+from cluster import harness, prelude
 from cluster.fixture import SlurmCluster
 
 pytestmark = pytest.mark.cluster
@@ -391,14 +391,13 @@ def _failure(lane: Lane, seen: dict[str, Any]) -> None:
 # -- the module fixture -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def nodes(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, dict[str, Any]]]:
-    base = tmp_path_factory.mktemp("nodes")
+@prelude.scenario(seconds=115)
+def both_scenarios(cluster: SlurmCluster, base: Path) -> Iterator[dict[str, dict[str, Any]]]:
+    """Both scenarios at once, beside the lane's other slow scenarios (``cluster.prelude``):
+    they drain and fail nodes of partition ``nodes``, which nothing else running then uses."""
     lanes = {
-        "across": make_lane(slurm_cluster, "local", base, "nodes-across"),
-        "failure": make_lane(slurm_cluster, "ssh", base, "nodes-failure"),
+        "across": make_lane(cluster, "local", base, "nodes-across"),
+        "failure": make_lane(cluster, "ssh", base, "nodes-failure"),
     }
     scenarios = {"across": across, "failure": failure}
     seen: dict[str, dict[str, Any]] = {name: {} for name in scenarios}
@@ -421,14 +420,20 @@ def nodes(
         )
         yield seen
     finally:
-        for node in slurm_cluster.nodes:
-            state = slurm_cluster.node_states().get(node, "")
+        for node in cluster.nodes:
+            state = cluster.node_states().get(node, "")
             if state.startswith("down"):
-                slurm_cluster.return_node(node)
+                cluster.return_node(node)
             elif state.startswith("drain"):
-                slurm_cluster.undrain_node(node)
+                cluster.undrain_node(node)
         for made in lanes.values():
             _cancel_all(made)
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[dict[str, dict[str, Any]]]:
+    with prelude.outcome(__name__) as seen:
+        yield seen
 
 
 def _cancel_all(lane: Lane) -> None:

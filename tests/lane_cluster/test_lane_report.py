@@ -30,6 +30,7 @@ import pytest
 from lane_helpers import FINAL, INNER_PYTHON, STEPPED, Lane, make_lane, task_of, wait_until
 
 from browserkit import CHROMIUM, drawn_page, screenshot
+from cluster import prelude
 from cluster.fixture import SlurmCluster
 from servatus.engine.report import disagreements
 from servatus.journal import store
@@ -174,9 +175,11 @@ def drive(lane: Lane, seen: Seen) -> None:
     seen.page = lane.launch / "report.html"
 
 
-@pytest.fixture(scope="module")
-def seen(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
-    lane = make_lane(slurm_cluster, "ssh", tmp_path_factory.mktemp("report"), "report")
+@prelude.scenario(seconds=119)
+def driven(cluster: SlurmCluster, base: Path) -> Iterator[Seen]:
+    """The campaign driven to its end, beside the lane's other slow scenarios
+    (``cluster.prelude``)."""
+    lane = make_lane(cluster, "ssh", base, "report")
     seen = Seen(lane)
     began = time.monotonic()
     try:
@@ -186,6 +189,12 @@ def seen(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
         yield seen
     finally:
         lane.cleanup()
+
+
+@pytest.fixture(scope="module")
+def seen() -> Iterator[Seen]:
+    with prelude.outcome(__name__) as done:
+        yield done
 
 
 def _lanes(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -61,7 +61,9 @@ from lane_traps import TIMED_OUT, wrap_sbatch
 
 from cluster.fixture import SlurmCluster
 
-pytestmark = pytest.mark.cluster
+# After every concurrent scenario (cluster.prelude):
+# it asserts a killed step's end within 0.9 s of its return.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 RACE_JOBS = 12
 RACE_SLOTS = 3

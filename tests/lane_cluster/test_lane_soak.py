@@ -23,7 +23,9 @@ import pytest
 
 from cluster.fixture import SlurmCluster
 
-pytestmark = pytest.mark.cluster
+# After every concurrent scenario (cluster.prelude):
+# it kills slurmctld, slurmd and sshd, and fails nodes.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 MINUTES = 5

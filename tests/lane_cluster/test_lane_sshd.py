@@ -22,7 +22,9 @@ from lane_traps import Trap, install
 from cluster import harness
 from cluster.fixture import SlurmCluster
 
-pytestmark = pytest.mark.cluster
+# After every concurrent scenario (cluster.prelude):
+# it stops sshd and closes the master connection.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 
 def test_a_master_connection_outlives_sshd(ssh_lane: Lane, slurm_cluster: SlurmCluster) -> None:

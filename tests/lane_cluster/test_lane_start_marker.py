@@ -18,7 +18,9 @@ from lane_helpers import Lane
 
 from cluster import harness
 
-pytestmark = pytest.mark.cluster
+# After every concurrent scenario (cluster.prelude):
+# it blocks the job numbers Slurm hands out next.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 AHEAD = 5
 """Job numbers blocked ahead of the next one (nothing else submits while a cluster test runs)."""

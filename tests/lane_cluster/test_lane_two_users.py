@@ -25,6 +25,7 @@ settling). A scenario records what it saw; the tests below judge it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -41,6 +42,7 @@ import pytest
 from lane_helpers import FINAL, Lane, make_lane, steps_of, task_of, wait_until
 from lane_traps import wrap_sbatch
 
+from cluster import prelude
 from cluster.fixture import SlurmCluster
 from servatus.config import Profile
 from servatus.direct import DirectLauncher
@@ -56,8 +58,8 @@ HER_STEP = "0ddba11c0ffee0ddba11c0ff"
 VICTIM_TEXT = "alice's own words, never to be overwritten\n"
 
 
-@pytest.fixture(scope="module")
-def project(slurm_cluster: SlurmCluster) -> Iterator[Path]:
+@contextlib.contextmanager
+def project_directory(slurm_cluster: SlurmCluster) -> Iterator[Path]:
     """``/scratch/project-*``: root's, alice's group, ``2770``; its ``logs`` the same (the shared
     ``log_root``), and ``loot``, mallory's own, writable by all, where her order would write."""
     base = slurm_cluster.scratch / f"project-{uuid.uuid4().hex[:8]}"
@@ -351,16 +353,19 @@ SCENARIOS: dict[str, Callable[[Scene, dict[str, Any]], None]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def attacked(
-    slurm_cluster: SlurmCluster, project: Path, tmp_path_factory: pytest.TempPathFactory
+@prelude.scenario(seconds=58)
+def every_attack(cluster: SlurmCluster, base: Path) -> Iterator[dict[str, dict[str, Any]]]:
+    """The scenarios above, each in its own lane and thread, in one project directory, beside
+    the lane's other slow scenarios (``cluster.prelude``)."""
+    with project_directory(cluster) as project:
+        yield from _attacked(cluster, project, base)
+
+
+def _attacked(
+    slurm_cluster: SlurmCluster, project: Path, base: Path
 ) -> Iterator[dict[str, dict[str, Any]]]:
     scenes = {
-        name: Scene(
-            make_lane(slurm_cluster, "local", tmp_path_factory.mktemp(name), f"two-{name}"),
-            project,
-            name,
-        )
+        name: Scene(make_lane(slurm_cluster, "local", base, f"two-{name}"), project, name)
         for name in SCENARIOS
     }
     seen: dict[str, dict[str, Any]] = {name: {} for name in SCENARIOS}
@@ -382,6 +387,12 @@ def attacked(
     finally:
         for scene in scenes.values():
             scene.lane.cleanup()
+
+
+@pytest.fixture(scope="module")
+def attacked() -> Iterator[dict[str, dict[str, Any]]]:
+    with prelude.outcome(__name__) as seen:
+        yield seen
 
 
 def _ok(seen: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import pytest
 from launch_helpers import PROBE, install_stand_in, make_image, sweep
 
 from cluster.fixture import SlurmCluster
+from servatus.journal import store
 from servatus.tasks import Task
 from testkit import install_distribution
 
@@ -72,6 +73,16 @@ class Area:
         data: dict[str, Any] = json.loads((self.base / "out" / f"{key}.json").read_text())
         return data
 
+    def cancel_own(self) -> None:
+        """Cancel the jobs this test's campaign submitted, by number: never every job of
+        alice's, since other tests' run beside this one (``cluster.prelude``)."""
+        state = self.local / "state"
+        if not state.exists():
+            return
+        jobs = [str(receipt.job) for receipt in store.read(state).receipts]
+        if jobs:
+            self.cluster.login([f"{self.cluster.slurm_bin}/scancel", *jobs])
+
 
 @pytest.fixture
 def area(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Area]:
@@ -82,7 +93,7 @@ def area(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Area]:
     try:
         yield made
     finally:
-        slurm_cluster.scancel_all()
+        made.cancel_own()
 
 
 def check_outcome(outcome: Mapping[str, tuple[str, int | None, int | None]]) -> int:
