@@ -134,6 +134,25 @@ def test_a_mixed_sweep_answers_the_same_from_the_cache(
     assert header["counts"] == {"SUCCEEDED": 3, "FAILED": 1}
 
 
+def test_a_running_tasks_run_time_is_counted_when_the_cache_answers(
+    sweep: tuple[Campaign, FakeScheduler, Path],
+    capsys: pytest.CaptureFixture[str],
+    loads: list[int],
+) -> None:
+    """The cache holds settled Tasks only: a minute later, the running Task's run time is a
+    minute longer from the cache as without it (the cache was written at ~00:00:00)."""
+    _campaign, fake, state = sweep
+    later = fake.clock() + 61
+    fake.clock = lambda: later
+    for args in (["--json"], []):
+        loads.clear()
+        shown = run(["status", str(state), *args], fake, capsys)
+        assert loads == [], (args, "the cache did not answer")
+        assert shown == uncached(state, fake, capsys, args), args
+    [row] = [line.split() for line in shown[1].splitlines() if line.startswith("a-much-longer")]
+    assert row[2:5] == ["RUNNING", "-", "~00:01:01"], row
+
+
 def test_what_settles_after_the_cache_is_recorded_and_shown(
     sweep: tuple[Campaign, FakeScheduler, Path],
     capsys: pytest.CaptureFixture[str],
