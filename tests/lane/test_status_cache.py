@@ -76,6 +76,16 @@ def assert_cached_same(
             assert loads == [], (args, "the cache did not answer")
 
 
+def still_fake() -> FakeScheduler:
+    """A FakeScheduler whose clock (the file server's) stands still at the moment it is made.
+
+    A running Task's run time is counted to the clock its listing reads, so on a moving clock it
+    grows between two statuses (``~00:00:00``, then ``~00:00:01`` once half a second passed on
+    a loaded machine): what the tests compare would differ with no cache involved."""
+    now = time.time()
+    return FakeScheduler(clock=lambda: now)
+
+
 def tasks(n: int) -> list[Task]:
     return [Task(f"t{i}", ["/usr/bin/python3", "train.py"], stdin=b"%d" % i) for i in range(n)]
 
@@ -83,8 +93,8 @@ def tasks(n: int) -> list[Task]:
 def mixed_sweep(tmp_path: Path, profile: Profile) -> tuple[Campaign, FakeScheduler]:
     """Eleven Tasks: two allocations ended and forgotten (t1 failed), one running, one queued,
     one ended but still listed, two Tasks never submitted; and a key wider than the rest that is
-    still running."""
-    fake = FakeScheduler()
+    still running, on a clock that stands still."""
+    fake = still_fake()
     campaign = Campaign.ensure(tmp_path / "state", tasks(8), connect=fake)
     campaign.submit(campaign.plan(profile))  # 1000..1003: two Tasks each
     campaign.append([Task("a-much-longer-key-than-the-rest", ["/bin/true"])])
@@ -122,6 +132,25 @@ def test_a_mixed_sweep_answers_the_same_from_the_cache(
     ]
     assert header["cached_tasks"] == 4  # t0..t3: their allocations are settled
     assert header["counts"] == {"SUCCEEDED": 3, "FAILED": 1}
+
+
+def test_a_running_tasks_run_time_is_counted_when_the_cache_answers(
+    sweep: tuple[Campaign, FakeScheduler, Path],
+    capsys: pytest.CaptureFixture[str],
+    loads: list[int],
+) -> None:
+    """The cache holds settled Tasks only: a minute later, the running Task's run time is a
+    minute longer from the cache as without it (the cache was written at ~00:00:00)."""
+    _campaign, fake, state = sweep
+    later = fake.clock() + 61
+    fake.clock = lambda: later
+    for args in (["--json"], []):
+        loads.clear()
+        shown = run(["status", str(state), *args], fake, capsys)
+        assert loads == [], (args, "the cache did not answer")
+        assert shown == uncached(state, fake, capsys, args), args
+    [row] = [line.split() for line in shown[1].splitlines() if line.startswith("a-much-longer")]
+    assert row[2:5] == ["RUNNING", "-", "~00:01:01"], row
 
 
 def test_what_settles_after_the_cache_is_recorded_and_shown(
@@ -238,7 +267,7 @@ def test_an_append_after_the_cache_reads_the_whole_journal(
 def test_chains_answer_the_same_from_the_cache(
     tmp_path: Path, profile: Profile, capsys: pytest.CaptureFixture[str], loads: list[int]
 ) -> None:
-    fake = FakeScheduler()
+    fake = still_fake()  # the second chain's second link runs
     chains = [(("c0", "c1"), 3, (3, 2)), (("c2",), 3, (3,)), (("c3",), 2, (2,))]
     campaign, jobs = chain_campaign(tmp_path / "state", fake, profile, chains, budget=7200)
     for job in jobs[0]:  # the first chain ran to its end: c1 handed on once, c0 twice
