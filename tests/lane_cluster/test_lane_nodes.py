@@ -585,7 +585,10 @@ def test_the_returned_node_reruns_each_lost_or_failed_task_once_and_never_beside
     nodes: dict[str, dict[str, Any]],
 ) -> None:
     seen = _scenario(nodes, "failure")
-    assert seen["node_states_after_return"][FAILED_NODE] == "idle", seen["node_states_after_return"]
+    # Back in service: idle, or already running the reruns queued while it was down (slurmctld
+    # schedules every second, and the state is read after return_node: CI read "mixed").
+    returned = seen["node_states_after_return"][FAILED_NODE]
+    assert returned in {"idle", "mixed", "allocated"}, seen["node_states_after_return"]
     final = seen["final"]
     for state, document in final.items():
         for task in document["tasks"]:
