@@ -540,8 +540,10 @@ def _fold_journal(data: bytes, name: str) -> tuple[Fold, Scan]:
     index = 0
     while index < len(payloads):
         end, run = _row_run(payloads, index)
-        changes: Iterable[object] = run if run is not None else ()
-        if run is None:  # no run here, or one with a bad record: each decoded, then applied
+        changes: Iterable[object]
+        if run is not None:
+            changes = run
+        else:  # no run here, or one with a bad record: each decoded, then applied
             end = max(end, index + 1)
             changes = (_decoded(payloads[at], at, name) for at in range(index, end))
         for at, change in enumerate(changes, index):
