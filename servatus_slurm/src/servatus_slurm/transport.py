@@ -548,7 +548,7 @@ class SshTransport(_Runs):
             said = [
                 line
                 for line in tail.decode(errors="replace").strip().splitlines()
-                if line.strip() and frame.token not in line and not _SENTINEL.search(line)
+                if line.strip() and not _SENTINEL.search(line)
             ]
             reason = said[-1] if said else f"ssh exited {status} without an answer"
             if status == SSH_UNAVAILABLE and _never_connected(out, err, said):
