@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -123,6 +124,21 @@ def tmpfs(mount: Path, options: str) -> Iterator[Path]:
         yield mount
     finally:
         unmount(mount)
+
+
+def fill_inodes(directory: Path) -> list[Path]:
+    """Empty files in ``directory`` until its filesystem has no inode left (a small tmpfs): the
+    files made, to remove when the shortage ends."""
+    made = []
+    for index in range(1000):
+        path = directory / f"filler-{index}"
+        try:
+            path.touch()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            return made
+        made.append(path)
+    raise AssertionError("the filesystem never ran out of inodes")
 
 
 def count_calls(argv: list[str], syscalls: Sequence[str]) -> dict[str, int]:

@@ -11,19 +11,7 @@ from publish_helpers import leftovers
 
 from servatus import Workspace, publish, publish_file
 from servatus.errors import Unavailable
-
-
-def fill_inodes(directory: Path) -> list[Path]:
-    made = []
-    for index in range(1000):
-        path = directory / f"filler-{index}"
-        try:
-            path.touch()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-            return made
-        made.append(path)
-    raise AssertionError("the filesystem never ran out of inodes")
+from testkit import fill_inodes
 
 
 def test_the_writers_own_enospc_propagates_and_nothing_is_left(small_tmpfs: Path) -> None:

@@ -39,8 +39,9 @@ from servatus.launcher import StepCommand
 from servatus.script import BUDGET_VARIABLE, CHAIN_VARIABLES, ScriptSpec, ScriptStep
 from servatus.transport import CommandResult
 from servatus_slurm.evidence import SlurmEvidenceReader
-from servatus_slurm.script import GRACE, render
+from servatus_slurm.script import END_MARGIN, END_TRIES, GRACE, render
 from servatus_slurm.transport import LocalTransport
+from testkit import fill_inodes, tmpfs
 
 SHELLS = [("dash",), ("bash", "--posix")]
 ODD_ARGS = [
@@ -499,6 +500,49 @@ def test_no_start_marker_no_step(
     if blocked == "name taken":  # a directory under a marker's name is no evidence
         listed = LocalTransport().run(SlurmEvidenceReader().marker_command(target))
         assert SlurmEvidenceReader().parse_markers(listed) == []
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_an_end_marker_is_tried_again_while_log_root_has_no_inode_left(
+    fake_cluster: FakeCluster, shell: tuple[str]
+) -> None:
+    """A step that ends while ``log_root`` (a real tmpfs) has no inode left keeps its outcome:
+    its watcher tries the end marker again each second, and writes it once an inode is free,
+    rather than leave the Task to read LOST."""
+    with tmpfs(fake_cluster.logs, "size=1m,nr_inodes=32,mode=755"):
+        target = fake_cluster.target
+        steps = [direct_step(target, 0, fake_cluster.step_args("a", "wait:go"))]
+        process = fake_cluster.start(render(make_spec(target, steps)), shell=shell)
+        wait_for((fake_cluster.out / "a.json").exists)
+        fillers = fill_inodes(fake_cluster.logs)
+        (fake_cluster.out / "go.json").write_text("{}")
+        end = fake_cluster.logs / f"servatus-{ALLOCATION}.4242.end.0.0"
+        time.sleep(2.5)  # two tries at least, each refused
+        assert process.poll() is None and not end.exists()
+        freed = time.time()
+        for path in fillers:
+            path.unlink()
+        wait_exit(process)
+        assert end.exists() and end.stat().st_mtime >= freed - 0.01
+
+
+def test_the_end_marker_is_not_tried_past_the_jobs_end_time_less_the_margin(
+    fake_cluster: FakeCluster,
+) -> None:
+    """A chain link must still hand on and exit inside its limit: with the job's end time
+    ``END_MARGIN`` + 2 s away, the watcher gives up after about two tries and the job ends."""
+    with tmpfs(fake_cluster.logs, "size=1m,nr_inodes=32,mode=755"):
+        target = fake_cluster.target
+        steps = [direct_step(target, 0, fake_cluster.step_args("a", "wait:go"))]
+        script = render(make_spec(target, steps))
+        process = fake_cluster.start(script, end_time=int(time.time()) + END_MARGIN + 3)
+        wait_for((fake_cluster.out / "a.json").exists)
+        fill_inodes(fake_cluster.logs)
+        gave_up = time.monotonic()
+        (fake_cluster.out / "go.json").write_text("{}")
+        wait_exit(process, seconds=END_TRIES)
+        assert time.monotonic() - gave_up < END_TRIES / 2
+        assert not (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.end.0.0").exists()
 
 
 # -- chain links (ADR 0005) ---------------------------------------------------------------------

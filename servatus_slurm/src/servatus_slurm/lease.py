@@ -197,13 +197,13 @@ servatus_launch() {
         servatus_started="$servatus_prefix.step-start"
         servatus_steplog="$servatus_log/servatus-$1-$SLURM_JOB_ID.0.out"
         if ! servatus_watch "$servatus_steplog"; then
-            servatus_mark end.0.1
+            servatus_end_mark end.0.1
         elif servatus_steplog=/dev/fd/4 && . "$2" &&
             servatus_step "$servatus_srun" $servatus_options; then
             servatus_wait 0 "$!"
         else
             echo "servatus: the order of step $1 could not be read; it did not run" >&2
-            servatus_mark end.0.1
+            servatus_end_mark end.0.1
         fi
     ) &
     servatus_pids="$servatus_pids $!"

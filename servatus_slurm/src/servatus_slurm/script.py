@@ -44,6 +44,14 @@ GRACE = 10
 handoff markers, the shell's exit, and how far the node's clock may run behind slurmctld's
 (measured on the test cluster: ADR 0005)."""
 
+END_TRIES = 30
+"""Times a step's end marker is tried, a second apart, while ``log_root`` is full: a disk or
+inode shortage of up to half a minute costs the allocation that long, not the step's outcome."""
+END_MARGIN = 5
+"""Seconds before the job's end time (``SLURM_JOB_END_TIME``) after which the end marker is no
+longer tried again: a chain link must still write its handoff and exit inside its limit, or the
+next link's ``afterok`` is never satisfied."""
+
 OVER_WAIT = 90
 """Seconds at most a later link waits to see its previous link's ``over`` file before it trusts
 what it lists: longer than an NFS client caches a directory by default (``acdirmax``, 60 s), and
@@ -173,8 +181,8 @@ def directives(spec: ScriptSpec | LeaseSpec) -> list[str]:
     return lines
 
 
-_PRELUDE = r"""
-# Traps first: Slurm may send the pre-limit signal early, even as the job starts.
+_PRELUDE = (
+    r"""# Traps first: Slurm may send the pre-limit signal early, even as the job starts.
 trap servatus_limit USR1
 trap servatus_stop TERM INT
 PATH=/usr/bin:/bin
@@ -182,6 +190,9 @@ export PATH
 servatus_pids=
 servatus_limited=
 servatus_stopped=
+"""
+    + f"servatus_tries={END_TRIES}\nservatus_margin={END_MARGIN}"
+    + r"""
 # A marker is an empty owner-only file; -C keeps the first one, and its mtime, if it exists. It
 # counts only as a new regular file of this user's: never one planted under its name (SECURITY.md).
 # servatus_own PATH [TEXT] makes one, holding TEXT (a handoff holds its own name).
@@ -195,6 +206,25 @@ servatus_own() {
 # A regular file of this user's, not a link: the only kind of file any marker test counts.
 servatus_mine() {
     [ -f "$1" ] && [ ! -h "$1" ] && [ -O "$1" ]
+}
+# The end marker is the step's outcome: while log_root has no space or inode left, try again once
+# a second, up to servatus_tries times and never past the job's end time less servatus_margin, so
+# a step that finished is not read as LOST; its mtime is then when it could be written. A name
+# that exists already (anything planted there) is never tried again.
+servatus_end_mark() {
+    servatus_n=1
+    until servatus_mark "$1"; do
+        if [ -e "$servatus_prefix.$1" ] || [ -h "$servatus_prefix.$1" ] ||
+            [ "$servatus_n" -ge "$servatus_tries" ]; then
+            return 1
+        fi
+        case ${SLURM_JOB_END_TIME:-} in
+        '' | *[!0-9]*) ;;
+        *) [ "$(date +%s)" -lt $((SLURM_JOB_END_TIME - servatus_margin)) ] || return 1 ;;
+        esac
+        servatus_n=$((servatus_n + 1))
+        sleep 1
+    done
 }
 # The step log, opened once as fd 4, only as a new file of this user's: -C never opens an
 # existing regular file or creates through a planted link, and anything else it opened (a link
@@ -270,9 +300,10 @@ servatus_wait() {
         *) sleep 1 ;;
         esac
     fi
-    servatus_mark "end.$1.$servatus_s"
+    servatus_end_mark "end.$1.$servatus_s"
 }
-""".lstrip("\n")
+"""
+)
 
 
 def _anchor(text: str, anchor: str, added: str) -> str:
@@ -301,7 +332,9 @@ def _chain_prelude() -> str:
         '        (sleep 2 && kill -USR1 "$2" 2>/dev/null) &\n    fi\n',
         '    if [ -n "$servatus_tlate" ]; then kill -TERM "$2" 2>/dev/null; fi\n',
     )
-    text = _anchor(text, '    servatus_mark "end.$1.$servatus_s"', ' && servatus_handoff "$1" "$3"')
+    text = _anchor(
+        text, '    servatus_end_mark "end.$1.$servatus_s"', ' && servatus_handoff "$1" "$3"'
+    )
     text = _anchor(
         text, "        servatus_stopped=1\n        servatus_mark stop\n", "        servatus_told\n"
     )
@@ -587,7 +620,7 @@ def _step(spec: ScriptSpec, step: ScriptStep, srun: str, work_root: str) -> str:
         ]
         if not link.last:
             wait += " 1" if link.position < step.links else " 0"
-    refused = f"servatus_watch {log} || {{ servatus_mark end.{step.slot}.1; exit 0; }}"
+    refused = f"servatus_watch {log} || {{ servatus_end_mark end.{step.slot}.1; exit 0; }}"
     body = [refused, *chained, *words.setup, *launch, wait]
     lines = [
         *head,
