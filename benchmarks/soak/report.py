@@ -42,6 +42,10 @@ def build(
         commands.setdefault(record.verb, Counter())[code] += 1
     final = evidence.statuses[-1].tasks if evidence.statuses else ()
     outcomes = Counter(execution for _, execution, _ in final)
+    published = {result.key for result in evidence.results if result.present}
+    lost_published = sorted(
+        key for key, execution, _ in final if execution == "LOST" and key in published
+    )
     violations = [
         {"invariant": v.invariant, "subject": v.subject, "reason": v.reason}
         for name in checked
@@ -58,6 +62,7 @@ def build(
         "invariants": [{"name": name, "violations": len(checked[name])} for name in checked],
         "violations": violations,
         "tasks": dict(sorted(outcomes.items())),
+        "lost_published": lost_published,
         "ok": not violations,
     }
 
@@ -87,6 +92,7 @@ def table(document: Mapping[str, Any]) -> str:
         rows.append(("invariant", entry["name"], str(entry["violations"])))
     for execution, count in document["tasks"].items():
         rows.append(("tasks", execution, str(count)))
+    rows.append(("tasks", "LOST that had published", str(len(document["lost_published"]))))
     for v in document["violations"]:
         rows.append(("violation", f"{v['invariant']}: {v['subject']}: {v['reason']}", ""))
     rows.append(
@@ -111,12 +117,16 @@ def validate(document: Any) -> list[str]:
     subcommand to exit code (a decimal string, or ``killed``) to count; ``invariants`` one
     ``{name, violations}`` per invariant, every one, in order; ``violations`` a list of
     ``{invariant, subject, reason}`` strings, as many per invariant as it counts; ``tasks``
-    execution to count; ``ok`` true exactly when there is no violation."""
+    execution to count; ``lost_published`` the keys of the Tasks that end ``LOST`` although
+    their result was published (no invariant: the evidence of their end was lost, which Servatus
+    reports honestly, but each is a rerun the user pays for); ``ok`` true exactly when there is
+    no violation."""
     problems: list[str] = []
     if not isinstance(document, dict):
         return ["not an object"]
     expected = {"schema", "seed", "duration", "faults", "faults_planned", "faults_left_out",
-                "commands", "invariants", "violations", "tasks", "ok"}  # fmt: skip
+                "commands", "invariants", "violations", "tasks", "lost_published",
+                "ok"}  # fmt: skip
     if set(document) != expected:
         problems.append(f"keys {sorted(document)}, expected {sorted(expected)}")
         return problems
@@ -166,6 +176,9 @@ def validate(document: Any) -> list[str]:
         if not _is_int(counted) or counted != listed:
             problems.append(f"invariant {entry['name']} counts {counted!r}, lists {listed}")
     problems += _counts(document["tasks"], "tasks", lambda k: k.isupper())
+    lost = document["lost_published"]
+    if not isinstance(lost, list) or not all(isinstance(key, str) for key in lost):
+        problems.append("lost_published is not a list of Task keys")
     if document["ok"] is not (not violations):
         problems.append("ok disagrees with the violations")
     return problems

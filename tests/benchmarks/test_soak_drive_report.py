@@ -110,6 +110,11 @@ def test_the_report_and_its_schema(tmp_path: Path) -> None:
     assert sum(sum(codes.values()) for codes in clean["commands"].values()) == len(found.commands)
     assert [e["name"] for e in clean["invariants"]] == [n for n, _ in invariants.INVARIANTS]
     assert clean["tasks"] == {"SUCCEEDED": 4}
+    assert clean["lost_published"] == []
+    last = found.statuses[-1]
+    lost_k0 = tuple((k, "LOST" if k == "k0" else e, a) for k, e, a in last.tasks)
+    lost = attrs.evolve(found, statuses=(*found.statuses[:-1], attrs.evolve(last, tasks=lost_k0)))
+    assert report.build(plan, lost, {})["lost_published"] == ["k0"]
     # One violation: the report counts it, fails, and names it in its table.
     results = tuple(
         attrs.evolve(r, problems=("cut short",)) if r.key == "k0" else r for r in found.results
@@ -131,6 +136,7 @@ def test_the_report_and_its_schema(tmp_path: Path) -> None:
     planned = plan.by_kind()["kill-client"]
     assert ["fault", "kill-client", "(of", str(planned), "planned)", "0"] in rows
     assert ["tasks", "SUCCEEDED", "4"] in rows
+    assert ["tasks", "LOST", "that", "had", "published", "0"] in rows
     assert rows[-1] == ["verdict", "VIOLATIONS", "1"]
     # Broken documents are named.
     broken = [
@@ -141,6 +147,7 @@ def test_the_report_and_its_schema(tmp_path: Path) -> None:
         dict(clean, commands={"status": {"0": -1}}),
         dict(failing, violations=[]),
         dict(clean, seed="34"),
+        dict(clean, lost_published=[1]),
     ]
     assert all(report.validate(document) for document in broken)
 
