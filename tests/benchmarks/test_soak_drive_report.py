@@ -41,7 +41,7 @@ def test_the_drive_replays_from_its_seed(tmp_path: Path) -> None:
 
 def test_a_client_killed_mid_submit_and_the_finale_reconciles_it(tmp_path: Path) -> None:
     soakkit.make_lane(tmp_path)
-    (tmp_path / "bin" / "delay").write_text("1.5")
+    (tmp_path / "bin" / "delay").write_text("4")
     s = soakkit.settings(tmp_path, finale=20.0, reconcile_every=1.0)
     faults = FaultPlan(
         seed=0,
@@ -51,6 +51,9 @@ def test_a_client_killed_mid_submit_and_the_finale_reconciles_it(tmp_path: Path)
         faults=(Fault(at=0.0, kind=FaultKind.KILL_CLIENT, hold=0.7),),
     )
     d = drive.Driver(s, faults, after=soakkit.publishing_worker(s.results))
+    # The kill lands 0.7 of submit's usual length in: 2.8 s, inside the fake sbatch's 4 s and
+    # well after the intent is written, however slowly a loaded machine starts Python.
+    d.lengths["submit"] = [4.0]
     d.run("ensure", str(s.state), str(s.tasks), killable=False)
     plan = d.new_plan()
     d.run("plan", str(s.state), "--config", str(s.config), "--only", "k0", "--output", str(plan),
