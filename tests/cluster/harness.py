@@ -1495,14 +1495,15 @@ def fail_node(node: str, reason: str = "servatus-test node failure") -> dict[int
 
 def return_node(node: str) -> None:
     """Bring a failed (or drained) extra node back: start its slurmd, ``State=RESUME``, and
-    wait until Slurm shows it idle."""
+    wait until Slurm shows it in service (idle, or already running work queued for it)."""
     root = _extra_node_root(node, "returned")
     start_daemon(root, node_daemon(node))
     # ReturnToService=2 may already have returned it on registration; RESUME then says the
-    # state is invalid, which is fine: idle is what is waited for.
+    # state is invalid, which is fine: being in service is what is waited for.
     argv = [f"{SLURM_BIN}/scontrol", "update", f"NodeName={node}", "State=RESUME"]
     in_root(root, argv, check=False, timeout=20)
-    wait_for(lambda: node_states(root).get(node) == "idle", 60, f"{node} to be idle")
+    ready = ("idle", "mixed", "allocated")
+    wait_for(lambda: node_states(root).get(node) in ready, 60, f"{node} to be in service")
 
 
 def drain_node(node: str, reason: str = "servatus-test drain") -> None:

@@ -583,8 +583,8 @@ def test_each_node_has_its_own_slurmd_and_its_steps_are_told_apart_then_one_fail
         for node in ("n1", "n3", harness.node_name()):
             assert job_state(cluster, jobs[node]) == "RUNNING", node
             assert all(pid not in killed for pid in found[node]), node
-        cluster.return_node("n2")
-        assert cluster.node_states()["n2"] == "idle"
+        cluster.return_node("n2")  # in service: idle, or already given a concurrent test's job
+        assert cluster.node_states()["n2"] in ("idle", "mixed", "allocated")
         assert harness.status()["daemons"]["slurmd@n2"] not in (None, daemons["slurmd@n2"])  # type: ignore[index]
     finally:
         cluster.ssh([f"{cluster.slurm_bin}/scancel", *map(str, jobs.values())])

@@ -235,7 +235,8 @@ def test_a_batch_shell_killed_under_a_live_slurmstepd_ends_the_link_at_once(
         ["COMPLETING", "FAILED"],
         ["RUNNING", "FAILED"],
     ), seen.states[one]
-    assert seen.running[one] - at < 15, (at, seen.running[one])
+    # Within seconds; ``at`` is taken before the kill, so a loaded machine's kill counts too.
+    assert seen.running[one] - at < 30, (at, seen.running[one])
     assert "JobState=FAILED" in seen.shown[one], seen.shown[one]
 
 
@@ -249,7 +250,8 @@ def test_a_job_whose_node_lost_every_process_runs_on_in_slurm_to_its_time_limit(
     print(seen.states[one], seen.states[two], seen.shown[one])
     # Nothing told slurmctld: it counted the job RUNNING to its time limit (the rest of its
     # minute), then ended it TIMEOUT, and only then was link 2 allocated.
-    assert [state for _, state in seen.states[one]][-2:] == ["RUNNING", "TIMEOUT"]
+    ended = [state for _, state in seen.states[one] if state != "COMPLETING"]  # a poll may see it
+    assert ended[-2:] == ["RUNNING", "TIMEOUT"], seen.states[one]
     assert "Reason=TimeLimit" in seen.shown[one], seen.shown[one]
     started = Path(lane.log_root) / f"servatus-{seen.links('node')[0][0]}.{one}.start"
     assert seen.running[one] - started.stat().st_mtime > 50, seen.running[one]

@@ -135,7 +135,9 @@ def walk_through(lane: Lane, seen: dict[str, Any]) -> None:
 def three_into_two(lane: Lane, seen: dict[str, Any]) -> None:
     """Three one-slot steps into two slots: the third waits QUEUED, then runs when one frees."""
     _prepare(lane)
-    tasks = {"q1": ["sleep", "20"], "q2": ["sleep", "20"], "q3": ["sleep", "5"]}
+    # All 20 s: whichever two the lease takes first, the third reads QUEUED for 20 s, which slow
+    # status polls on a loaded machine still catch.
+    tasks = {"q1": ["sleep", "20"], "q2": ["sleep", "20"], "q3": ["sleep", "20"]}
     lane.ok("ensure", "state", _tasks(lane, "all", tasks))
     [(lease, job)], _ = lane.lease("--hold", "2")
     seen["lease"], seen["job"] = lease, job

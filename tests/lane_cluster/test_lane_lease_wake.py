@@ -21,7 +21,7 @@ import pytest
 from lane_helpers import FINAL, Lane, wait_until
 
 # After every concurrent scenario (cluster.prelude):
-# it asserts a median wake-up latency under 1.25 s.
+# it asserts a median wake-up latency under 2 s.
 pytestmark = [pytest.mark.cluster, pytest.mark.cluster_alone]
 
 STARTS = 20
@@ -96,8 +96,10 @@ def test_concurrent_starts_into_one_woken_lease_run_each_step_once(ssh_lane: Lan
         f"{STARTS} concurrent starts: start returned -> step-start median {median:.2f} s, "
         f"min {min(latencies):.2f} s, max {max(latencies):.2f} s"
     )
-    # Woken, not polled: a poll alone gives a median near half the poll.
-    assert median < POLL / 4, latencies
+    # Woken, not polled: a poll alone gives a median of half the poll plus srun (2.5 s and more);
+    # the benchmark (bench_lease_start.py) holds the 0.3 s, this only tells the two apart
+    # with room for a loaded machine.
+    assert median < POLL * 0.4, latencies
     lane.servatus("cancel", "state", "--allocation", lease)
 
 

@@ -231,8 +231,9 @@ def _failure(lane: Lane, seen: dict[str, Any]) -> None:
     held = lane.ok("submit", "lease", "l.json")
     [(lease, lease_job)] = [(i, int(j)) for i, j in LEASED.findall(held.stdout)]
     seen["lease"], seen["lease_job"], seen["lease_plan"] = lease, lease_job, planned.stdout
-    # Plain one-Task allocations on the other nodes, running through the failure.
-    lane.ok("ensure", "plain", _tasks(lane, "plain", {"plain-a": "sleep60", "plain-b": "sleep60"}))
+    # Plain one-Task allocations on the other nodes, running through the failure: each waits for
+    # its gate, opened once n3 has failed (a fixed sleep could end first on a loaded machine).
+    lane.ok("ensure", "plain", _tasks(lane, "plain", {"plain-a": "gate0", "plain-b": "gate0"}))
     seen["plain_plan"] = _plan(lane, "plain", "--profile", "single", output="p.json")
     lane.ok("submit", "plain", "p.json")
     # A budgeted chain on n3, and a packed allocation of three Tasks on n3.
@@ -282,6 +283,8 @@ def _failure(lane: Lane, seen: dict[str, Any]) -> None:
     seen["killed"] = lane.cluster.fail_node(FAILED_NODE, "servatus-test: NODE_FAIL")
     seen["left_on_node"] = harness.node_processes(FAILED_NODE)
     seen["node_states_after_fail"] = lane.cluster.node_states()
+    for key in ("plain-a", "plain-b"):
+        lane.put(Path(lane.work_root) / "gates" / f"{key}.1", "")
 
     def ended() -> dict[int, str] | None:
         states = _states(lane)
