@@ -23,9 +23,12 @@ from soak.evidence import SoakEvidence
 EXIT_CODES = frozenset({0, 1, 2, 3, 75, 130})
 """The spec's exit-code table (recovery playbook)."""
 
-FINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED", "LOST"})
+FINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 """Executions that are outcomes; an attempt Slurm no longer lists with every slot in one of
-these is settled."""
+these is settled. ``LOST`` is none (ADR 0004: it never settles): Slurm no longer lists the job
+and no end was seen, yet the step may still run and end, as when a slurmctld killed before it
+saved its state forgets a job it had just started (seen in the soak: read LOST 2 s after its
+start, SUCCEEDED once its step ended 2 s later)."""
 
 TRACEBACK = "Traceback (most recent call last)"
 

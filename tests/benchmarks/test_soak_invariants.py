@@ -158,14 +158,38 @@ def test_a_settled_outcome_that_changed(tmp_path: Path) -> None:
     assert violation.reason.endswith(f"after command {last}")
 
 
+def test_lost_then_an_outcome_is_no_change_of_a_settled_one(tmp_path: Path) -> None:
+    """``LOST`` never settles (ADR 0004): a job Slurm forgot may still end, and its end then
+    shows. Read LOST, then SUCCEEDED, is no violation; SUCCEEDED, then anything else, is."""
+    s = run_small(tmp_path)
+    records = commandlog.read(s.log)
+    shown = [r.index for r in records if r.verb == "status" and "--json" in r.argv]
+    last = max(shown)
+    attempt = next(
+        a for a in json.loads(records[last].stdout)["attempts"]
+        if set(a["executions"]) == {"SUCCEEDED"} and not a.get("listed")
+    )  # fmt: skip
+    for index in shown[:-1]:
+        document = json.loads(records[index].stdout)
+        for earlier in document["attempts"]:
+            if earlier["allocation_id"] == attempt["allocation_id"]:
+                earlier["executions"] = ["LOST"] * len(earlier["executions"])
+                earlier["listed"] = False
+        soakkit.rewrite(s, index, stdout=json.dumps(document))
+    assert "settled-outcomes-stay" not in only(soakkit.collect(s))
+
+
 def test_an_intent_left_unresolved(tmp_path: Path) -> None:
     s = run_small(tmp_path, actions={"status": 1.0}, max_commands=1)
     bindir = tmp_path / "bin"
-    (bindir / "delay").write_text("1.5")
+    (bindir / "delay").write_text("4")
     (bindir / "refuse").write_text("")
     (tmp_path / "bin" / "failing").unlink()
     d = drive.Driver(s, after=soakkit.publishing_worker(s.results))
-    d.kills = [(0.0, 0.7)]  # SIGKILL the submit while sbatch waits: intent durable, no receipt
+    # SIGKILL the submit while sbatch waits, 2.8 s in (0.7 of its 4 s usual length): intent
+    # durable, no receipt, however slowly a loaded machine starts Python.
+    d.kills = [(0.0, 0.7)]
+    d.lengths["submit"] = [4.0]
     d.run("ensure", str(s.state), str(soakkit.grow_roster(tmp_path)), killable=False)
     plan = d.new_plan()
     d.run("plan", str(s.state), "--config", str(s.config), "--only", "fresh", "--output",
