@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -522,8 +523,13 @@ def test_an_end_marker_is_tried_again_while_log_root_has_no_inode_left(
         freed = time.time()
         for path in fillers:
             path.unlink()
-        wait_exit(process)
+        said = wait_exit(process)
         assert end.exists() and end.stat().st_mtime >= freed - 0.01
+        [line] = [line for line in said.splitlines() if "run marker" in line]
+        assert re.fullmatch(
+            r"servatus: wrote run marker end\.0\.0 at try ([2-9]|[1-9][0-9]) \(log_root was full\)",
+            line,
+        )
 
 
 def test_the_end_marker_is_not_tried_past_the_jobs_end_time_less_the_margin(
@@ -540,9 +546,11 @@ def test_the_end_marker_is_not_tried_past_the_jobs_end_time_less_the_margin(
         fill_inodes(fake_cluster.logs)
         gave_up = time.monotonic()
         (fake_cluster.out / "go.json").write_text("{}")
-        wait_exit(process, seconds=END_TRIES)
+        said = wait_exit(process, seconds=END_TRIES)
         assert time.monotonic() - gave_up < END_TRIES / 2
         assert not (fake_cluster.logs / f"servatus-{ALLOCATION}.4242.end.0.0").exists()
+        [line] = [line for line in said.splitlines() if "run marker" in line]
+        assert re.fullmatch(r"servatus: could not write run marker end\.0\.0 \([1-9] tries\)", line)
 
 
 # -- chain links (ADR 0005) ---------------------------------------------------------------------

@@ -208,23 +208,30 @@ servatus_mine() {
     [ -f "$1" ] && [ ! -h "$1" ] && [ -O "$1" ]
 }
 # The end marker is the step's outcome: while log_root has no space or inode left, try again once
-# a second, up to servatus_tries times and never past the job's end time less servatus_margin, so
-# a step that finished is not read as LOST; its mtime is then when it could be written. A name
-# that exists already (anything planted there) is never tried again.
+# a second, up to servatus_tries times and not once the job's end time is servatus_margin away,
+# so a step that finished is not read as LOST; its mtime is then when it could be written, and
+# the job's log says so. A name that exists already (anything planted there) is not tried again.
 servatus_end_mark() {
     servatus_n=1
     until servatus_mark "$1"; do
         if [ -e "$servatus_prefix.$1" ] || [ -h "$servatus_prefix.$1" ] ||
-            [ "$servatus_n" -ge "$servatus_tries" ]; then
+            [ "$servatus_n" -ge "$servatus_tries" ] || servatus_ending_soon; then
+            echo "servatus: could not write run marker $1 ($servatus_n tries)" >&2
             return 1
         fi
-        case ${SLURM_JOB_END_TIME:-} in
-        '' | *[!0-9]*) ;;
-        *) [ "$(date +%s)" -lt $((SLURM_JOB_END_TIME - servatus_margin)) ] || return 1 ;;
-        esac
         servatus_n=$((servatus_n + 1))
         sleep 1
     done
+    if [ "$servatus_n" -gt 1 ]; then
+        echo "servatus: wrote run marker $1 at try $servatus_n (log_root was full)" >&2
+    fi
+}
+# Whether the job's end time is less than servatus_margin away (never, where Slurm sets none).
+servatus_ending_soon() {
+    case ${SLURM_JOB_END_TIME:-} in
+    '' | *[!0-9]*) return 1 ;;
+    esac
+    [ "$(date +%s)" -ge $((SLURM_JOB_END_TIME - servatus_margin)) ]
 }
 # The step log, opened once as fd 4, only as a new file of this user's: -C never opens an
 # existing regular file or creates through a planted link, and anything else it opened (a link
